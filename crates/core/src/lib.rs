@@ -1,0 +1,19 @@
+//! Overseer's pure domain core.
+//!
+//! Everything here is deterministic: no I/O, no clock reads, no randomness. Time (`now`) and
+//! jitter are passed in by the caller, so the same inputs always give the same transition. The
+//! store persists what [`machine::apply`] decides; the server only routes requests to it.
+
+pub mod backoff;
+pub mod id;
+pub mod job;
+pub mod machine;
+pub mod spec;
+pub mod time;
+pub mod wire;
+
+pub use id::{JobId, LeaseId};
+pub use job::{DesiredState, Event, Job, JobState, NewEvent, Step, StepState};
+pub use machine::{apply, Command, Effect, Rejection, Reply, Transition};
+pub use spec::{JobSpec, Limits, SpecError, StepSpec};
+pub use time::{Span, Timestamp};

@@ -1,0 +1,502 @@
+//! What a client submits, and how it is checked before anything is stored.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::backoff::Backoff;
+use crate::time::{Span, Timestamp};
+
+/// A job as submitted. Unknown fields are rejected so typos never pass silently.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+    pub steps: Vec<StepSpec>,
+}
+
+/// One step as submitted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepSpec {
+    pub name: String,
+    pub agent: String,
+    #[serde(default)]
+    pub payload: Value,
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Span>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Backoff>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensate: Option<CompensateSpec>,
+}
+
+/// How to undo a step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompensateSpec {
+    pub agent: String,
+    #[serde(default)]
+    pub payload: Value,
+}
+
+/// What a job does when one of its steps fails permanently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    Compensate,
+    Hold,
+    Fail,
+}
+
+impl OnFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Compensate => "compensate",
+            OnFailure::Hold => "hold",
+            OnFailure::Fail => "fail",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "compensate" => Some(OnFailure::Compensate),
+            "hold" => Some(OnFailure::Hold),
+            "fail" => Some(OnFailure::Fail),
+            _ => None,
+        }
+    }
+}
+
+pub const DEFAULT_TIMEOUT: Span = Span::from_secs(30);
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// The shortest step timeout: heartbeats go every third of it, so shorter is only noise.
+pub const MIN_TIMEOUT: Span = Span::from_millis(100);
+
+/// Bounds on what one request may hold. Every one has a default and can be configured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Bytes in one request body (answers 413 beyond).
+    pub body_bytes: usize,
+    /// Bytes of one step's payload, JSON-encoded.
+    pub payload_bytes: usize,
+    /// Bytes of one step's result, JSON-encoded.
+    pub result_bytes: usize,
+    /// Bytes of one error message; longer ones are cut, not refused.
+    pub error_bytes: usize,
+    pub steps_per_job: usize,
+    pub labels_per_job: usize,
+    pub jobs_per_batch: usize,
+    /// Events kept per job; the oldest are dropped beyond this.
+    pub history_per_job: usize,
+    /// Longest a name (step, agent, label key, idempotency key) may be.
+    pub name_bytes: usize,
+    pub max_attempts: u32,
+    pub timeout_max: Span,
+    /// Leases one call may take.
+    pub leases_per_call: usize,
+    /// Longest a long-poll may wait.
+    pub wait_max: Span,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes: 4 << 20,
+            payload_bytes: 256 << 10,
+            result_bytes: 256 << 10,
+            error_bytes: 8 << 10,
+            steps_per_job: 100,
+            labels_per_job: 32,
+            jobs_per_batch: 500,
+            history_per_job: 1_000,
+            name_bytes: 200,
+            max_attempts: 1_000,
+            timeout_max: Span::from_secs(24 * 3600),
+            leases_per_call: 100,
+            wait_max: Span::from_secs(60),
+        }
+    }
+}
+
+/// A spec that cannot be accepted: which field, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    /// A path such as `steps[2].depends_on[0]`.
+    pub field: String,
+    pub message: String,
+    /// `true` when the request is well formed but asks for something this server cannot do
+    /// (answered 422 rather than 400).
+    pub unprocessable: bool,
+}
+
+impl SpecError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        SpecError {
+            field: field.into(),
+            message: message.into(),
+            unprocessable: false,
+        }
+    }
+
+    pub fn unsupported(field: impl Into<String>, message: impl Into<String>) -> Self {
+        SpecError {
+            unprocessable: true,
+            ..SpecError::new(field, message)
+        }
+    }
+
+    /// Prefixes the field path, e.g. to place a job's error inside a batch (`jobs[3].`).
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.field = if self.field.is_empty() {
+            prefix.trim_end_matches('.').to_string()
+        } else {
+            format!("{prefix}{}", self.field)
+        };
+        self
+    }
+}
+
+/// Decodes a JSON value into `T`, naming the exact field that does not fit.
+pub fn decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, SpecError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        SpecError::new(field, e.into_inner().to_string())
+    })
+}
+
+/// Decodes JSON bytes into `T`, naming the exact field that does not fit.
+pub fn decode_bytes<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, SpecError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        let inner = e.into_inner();
+        let message = if inner.is_syntax() || inner.is_eof() {
+            format!("malformed JSON: {inner}")
+        } else {
+            inner.to_string()
+        };
+        SpecError::new(field, message)
+    })
+}
+
+impl JobSpec {
+    /// A stable fingerprint of what was asked for, used to tell a retried submit (same body)
+    /// from a conflicting one (same idempotency key, other body). JSON objects encode with
+    /// sorted keys, so key order and white space in the request do not matter.
+    pub fn fingerprint(&self) -> String {
+        let bytes = serde_json::to_vec(self).expect("a JobSpec always encodes");
+        hex::encode(Sha256::digest(bytes))
+    }
+
+    /// Checks everything that can be checked without the store. `now` is only used to report
+    /// nothing about the past: a `run_at` in the past is allowed and means "now".
+    pub fn validate(&self, limits: &Limits) -> Result<(), SpecError> {
+        if let Some(key) = &self.idempotency_key {
+            check_name("idempotency_key", key, limits)?;
+        }
+        if self.labels.len() > limits.labels_per_job {
+            return Err(SpecError::new(
+                "labels",
+                format!("at most {} labels per job", limits.labels_per_job),
+            ));
+        }
+        for (k, v) in &self.labels {
+            check_name(&format!("labels.{k}"), k, limits)?;
+            if k.contains(':') {
+                return Err(SpecError::new(format!("labels.{k}"), "label keys cannot contain ':'"));
+            }
+            if v.len() > limits.name_bytes {
+                return Err(SpecError::new(
+                    format!("labels.{k}"),
+                    format!("label values are at most {} bytes", limits.name_bytes),
+                ));
+            }
+        }
+        if let Some(key) = &self.ordering_key {
+            check_name("ordering_key", key, limits)?;
+            return Err(SpecError::unsupported(
+                "ordering_key",
+                "ordered keys are not supported by this server version yet",
+            ));
+        }
+        if self.callback_url.is_some() {
+            return Err(SpecError::unsupported(
+                "callback_url",
+                "job callbacks are not supported by this server version yet",
+            ));
+        }
+        match self.on_failure {
+            None | Some(OnFailure::Fail) => {}
+            Some(other) => {
+                return Err(SpecError::unsupported(
+                    "on_failure",
+                    format!(
+                        "on_failure \"{}\" is not supported by this server version yet (only \"fail\")",
+                        other.as_str()
+                    ),
+                ))
+            }
+        }
+        if self.steps.is_empty() {
+            return Err(SpecError::new("steps", "a job needs at least one step"));
+        }
+        if self.steps.len() > limits.steps_per_job {
+            return Err(SpecError::new(
+                "steps",
+                format!("at most {} steps per job", limits.steps_per_job),
+            ));
+        }
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            let at = |f: &str| format!("steps[{i}].{f}");
+            check_name(&at("name"), &step.name, limits)?;
+            if index.insert(step.name.as_str(), i).is_some() {
+                return Err(SpecError::new(
+                    at("name"),
+                    format!("duplicate step name `{}`", step.name),
+                ));
+            }
+            check_name(&at("agent"), &step.agent, limits)?;
+            let payload_len = serde_json::to_vec(&step.payload).map(|v| v.len()).unwrap_or(0);
+            if payload_len > limits.payload_bytes {
+                return Err(SpecError::new(
+                    at("payload"),
+                    format!(
+                        "payload is {payload_len} bytes, more than the limit of {}",
+                        limits.payload_bytes
+                    ),
+                ));
+            }
+            if let Some(t) = step.timeout {
+                if t < MIN_TIMEOUT || t > limits.timeout_max {
+                    return Err(SpecError::new(
+                        at("timeout"),
+                        format!("timeout must be between {MIN_TIMEOUT} and {}", limits.timeout_max),
+                    ));
+                }
+            }
+            if let Some(n) = step.max_attempts {
+                if n > limits.max_attempts {
+                    return Err(SpecError::new(
+                        at("max_attempts"),
+                        format!(
+                            "max_attempts must be at most {} (0 means no limit)",
+                            limits.max_attempts
+                        ),
+                    ));
+                }
+            }
+            if let Some(b) = &step.backoff {
+                if !(b.factor.is_finite() && (1.0..=100.0).contains(&b.factor)) {
+                    return Err(SpecError::new(at("backoff.factor"), "factor must be between 1 and 100"));
+                }
+                if b.max < b.initial {
+                    return Err(SpecError::new(at("backoff.max"), "max must not be below initial"));
+                }
+            }
+            if step.compensate.is_some() {
+                return Err(SpecError::unsupported(
+                    at("compensate"),
+                    "compensation is not supported by this server version yet",
+                ));
+            }
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            let mut seen = HashSet::new();
+            for (j, dep) in step.depends_on.iter().enumerate() {
+                let field = format!("steps[{i}].depends_on[{j}]");
+                if dep == &step.name {
+                    return Err(SpecError::new(field, format!("step `{dep}` depends on itself")));
+                }
+                if !index.contains_key(dep.as_str()) {
+                    return Err(SpecError::new(field, format!("unknown step `{dep}`")));
+                }
+                if !seen.insert(dep) {
+                    return Err(SpecError::new(field, format!("`{dep}` is listed twice")));
+                }
+            }
+        }
+        if let Some(cycle) = find_cycle(&self.steps, &index) {
+            let i = index[cycle[0].as_str()];
+            return Err(SpecError::new(
+                format!("steps[{i}].depends_on"),
+                format!("dependency cycle: {}", cycle.join(" -> ")),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_name(field: &str, value: &str, limits: &Limits) -> Result<(), SpecError> {
+    if value.is_empty() {
+        return Err(SpecError::new(field, "must not be empty"));
+    }
+    if value.len() > limits.name_bytes {
+        return Err(SpecError::new(field, format!("at most {} bytes", limits.name_bytes)));
+    }
+    if value.chars().any(|c| c.is_control()) {
+        return Err(SpecError::new(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Finds one dependency cycle, as the list of step names around it (first repeated at the end).
+fn find_cycle(steps: &[StepSpec], index: &HashMap<&str, usize>) -> Option<Vec<String>> {
+    // Iterative depth-first search with three colours, so deep chains cannot overflow the stack.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    let mut mark = vec![Mark::New; steps.len()];
+    for start in 0..steps.len() {
+        if mark[start] != Mark::New {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+        mark[start] = Mark::Open;
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if let Some(dep) = steps[node].depends_on.get(*next) {
+                *next += 1;
+                let d = index[dep.as_str()];
+                match mark[d] {
+                    Mark::New => {
+                        mark[d] = Mark::Open;
+                        stack.push((d, 0));
+                    }
+                    Mark::Open => {
+                        let from = stack.iter().position(|&(n, _)| n == d).unwrap_or(0);
+                        let mut names: Vec<String> =
+                            stack[from..].iter().map(|&(n, _)| steps[n].name.clone()).collect();
+                        names.push(steps[d].name.clone());
+                        return Some(names);
+                    }
+                    Mark::Done => {}
+                }
+            } else {
+                mark[node] = Mark::Done;
+                stack.pop();
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: Value) -> Result<JobSpec, SpecError> {
+        let s: JobSpec = decode(v)?;
+        s.validate(&Limits::default())?;
+        Ok(s)
+    }
+
+    fn field_of(v: Value) -> String {
+        spec(v).expect_err("should be rejected").field
+    }
+
+    // Proves a well-formed DAG passes and defaults are applied by decoding.
+    #[test]
+    fn accepts_a_diamond() {
+        let s = spec(json!({"steps": [
+            {"name": "a", "agent": "x"},
+            {"name": "b", "agent": "x", "depends_on": ["a"], "timeout": "5s"},
+            {"name": "c", "agent": "y", "depends_on": ["a"], "backoff": {"initial": "100ms"}},
+            {"name": "d", "agent": "x", "depends_on": ["b", "c"]}
+        ]}))
+        .unwrap();
+        assert_eq!(s.steps.len(), 4);
+        assert_eq!(s.steps[2].backoff.unwrap().factor, 2.0);
+    }
+
+    // Proves each kind of bad input is rejected and the error names the offending field.
+    #[test]
+    fn rejections_name_the_field() {
+        let cases = vec![
+            (json!({"steps": []}), "steps"),
+            (json!({"steps": [{"name": "a"}]}), "steps[0]"),
+            (json!({"steps": [{"name": "a", "agent": "x", "bogus": 1}]}), "steps[0]"),
+            (json!({"stepz": []}), ""),
+            (json!({"steps": [{"name": "a", "agent": "x"}, {"name": "a", "agent": "x"}]}), "steps[1].name"),
+            (json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["zz"]}]}), "steps[0].depends_on[0]"),
+            (json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["a"]}]}), "steps[0].depends_on[0]"),
+            (json!({"steps": [{"name": "a", "agent": "x", "timeout": "soon"}]}), "steps[0].timeout"),
+            (json!({"steps": [{"name": "a", "agent": "x", "timeout": "1ms"}]}), "steps[0].timeout"),
+            (json!({"run_at": "yesterday", "steps": [{"name": "a", "agent": "x"}]}), "run_at"),
+            (json!({"steps": [{"name": "", "agent": "x"}]}), "steps[0].name"),
+            (json!({"steps": [{"name": "a", "agent": "x", "backoff": {"initial": "1s", "factor": 0.5}}]}), "steps[0].backoff.factor"),
+            (json!({"priority": "high", "steps": [{"name": "a", "agent": "x"}]}), "priority"),
+        ];
+        for (body, field) in cases {
+            let got = field_of(body.clone());
+            assert!(got.starts_with(field), "{body}: expected field {field:?}, got {got:?}");
+        }
+    }
+
+    // Proves cycles of any length are found and reported with their path.
+    #[test]
+    fn finds_cycles() {
+        let err = spec(json!({"steps": [
+            {"name": "a", "agent": "x", "depends_on": ["c"]},
+            {"name": "b", "agent": "x", "depends_on": ["a"]},
+            {"name": "c", "agent": "x", "depends_on": ["b"]},
+            {"name": "d", "agent": "x"}
+        ]}))
+        .unwrap_err();
+        assert!(err.message.contains("cycle"), "{err}");
+        assert!(err.field.ends_with("depends_on"), "{err}");
+    }
+
+    // Proves a long chain is checked without recursion trouble and limits are enforced.
+    #[test]
+    fn limits_apply() {
+        let steps: Vec<Value> = (0..100)
+            .map(|i| {
+                let deps: Vec<String> = if i == 0 { vec![] } else { vec![format!("s{}", i - 1)] };
+                json!({"name": format!("s{i}"), "agent": "x", "depends_on": deps})
+            })
+            .collect();
+        assert!(spec(json!({ "steps": steps })).is_ok());
+        let too_many: Vec<Value> = (0..101).map(|i| json!({"name": format!("s{i}"), "agent": "x"})).collect();
+        assert_eq!(field_of(json!({ "steps": too_many })), "steps");
+        let big = "x".repeat(300 << 10);
+        assert_eq!(field_of(json!({"steps": [{"name": "a", "agent": "x", "payload": big}]})), "steps[0].payload");
+    }
+
+    // Proves the fingerprint ignores key order but not content.
+    #[test]
+    fn fingerprint_is_canonical() {
+        let a: JobSpec = decode(json!({"labels": {"b": "1", "a": "2"}, "steps": [{"name": "s", "agent": "x", "payload": {"k": 1, "j": 2}}]})).unwrap();
+        let b: JobSpec = decode(json!({"steps": [{"payload": {"j": 2, "k": 1}, "agent": "x", "name": "s"}], "labels": {"a": "2", "b": "1"}})).unwrap();
+        let c: JobSpec = decode(json!({"steps": [{"name": "s", "agent": "x", "payload": {"k": 2}}]})).unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+}

@@ -1,0 +1,233 @@
+//! The JSON shapes of the HTTP API, shared by the server, the agent SDK and the CLI.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::id::{JobId, LeaseId};
+use crate::job::{DesiredState, Event, Job, JobState, StepState};
+use crate::spec::JobSpec;
+use crate::time::{Span, Timestamp};
+
+/// `POST /v1/jobs:batch` body.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    pub jobs: Vec<JobSpec>,
+}
+
+/// `POST /v1/jobs:batch` answer, jobs in request order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BatchResponse {
+    pub jobs: Vec<JobView>,
+}
+
+/// A job as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: JobId,
+    pub state: JobState,
+    pub desired_state: DesiredState,
+    pub idempotency_key: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub priority: i32,
+    pub run_at: Option<Timestamp>,
+    pub ordering_key: Option<String>,
+    pub on_failure: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub finished_at: Option<Timestamp>,
+    pub steps: Vec<StepView>,
+}
+
+/// A step as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepView {
+    pub name: String,
+    pub agent: String,
+    pub state: StepState,
+    pub depends_on: Vec<String>,
+    pub attempt: u32,
+    pub failures: u32,
+    pub max_attempts: u32,
+    pub timeout: Span,
+    pub payload: Value,
+    pub worker: Option<String>,
+    pub created_at: Timestamp,
+    pub ready_at: Option<Timestamp>,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
+    pub lease_expires_at: Option<Timestamp>,
+    pub next_attempt_at: Option<Timestamp>,
+    pub result: Option<Value>,
+    pub last_error: Option<String>,
+}
+
+impl From<&Job> for JobView {
+    fn from(job: &Job) -> Self {
+        JobView {
+            id: job.id,
+            state: job.state,
+            desired_state: job.desired_state,
+            idempotency_key: job.idempotency_key.clone(),
+            labels: job.labels.clone(),
+            priority: job.priority,
+            run_at: job.run_at,
+            ordering_key: job.ordering_key.clone(),
+            on_failure: job.on_failure.as_str().to_string(),
+            created_at: job.created_at,
+            updated_at: job.updated_at,
+            finished_at: job.finished_at,
+            steps: job
+                .steps
+                .iter()
+                .map(|s| StepView {
+                    name: s.name.clone(),
+                    agent: s.agent.clone(),
+                    state: s.state,
+                    depends_on: s.depends_on.clone(),
+                    attempt: s.attempt,
+                    failures: s.failures,
+                    max_attempts: s.max_attempts,
+                    timeout: s.timeout,
+                    payload: s.payload.clone(),
+                    worker: s.worker.clone(),
+                    created_at: s.created_at,
+                    ready_at: s.ready_at,
+                    started_at: s.started_at,
+                    finished_at: s.finished_at,
+                    lease_expires_at: s.lease_expires_at,
+                    next_attempt_at: s.next_attempt_at,
+                    result: s.result.clone(),
+                    last_error: s.last_error.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `GET /v1/jobs` answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/jobs/{id}/events` answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EventList {
+    pub events: Vec<Event>,
+}
+
+/// `POST /v1/agents/{agent}/leases` body.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    pub worker: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<Span>,
+}
+
+/// `POST /v1/agents/{agent}/leases` answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LeaseResponse {
+    pub leases: Vec<Lease>,
+}
+
+/// One lease: the right to run one attempt of one step until `complete_by`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Lease {
+    pub lease_id: LeaseId,
+    pub job_id: JobId,
+    pub step: String,
+    pub agent: String,
+    pub attempt: u32,
+    pub payload: Value,
+    /// Each dependency's result, by dependency name.
+    pub inputs: serde_json::Map<String, Value>,
+    /// `{job_id}/{step}`: the same on every attempt, for remote deduplication.
+    pub idempotency_key: String,
+    /// The server's deadline, for display; agents count `lease_ms` on their own clock.
+    pub complete_by: Timestamp,
+    /// Milliseconds left on the lease when the server answered.
+    pub lease_ms: u64,
+    /// The step's timeout: heartbeat every third of it.
+    pub timeout_ms: u64,
+}
+
+/// `POST /v1/leases/{id}/heartbeat` body.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Value>,
+}
+
+/// `POST /v1/leases/{id}/heartbeat` answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    pub complete_by: Timestamp,
+    pub lease_ms: u64,
+    /// The job no longer wants this work: stop, and report `fail` (or nothing).
+    pub cancel: bool,
+}
+
+/// `POST /v1/leases/{id}/complete` body.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+}
+
+/// `POST /v1/leases/{id}/fail` body.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailRequest {
+    pub error: String,
+    #[serde(default = "yes")]
+    pub retryable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `GET /v1/agents` answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AgentList {
+    pub agents: Vec<AgentView>,
+}
+
+/// One agent name and what it is doing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentView {
+    pub agent: String,
+    pub ready: u64,
+    pub running: u64,
+    /// Workers seen asking for leases within the last minute.
+    pub workers: Vec<WorkerView>,
+    pub last_seen_at: Option<Timestamp>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerView {
+    pub worker: String,
+    pub last_seen_at: Timestamp,
+}
+
+/// An error answer, `application/problem+json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// The request field at fault, when there is one (e.g. `steps[2].depends_on[0]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}

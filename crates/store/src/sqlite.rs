@@ -1,0 +1,1 @@
+//! SQLite backend (placeholder module body; being written).
