@@ -1,1 +1,160 @@
-fn main() {}
+//! The `overseer` binary: a server node, the client commands, and the command agent.
+
+mod agent_cmd;
+mod client_cmd;
+mod server_cmd;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "overseer", version, about = "A durable job scheduler: submit DAG jobs, run agents, let the supervisor heal the rest.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// Where the client commands send their requests.
+#[derive(Args, Debug, Clone)]
+pub struct Remote {
+    /// The server's base URL.
+    #[arg(long, global = true, env = "OVERSEER_SERVER", default_value = "http://127.0.0.1:7433")]
+    pub server: String,
+    /// A bearer token sent with every request.
+    #[arg(long, global = true, env = "OVERSEER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// How a command prints what it found.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Output {
+    #[default]
+    Human,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a server node.
+    Server(server_cmd::ServerArgs),
+    /// Submit a job spec (JSON or YAML) from a file or `-` for standard input; prints the job id.
+    Submit {
+        file: PathBuf,
+        /// Follow the job's progress and exit 0 only if it succeeds.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Show a job and its steps.
+    Status {
+        job: String,
+        /// Keep showing it until it finishes.
+        #[arg(long)]
+        watch: bool,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// List jobs, newest first.
+    Jobs {
+        #[arg(long)]
+        state: Option<String>,
+        /// A label filter `key:value`; repeat to require several.
+        #[arg(long)]
+        label: Vec<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Continue from a `next_cursor` printed by an earlier call.
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Ask for a job to be cancelled.
+    Cancel {
+        job: String,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Run a command agent: each lease of AGENT runs CMD with the lease JSON on stdin.
+    Agent(agent_cmd::AgentArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Cmd::Server(args) => server_cmd::run(args).await,
+            Cmd::Submit { file, wait, output, remote } => client_cmd::submit(&remote, &file, wait, output).await,
+            Cmd::Status { job, watch, output, remote } => client_cmd::status(&remote, &job, watch, output).await,
+            Cmd::Jobs { state, label, limit, cursor, output, remote } => {
+                client_cmd::jobs(&remote, state, label, limit, cursor, output).await
+            }
+            Cmd::Cancel { job, output, remote } => client_cmd::cancel(&remote, &job, output).await,
+            Cmd::Agent(args) => agent_cmd::run(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Installs the log subscriber: human-readable by default, JSON lines on request. `RUST_LOG`
+/// overrides the level (default `info`).
+pub fn init_logging(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::env::var_os("NO_COLOR").is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

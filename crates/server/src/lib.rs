@@ -1,1 +1,153 @@
+//! Overseer's server: the HTTP API, long-poll wake-ups and the supervisor sweep.
+//!
+//! [`App`] is the shared state of one node: the store, the clock, the wake-up channels and the
+//! limits. [`api::router`] serves it over HTTP; [`supervisor::Supervisor`] heals it.
 
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod notify;
+pub mod supervisor;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use overseer_core::{Job, Limits, Span, Timestamp, Transition};
+use overseer_store::{SqliteStore, Store};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio_util::sync::CancellationToken;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::Config;
+pub use notify::Notifier;
+
+/// The shared state of one server node. Cheap to clone.
+#[derive(Clone)]
+pub struct App {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    notifier: Notifier,
+    limits: Limits,
+    lease_wait_default: Span,
+    rng: Mutex<StdRng>,
+    /// Workers seen asking for leases, by agent name: this node's view only.
+    workers: Mutex<HashMap<String, HashMap<String, Timestamp>>>,
+    shutdown: CancellationToken,
+}
+
+impl App {
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: &Config, shutdown: CancellationToken) -> App {
+        App {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                notifier: Notifier::default(),
+                limits: config.limits.clone(),
+                lease_wait_default: config.lease_wait_default,
+                rng: Mutex::new(StdRng::from_entropy()),
+                workers: Mutex::new(HashMap::new()),
+                shutdown,
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        self.inner.store.as_ref()
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    pub fn notifier(&self) -> &Notifier {
+        &self.inner.notifier
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// A jitter value in `[0, 1)` for retry backoff.
+    pub fn jitter(&self) -> f64 {
+        self.inner.rng.lock().unwrap_or_else(|p| p.into_inner()).gen::<f64>()
+    }
+
+    /// Carries out what a committed transition calls for (wake agents, waiters, the supervisor).
+    pub fn committed(&self, transition: &Transition) {
+        self.inner.notifier.apply(transition.job.id, &transition.effects);
+    }
+
+    fn worker_seen(&self, agent: &str, worker: &str, now: Timestamp) {
+        let mut map = self.inner.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let per_agent = map.entry(agent.to_string()).or_default();
+        per_agent.insert(worker.to_string(), now);
+        // Forget workers unseen for ten minutes so the map stays bounded.
+        let horizon = Timestamp::from_millis(now.as_millis() - 600_000);
+        per_agent.retain(|_, seen| *seen >= horizon);
+    }
+
+    fn workers_of(&self, agent: &str) -> Vec<(String, Timestamp)> {
+        let map = self.inner.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = map
+            .get(agent)
+            .map(|m| m.iter().map(|(w, t)| (w.clone(), *t)).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    fn agent_names_seen(&self) -> Vec<String> {
+        let map = self.inner.workers.lock().unwrap_or_else(|p| p.into_inner());
+        map.keys().cloned().collect()
+    }
+
+    pub async fn job(&self, id: overseer_core::JobId) -> Result<Job, error::ApiError> {
+        self.store()
+            .job_get(id)
+            .await?
+            .ok_or_else(|| error::ApiError::not_found(format!("job {id} not found")))
+    }
+}
+
+/// Opens the store a URL names.
+pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    match config::StoreUrl::parse(&config.db).map_err(anyhow::Error::msg)? {
+        config::StoreUrl::Sqlite(path) => {
+            let mut options = overseer_store::sqlite::SqliteOptions::new(path);
+            options.history_per_job = config.limits.history_per_job;
+            let store = SqliteStore::open(options)?;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+/// Runs one node until `shutdown` fires: serves HTTP on `listener` and runs the supervisor.
+/// On shutdown it stops accepting connections, lets in-flight requests finish (long-polls return
+/// early with nothing), and leaves running leases to be completed or to expire.
+pub async fn serve(
+    store: Arc<dyn Store>,
+    config: &Config,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let app = App::new(store, Arc::new(SystemClock), config, shutdown.clone());
+    let supervisor = supervisor::Supervisor::new(app.clone(), config.sweep_interval);
+    let sweeper = tokio::spawn(supervisor.run(shutdown.clone()));
+    let router = api::router(app);
+    let result = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await;
+    shutdown.cancel();
+    let _ = sweeper.await;
+    result.map_err(Into::into)
+}

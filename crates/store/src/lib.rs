@@ -10,11 +10,11 @@
 use async_trait::async_trait;
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Timestamp, Transition};
 
-pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod conformance;
+pub mod sqlite;
 
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// Store failures.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,11 @@ pub enum Error {
     LeaseNotFound(LeaseId),
     /// The idempotency key is taken by a job with another body.
     #[error("idempotency key `{key}` is already used by job {existing} with a different body")]
-    IdempotencyConflict { index: usize, key: String, existing: JobId },
+    IdempotencyConflict {
+        index: usize,
+        key: String,
+        existing: JobId,
+    },
     /// The core refused the command; nothing changed.
     #[error(transparent)]
     Rejected(#[from] overseer_core::Rejection),
@@ -110,11 +114,17 @@ pub trait Store: Send + Sync + 'static {
 
     async fn job_get(&self, id: JobId) -> Result<Option<Job>>;
 
-    /// Jobs matching the query, newest first.
+    /// Jobs matching the query, newest first; `limit` 0 gives none.
     async fn jobs_list(&self, query: JobQuery) -> Result<Vec<Job>>;
 
     /// The job's history, oldest first, at most `limit` entries after `after_seq`.
-    async fn job_events(&self, id: JobId, after_seq: i64, limit: usize) -> Result<Vec<overseer_core::Event>>;
+    /// [`Error::JobNotFound`] when the job does not exist.
+    async fn job_events(
+        &self,
+        id: JobId,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<overseer_core::Event>>;
 
     /// Loads the job, applies `command` through the core at `now`, and commits the transition
     /// in one transaction. A rejection changes nothing and comes back as [`Error::Rejected`].

@@ -1,1 +1,670 @@
-//! SQLite backend (placeholder module body; being written).
+//! The SQLite backend: one file, one writer thread with group commit, a few readers.
+//!
+//! Writes go to a single thread that owns the write connection (the `writer` module); it commits
+//! whatever is queued in one transaction, so concurrent requests share an fsync. Reads run on a
+//! small pool of read-only connections beside it (WAL lets them see the last commit without
+//! waiting for the writer). What a write does to a job is decided by `overseer_core::apply`; this
+//! module only finds rows, loads jobs, and stores the transitions the core returns.
+
+mod rows;
+mod schema;
+mod writer;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use overseer_core::{Command, Event, Job, JobId, LeaseId, Timestamp, Transition};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{
+    params, params_from_iter, Connection, OpenFlags, OptionalExtension, TransactionBehavior,
+};
+use tokio::sync::{mpsc, Semaphore};
+
+use self::rows::{job_id_text, limit_param, DbResult};
+use crate::{
+    AgentCounts, Claim, Claimed, Error, JobQuery, LeaseRef, NewJob, Result, Store, Submitted,
+};
+
+/// How to open a SQLite store.
+#[derive(Clone, Debug)]
+pub struct SqliteOptions {
+    pub path: PathBuf,
+    /// Events kept per job; older ones are deleted as new ones arrive. At least 1.
+    pub history_per_job: usize,
+    /// Read-only connections for queries, beside the one write connection. At least 1.
+    pub read_connections: usize,
+    /// How long a connection waits for a lock held by another process before giving up.
+    pub busy_timeout: Duration,
+    /// Most writes committed in one transaction.
+    pub max_batch: usize,
+    /// Writes that may wait for the writer before callers are held back.
+    pub queue_capacity: usize,
+}
+
+impl SqliteOptions {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SqliteOptions {
+            path: path.into(),
+            history_per_job: overseer_core::Limits::default().history_per_job,
+            read_connections: 4,
+            busy_timeout: Duration::from_secs(5),
+            max_batch: 256,
+            queue_capacity: 1024,
+        }
+    }
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions::new("overseer.db")
+    }
+}
+
+/// The write connection's settings as SQLite reports them, to check they are in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pragmas {
+    pub journal_mode: String,
+    /// 2 is `FULL`: every commit is fsync'd.
+    pub synchronous: i64,
+    pub foreign_keys: bool,
+    pub busy_timeout_ms: i64,
+    pub user_version: i64,
+}
+
+/// A store in one SQLite file. Cheap to clone; the writer thread stops when the last clone goes.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    /// `None` only while dropping, so the writer sees its queue close and can be joined.
+    queue: Option<writer::Queue>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    readers: Arc<Readers>,
+    commits: Arc<AtomicU64>,
+    history_per_job: usize,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer loop after its last batch; joining makes a reopen of
+        // the same file right after a drop see every committed write and no second writer.
+        self.queue = None;
+        let handle = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(handle) = handle {
+            if handle.join().is_err() {
+                tracing::error!("the SQLite writer thread panicked");
+            }
+        }
+    }
+}
+
+/// A few read-only connections, handed out one per blocking read.
+struct Readers {
+    path: PathBuf,
+    busy_timeout: Duration,
+    idle: Mutex<Vec<Connection>>,
+    /// Bounds reads in flight to the pool's size, so a burst waits instead of opening files.
+    slots: Arc<Semaphore>,
+}
+
+impl Readers {
+    fn open_one(&self) -> Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.path, flags).db()?;
+        conn.busy_timeout(self.busy_timeout).db()?;
+        Ok(conn)
+    }
+
+    fn take(&self) -> Result<Connection> {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => self.open_one(),
+        }
+    }
+
+    fn put(&self, conn: Connection) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(conn);
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the file, brings its schema up to date, and starts the writer.
+    pub fn open(options: SqliteOptions) -> Result<SqliteStore> {
+        let mut conn = Connection::open(&options.path).db()?;
+        conn.busy_timeout(options.busy_timeout).db()?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .db()?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Unavailable(format!(
+                "{} cannot use write-ahead logging (journal mode is {mode})",
+                options.path.display()
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "FULL").db()?;
+        conn.pragma_update(None, "foreign_keys", "ON").db()?;
+        migrate(&mut conn)?;
+
+        let read_connections = options.read_connections.max(1);
+        let readers = Arc::new(Readers {
+            path: options.path.clone(),
+            busy_timeout: options.busy_timeout,
+            idle: Mutex::new(Vec::with_capacity(read_connections)),
+            slots: Arc::new(Semaphore::new(read_connections)),
+        });
+        for _ in 0..read_connections {
+            let conn = readers.open_one()?;
+            readers.put(conn);
+        }
+
+        let (queue, receiver) = mpsc::channel(options.queue_capacity.max(1));
+        let commits = Arc::new(AtomicU64::new(0));
+        let max_batch = options.max_batch.max(1);
+        let thread_commits = commits.clone();
+        let handle = std::thread::Builder::new()
+            .name("overseer-sqlite-writer".into())
+            .spawn(move || writer::run(conn, receiver, thread_commits, max_batch))
+            .map_err(|e| Error::Unavailable(format!("cannot start the writer thread: {e}")))?;
+
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path: options.path,
+                queue: Some(queue),
+                writer: Mutex::new(Some(handle)),
+                readers,
+                commits,
+                history_per_job: options.history_per_job.max(1),
+            }),
+        })
+    }
+
+    /// A store in a fresh temporary directory, removed when the returned guard is dropped.
+    #[cfg(feature = "testing")]
+    pub fn open_temp(history_per_job: usize) -> Result<(SqliteStore, tempfile::TempDir)> {
+        let dir = tempfile::tempdir()
+            .map_err(|e| Error::Unavailable(format!("cannot create a temporary directory: {e}")))?;
+        let mut options = SqliteOptions::new(dir.path().join("overseer.db"));
+        options.history_per_job = history_per_job;
+        Ok((SqliteStore::open(options)?, dir))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Transactions committed by the writer since open; far fewer than writes under load.
+    pub fn commit_count(&self) -> u64 {
+        self.inner.commits.load(Ordering::Relaxed)
+    }
+
+    /// The write connection's durability settings, read on the writer itself.
+    pub async fn writer_pragmas(&self) -> Result<Pragmas> {
+        self.write(|conn| {
+            let text = |name: &str| -> Result<String> {
+                conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                    .db()
+            };
+            let int = |name: &str| -> Result<i64> {
+                conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                    .db()
+            };
+            Ok(Pragmas {
+                journal_mode: text("journal_mode")?,
+                synchronous: int("synchronous")?,
+                foreign_keys: int("foreign_keys")? == 1,
+                busy_timeout_ms: int("busy_timeout")?,
+                user_version: int("user_version")?,
+            })
+        })
+        .await
+    }
+
+    async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let queue = self
+            .inner
+            .queue
+            .as_ref()
+            .ok_or_else(|| Error::Unavailable("the store is closing".into()))?;
+        writer::submit(queue, work).await
+    }
+
+    /// Runs `work` on a pooled read connection inside one read transaction, so a job and its
+    /// steps always come from the same commit.
+    async fn read<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let readers = self.inner.readers.clone();
+        let permit = readers
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::Unavailable("the read pool is closed".into()))?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let mut conn = readers.take()?;
+            let result = match conn.transaction().db() {
+                Ok(tx) => work(&tx),
+                Err(e) => Err(e),
+            };
+            readers.put(conn);
+            result
+        })
+        .await
+        .map_err(|e| Error::Unavailable(format!("a read task failed: {e}")))?
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .db()?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).db()?;
+    let known = schema::MIGRATIONS.len();
+    let from = usize::try_from(version)
+        .ok()
+        .filter(|v| *v <= known)
+        .ok_or_else(|| {
+            Error::Corrupt(format!(
+                "schema version {version} is not one this build knows (it knows up to {known})"
+            ))
+        })?;
+    for migration in &schema::MIGRATIONS[from..] {
+        tx.execute_batch(migration).db()?;
+    }
+    if from < known {
+        tx.pragma_update(None, "user_version", known as i64).db()?;
+        tracing::info!(from, to = known, "migrated the SQLite schema");
+    }
+    tx.commit().db()
+}
+
+/// Stores what the core decided: the job row, the changed steps, and the new history.
+fn persist(conn: &Connection, t: &Transition, history_per_job: usize) -> Result<()> {
+    if t.job_changed {
+        rows::update_job(conn, &t.job)?;
+    }
+    for &idx in &t.changed_steps {
+        rows::write_step(conn, &t.job, idx)?;
+    }
+    rows::append_events(conn, t.job.id, &t.events, history_per_job)
+}
+
+/// Loads a job, applies a command through the core, and stores the transition. A claim also
+/// records its lease so the lease id stays resolvable after later attempts.
+fn apply_command(
+    conn: &Connection,
+    id: JobId,
+    command: Command,
+    now: Timestamp,
+    history_per_job: usize,
+) -> Result<Transition> {
+    let job = rows::load_job(conn, id)?.ok_or(Error::JobNotFound(id))?;
+    let claim = match &command {
+        Command::Claim {
+            step,
+            lease_id,
+            worker,
+        } => Some((*step, *lease_id, worker.clone())),
+        _ => None,
+    };
+    let t = overseer_core::apply(&job, command, now)?;
+    persist(conn, &t, history_per_job)?;
+    if let Some((step, lease_id, worker)) = claim {
+        let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
+            Error::Corrupt(format!("claimed step {step} is missing from job {id}"))
+        })?;
+        let lease = LeaseRef {
+            lease_id,
+            job_id: id,
+            step,
+            attempt,
+        };
+        rows::insert_lease(conn, &lease, &worker, now)?;
+    }
+    Ok(t)
+}
+
+fn submit_jobs(
+    conn: &Connection,
+    jobs: Vec<NewJob>,
+    history_per_job: usize,
+) -> Result<Vec<Submitted>> {
+    let mut out = Vec::with_capacity(jobs.len());
+    let mut find = conn
+        .prepare_cached("SELECT id, fingerprint FROM jobs WHERE idempotency_key = ?1")
+        .db()?;
+    for (index, new) in jobs.into_iter().enumerate() {
+        let job = &new.transition.job;
+        if let Some(key) = &job.idempotency_key {
+            // Earlier jobs of this batch are already inserted in this transaction, so a
+            // duplicate key inside the batch is found here just like one from an earlier call.
+            let found: Option<(String, String)> = find
+                .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+                .db()?;
+            if let Some((existing, fingerprint)) = found {
+                let existing: JobId = existing
+                    .parse()
+                    .map_err(|e| Error::Corrupt(format!("jobs.id `{existing}`: {e}")))?;
+                if fingerprint != job.fingerprint {
+                    return Err(Error::IdempotencyConflict {
+                        index,
+                        key: key.clone(),
+                        existing,
+                    });
+                }
+                let stored = rows::load_job(conn, existing)?.ok_or_else(|| {
+                    Error::Corrupt(format!("job {existing} vanished during a submit"))
+                })?;
+                out.push(Submitted::Existing(stored));
+                continue;
+            }
+        }
+        rows::insert_job(conn, job)?;
+        rows::append_events(conn, job.id, &new.transition.events, history_per_job)?;
+        out.push(Submitted::Created(new.transition));
+    }
+    Ok(out)
+}
+
+/// Candidates skipped by one claim before it gives up looking further: bounds the work a claim
+/// does if many ready rows turn out not to be claimable.
+const CLAIM_SKIPS_MAX: usize = 1_000;
+
+fn claim_steps(conn: &Connection, claim: Claim, history_per_job: usize) -> Result<Vec<Claimed>> {
+    let want = claim.lease_ids.len();
+    let mut out: Vec<Claimed> = Vec::with_capacity(want);
+    let mut skipped: HashSet<(String, i64)> = HashSet::new();
+    let mut candidates = conn
+        .prepare_cached(
+            "SELECT job_id, idx FROM steps \
+             WHERE state = 'ready' AND agent = ?1 AND next_attempt_at <= ?2 \
+             ORDER BY priority DESC, next_attempt_at ASC, job_id ASC, idx ASC LIMIT ?3",
+        )
+        .db()?;
+    while out.len() < want && skipped.len() < CLAIM_SKIPS_MAX {
+        let limit = (want - out.len() + skipped.len()) as i64;
+        let found: Vec<(String, i64)> = candidates
+            .query_map(params![claim.agent, claim.now.as_millis(), limit], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .db()?
+            .collect::<rusqlite::Result<_>>()
+            .db()?;
+        let fresh: Vec<(String, i64)> =
+            found.into_iter().filter(|c| !skipped.contains(c)).collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for candidate in fresh {
+            let Some(&lease_id) = claim.lease_ids.get(out.len()) else {
+                break;
+            };
+            let job_id: JobId = candidate
+                .0
+                .parse()
+                .map_err(|e| Error::Corrupt(format!("steps.job_id `{}`: {e}", candidate.0)))?;
+            let step = usize::try_from(candidate.1)
+                .map_err(|_| Error::Corrupt(format!("steps.idx {} is negative", candidate.1)))?;
+            let command = Command::Claim {
+                step,
+                lease_id,
+                worker: claim.worker.clone(),
+            };
+            match apply_command(conn, job_id, command, claim.now, history_per_job) {
+                Ok(transition) => out.push(Claimed { step, transition }),
+                // The core has the last word on claimability; a refused candidate changed nothing.
+                Err(Error::Rejected(_)) => {
+                    skipped.insert(candidate);
+                }
+                // One unreadable job must not stall every claim of its agent.
+                Err(e @ (Error::Corrupt(_) | Error::JobNotFound(_))) => {
+                    tracing::error!(job = %job_id, step, error = %e, "skipping an unclaimable step");
+                    skipped.insert(candidate);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn list_jobs(conn: &Connection, query: &JobQuery) -> Result<Vec<Job>> {
+    let mut sql = String::from("SELECT id FROM jobs WHERE 1 = 1");
+    let mut args: Vec<SqlValue> = Vec::new();
+    if let Some(state) = query.state {
+        sql.push_str(" AND state = ?");
+        args.push(SqlValue::Text(state.as_str().to_string()));
+    }
+    if let Some(before) = query.before {
+        sql.push_str(" AND id < ?");
+        args.push(SqlValue::Text(job_id_text(before)));
+    }
+    for (key, value) in &query.labels {
+        sql.push_str(" AND id IN (SELECT job_id FROM job_labels WHERE key = ? AND value = ?)");
+        args.push(SqlValue::Text(key.clone()));
+        args.push(SqlValue::Text(value.clone()));
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    args.push(SqlValue::Integer(limit_param(query.limit)));
+    let ids: Vec<String> = conn
+        .prepare_cached(&sql)
+        .db()?
+        .query_map(params_from_iter(args), |r| r.get(0))
+        .db()?
+        .collect::<rusqlite::Result<_>>()
+        .db()?;
+    let mut jobs = Vec::with_capacity(ids.len());
+    for id in ids {
+        let id: JobId = id
+            .parse()
+            .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))?;
+        if let Some(job) = rows::load_job(conn, id)? {
+            jobs.push(job);
+        }
+    }
+    Ok(jobs)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn jobs_submit(&self, jobs: Vec<NewJob>) -> Result<Vec<Submitted>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let history = self.inner.history_per_job;
+        self.write(move |conn| submit_jobs(conn, jobs, history))
+            .await
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<Job>> {
+        self.read(move |conn| rows::load_job(conn, id)).await
+    }
+
+    async fn jobs_list(&self, query: JobQuery) -> Result<Vec<Job>> {
+        if query.limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| list_jobs(conn, &query)).await
+    }
+
+    async fn job_events(&self, id: JobId, after_seq: i64, limit: usize) -> Result<Vec<Event>> {
+        self.read(move |conn| {
+            let events = rows::load_events(conn, id, after_seq, limit)?;
+            if events.is_empty() {
+                let exists = conn
+                    .prepare_cached("SELECT 1 FROM jobs WHERE id = ?1")
+                    .db()?
+                    .exists([job_id_text(id)])
+                    .db()?;
+                if !exists {
+                    return Err(Error::JobNotFound(id));
+                }
+            }
+            Ok(events)
+        })
+        .await
+    }
+
+    async fn job_apply(&self, id: JobId, command: Command, now: Timestamp) -> Result<Transition> {
+        let history = self.inner.history_per_job;
+        self.write(move |conn| apply_command(conn, id, command, now, history))
+            .await
+    }
+
+    async fn steps_claim(&self, claim: Claim) -> Result<Vec<Claimed>> {
+        if claim.lease_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let history = self.inner.history_per_job;
+        self.write(move |conn| claim_steps(conn, claim, history))
+            .await
+    }
+
+    async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
+        self.read(move |conn| rows::find_lease(conn, lease_id))
+            .await
+    }
+
+    async fn leases_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<LeaseRef>> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT job_id, idx, attempt, lease_id FROM steps \
+                     WHERE state = 'running' AND lease_expires_at <= ?1 \
+                     ORDER BY lease_expires_at, job_id, idx LIMIT ?2",
+                )
+                .db()?;
+            let mut rows = stmt
+                .query(params![now.as_millis(), limit_param(limit)])
+                .db()?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().db()? {
+                // A bad row is logged and passed over so it cannot stop every other expiry.
+                match rows::lease_ref_from_row(row) {
+                    Ok(Some(lease)) => out.push(lease),
+                    Ok(None) => tracing::error!("a running step has no lease id; skipping it"),
+                    Err(e) => tracing::error!(error = %e, "skipping an unreadable running step"),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn jobs_due(&self, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
+        self.read(move |conn| {
+            // A pending job always has a `run_at` (the core starts jobs without one at once).
+            let ids: Vec<String> = conn
+                .prepare_cached(
+                    "SELECT id FROM jobs INDEXED BY jobs_pending_run_at \
+                     WHERE state = 'pending' AND run_at <= ?1 \
+                     ORDER BY run_at, id LIMIT ?2",
+                )
+                .db()?
+                .query_map(params![now.as_millis(), limit_param(limit)], |r| r.get(0))
+                .db()?
+                .collect::<rusqlite::Result<_>>()
+                .db()?;
+            ids.into_iter()
+                .map(|id| {
+                    id.parse()
+                        .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>> {
+        self.read(move |conn| {
+            conn.prepare_cached(
+                "SELECT DISTINCT agent FROM steps \
+                 WHERE state = 'ready' AND next_attempt_at > ?1 AND next_attempt_at <= ?2 \
+                 ORDER BY agent",
+            )
+            .db()?
+            .query_map(params![after.as_millis(), now.as_millis()], |r| r.get(0))
+            .db()?
+            .collect::<rusqlite::Result<_>>()
+            .db()
+        })
+        .await
+    }
+
+    async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        self.read(move |conn| {
+            let due: Option<i64> = conn
+                .prepare_cached(
+                    "SELECT MIN(t) FROM ( \
+                       SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_pending_run_at \
+                         WHERE state = 'pending' \
+                       UNION ALL \
+                       SELECT MIN(next_attempt_at) FROM steps WHERE state = 'ready' AND next_attempt_at > ?1 \
+                       UNION ALL \
+                       SELECT MIN(lease_expires_at) FROM steps WHERE state = 'running')",
+                )
+                .db()?
+                .query_row([now.as_millis()], |r| r.get(0))
+                .db()?;
+            Ok(due.map(Timestamp::from_millis))
+        })
+        .await
+    }
+
+    async fn agents_counts(&self) -> Result<Vec<AgentCounts>> {
+        self.read(move |conn| {
+            // Two arms so each uses its partial index on the step state.
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT agent, SUM(ready), SUM(running) FROM ( \
+                       SELECT s.agent, 1 AS ready, 0 AS running FROM steps s JOIN jobs j ON j.id = s.job_id \
+                       WHERE s.state = 'ready' AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
+                       UNION ALL \
+                       SELECT s.agent, 0, 1 FROM steps s JOIN jobs j ON j.id = s.job_id \
+                       WHERE s.state = 'running' AND j.state NOT IN ('succeeded', 'failed', 'cancelled')) \
+                     GROUP BY agent ORDER BY agent",
+                )
+                .db()?;
+            let mut rows = stmt.query([]).db()?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().db()? {
+                out.push(AgentCounts {
+                    agent: row.get(0).db()?,
+                    ready: rows::count_param("ready", row.get(1).db()?)?,
+                    running: rows::count_param("running", row.get(2).db()?)?,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        let writer_up = self.inner.queue.as_ref().is_some_and(|q| !q.is_closed());
+        if !writer_up {
+            return Err(Error::Unavailable("the store's writer has stopped".into()));
+        }
+        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).db())
+            .await
+    }
+}

@@ -1,0 +1,458 @@
+//! A typed HTTP client for the Overseer API.
+//!
+//! Every call maps a 2xx answer to its wire type and anything else to [`Error`]. Error answers
+//! are `application/problem+json`; an answer that is not (a proxy's HTML page, say) is still
+//! turned into a [`Problem`] so callers only ever match one shape.
+
+use std::time::Duration;
+
+use overseer_core::wire::{
+    AgentList, BatchResponse, CompleteRequest, EventList, FailRequest, HeartbeatRequest,
+    HeartbeatResponse, JobList, JobView, LeaseRequest, LeaseResponse, Problem,
+};
+use overseer_core::{JobId, JobSpec, LeaseId, Span};
+use reqwest::{Method, StatusCode, Url};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+/// How long an ordinary (not long-polling) request may take, connection included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Added to a long-poll's `wait` to get its request timeout, so a slow answer at the end of
+/// the wait is not mistaken for a dead server.
+pub const LONG_POLL_SLACK: Duration = Duration::from_secs(15);
+/// The server's default lease `wait`, assumed when a lease request does not say.
+pub const DEFAULT_LEASE_WAIT: Span = Span::from_secs(20);
+/// The most bytes of an answer body we read; beyond that the answer is refused as undecodable
+/// instead of growing memory without bound.
+pub const BODY_MAX_BYTES: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server answered with an error status (4xx or 5xx).
+    #[error("{}", describe(problem))]
+    Api { status: u16, problem: Problem },
+    /// A heartbeat, complete or fail was refused with 409: the lease has expired or was
+    /// superseded. Nothing changed on the server; the caller must stop work on this attempt.
+    #[error("lease lost: {}", .0.detail)]
+    LeaseLost(Problem),
+    /// No answer: connection refused or reset, DNS, timeout.
+    #[error("cannot reach {url}: {source}")]
+    Transport {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A 2xx answer whose body is not what the API promises.
+    #[error("unexpected answer from {url} (status {status}): {message}")]
+    Decode {
+        url: String,
+        status: u16,
+        message: String,
+    },
+    /// The server URL given to [`Client::new`] cannot be used.
+    #[error("invalid server URL `{url}`: {message}")]
+    BadUrl { url: String, message: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn describe(p: &Problem) -> String {
+    match &p.field {
+        Some(field) if !p.detail.contains(field.as_str()) => {
+            format!("{} ({}): {}: {}", p.title, p.status, field, p.detail)
+        }
+        _ => format!("{} ({}): {}", p.title, p.status, p.detail),
+    }
+}
+
+impl Error {
+    /// The HTTP status of an error answer, if there was one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Api { status, .. } => Some(*status),
+            Error::LeaseLost(p) => Some(p.status),
+            Error::Decode { status, .. } => Some(*status),
+            Error::Transport { .. } | Error::BadUrl { .. } => None,
+        }
+    }
+
+    /// The problem the server answered, if it answered one.
+    pub fn problem(&self) -> Option<&Problem> {
+        match self {
+            Error::Api { problem, .. } | Error::LeaseLost(problem) => Some(problem),
+            _ => None,
+        }
+    }
+
+    /// Whether sending the same request again later may succeed: no answer at all, the server
+    /// overloaded (429) or failing (5xx). A 4xx says the request itself is wrong.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Transport { .. } => true,
+            Error::Api { status, .. } => *status == 429 || *status >= 500,
+            _ => false,
+        }
+    }
+}
+
+/// A handle on one Overseer server. Cheap to clone: clones share one connection pool.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    token: Option<String>,
+}
+
+/// A JSON body borrowed from the caller, so a batch need not be cloned to be sent.
+#[derive(Serialize)]
+struct BatchBody<'a> {
+    jobs: &'a [JobSpec],
+}
+
+impl Client {
+    /// A client for the server at `base_url` (e.g. `http://127.0.0.1:7433`), sending
+    /// `Authorization: Bearer <token>` with every request when a token is given.
+    pub fn new(base_url: &str, token: Option<String>) -> Result<Client> {
+        let bad = |message: String| Error::BadUrl {
+            url: base_url.to_string(),
+            message,
+        };
+        let base = Url::parse(base_url).map_err(|e| bad(e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(bad("the scheme must be http or https".into()));
+        }
+        if base.cannot_be_a_base() {
+            return Err(bad("not a base URL".into()));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("overseer-agent/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| bad(format!("cannot build an HTTP client: {e}")))?;
+        Ok(Client {
+            http,
+            base,
+            token: token.filter(|t| !t.is_empty()),
+        })
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// `POST /v1/jobs`. Answers the job and whether it was created now (`202`) rather than
+    /// found by its idempotency key (`200`).
+    pub async fn submit(&self, spec: &JobSpec) -> Result<(JobView, bool)> {
+        self.submit_body(spec).await
+    }
+
+    /// `POST /v1/jobs` with a body the caller already holds as JSON (e.g. read from a file),
+    /// so the server, not this client, judges and names any bad field.
+    pub async fn submit_value(&self, spec: &Value) -> Result<(JobView, bool)> {
+        self.submit_body(spec).await
+    }
+
+    async fn submit_body<B: Serialize + ?Sized>(&self, body: &B) -> Result<(JobView, bool)> {
+        let url = self.url(&["v1", "jobs"]);
+        let (status, job) = self
+            .call(Method::POST, url, &[], Some(body), REQUEST_TIMEOUT)
+            .await?;
+        Ok((job, status == StatusCode::ACCEPTED))
+    }
+
+    /// `POST /v1/jobs:batch`: all jobs or none.
+    pub async fn submit_batch(&self, jobs: &[JobSpec]) -> Result<BatchResponse> {
+        let url = self.url(&["v1", "jobs:batch"]);
+        let body = BatchBody { jobs };
+        self.call_ok(Method::POST, url, &[], Some(&body), REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/jobs/{id}`.
+    pub async fn job(&self, id: JobId) -> Result<JobView> {
+        let url = self.url(&["v1", "jobs", &id.to_string()]);
+        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/jobs/{id}/events`, oldest first.
+    pub async fn events(&self, id: JobId) -> Result<EventList> {
+        let url = self.url(&["v1", "jobs", &id.to_string(), "events"]);
+        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/jobs`, newest first. `labels` are `key:value` filters, all of which must match;
+    /// `cursor` is a previous answer's `next_cursor`.
+    pub async fn jobs(
+        &self,
+        state: Option<&str>,
+        labels: &[String],
+        limit: Option<usize>,
+        cursor: Option<&str>,
+    ) -> Result<JobList> {
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(s) = state {
+            query.push(("state", s.to_string()));
+        }
+        for label in labels {
+            query.push(("label", label.clone()));
+        }
+        if let Some(n) = limit {
+            query.push(("limit", n.to_string()));
+        }
+        if let Some(c) = cursor {
+            query.push(("cursor", c.to_string()));
+        }
+        let url = self.url(&["v1", "jobs"]);
+        self.call_ok(Method::GET, url, &query, None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/cancel`: answers the job as it is after the request.
+    pub async fn cancel(&self, id: JobId) -> Result<JobView> {
+        let url = self.url(&["v1", "jobs", &id.to_string(), "cancel"]);
+        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/steps/{step}/retry`: operator action on a failed or blocked step.
+    pub async fn retry_step(&self, id: JobId, step: &str) -> Result<JobView> {
+        let url = self.url(&["v1", "jobs", &id.to_string(), "steps", step, "retry"]);
+        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/steps/{step}/skip`: operator action on a failed or blocked step.
+    pub async fn skip_step(&self, id: JobId, step: &str) -> Result<JobView> {
+        let url = self.url(&["v1", "jobs", &id.to_string(), "steps", step, "skip"]);
+        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/resume`: resumes a blocked job.
+    pub async fn resume(&self, id: JobId) -> Result<JobView> {
+        let url = self.url(&["v1", "jobs", &id.to_string(), "resume"]);
+        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/jobs/{id}/wait?timeout=…`: the job once it is terminal, or as it is when
+    /// `timeout` passes. The request itself may take `timeout` plus [`LONG_POLL_SLACK`].
+    pub async fn wait(&self, id: JobId, timeout: Span) -> Result<JobView> {
+        let url = self.url(&["v1", "jobs", &id.to_string(), "wait"]);
+        let query = [("timeout", timeout.to_string())];
+        self.call_ok(
+            Method::GET,
+            url,
+            &query,
+            None::<&()>,
+            timeout.as_std() + LONG_POLL_SLACK,
+        )
+        .await
+    }
+
+    /// `POST /v1/agents/{agent}/leases`: long-polls for up to `request.wait` (the server's
+    /// default, 20s, when unset) and answers the leases taken, possibly none.
+    pub async fn leases(&self, agent: &str, request: &LeaseRequest) -> Result<LeaseResponse> {
+        let url = self.url(&["v1", "agents", agent, "leases"]);
+        let wait = request.wait.unwrap_or(DEFAULT_LEASE_WAIT).as_std();
+        self.call_ok(
+            Method::POST,
+            url,
+            &[],
+            Some(request),
+            wait + LONG_POLL_SLACK,
+        )
+        .await
+    }
+
+    /// `POST /v1/leases/{id}/heartbeat`. A 409 is [`Error::LeaseLost`].
+    pub async fn heartbeat(
+        &self,
+        lease: LeaseId,
+        progress: Option<Value>,
+    ) -> Result<HeartbeatResponse> {
+        let url = self.url(&["v1", "leases", &lease.to_string(), "heartbeat"]);
+        let body = HeartbeatRequest { progress };
+        self.call_ok(Method::POST, url, &[], Some(&body), REQUEST_TIMEOUT)
+            .await
+            .map_err(lease_lost)
+    }
+
+    /// `POST /v1/leases/{id}/complete`. A 409 is [`Error::LeaseLost`].
+    pub async fn complete(&self, lease: LeaseId, result: Option<Value>) -> Result<()> {
+        let url = self.url(&["v1", "leases", &lease.to_string(), "complete"]);
+        let body = CompleteRequest { result };
+        self.call_ok::<Value, _>(Method::POST, url, &[], Some(&body), REQUEST_TIMEOUT)
+            .await
+            .map(drop)
+            .map_err(lease_lost)
+    }
+
+    /// `POST /v1/leases/{id}/fail`. A 409 is [`Error::LeaseLost`].
+    pub async fn fail(&self, lease: LeaseId, error: &str, retryable: bool) -> Result<()> {
+        let url = self.url(&["v1", "leases", &lease.to_string(), "fail"]);
+        let body = FailRequest {
+            error: error.to_string(),
+            retryable,
+        };
+        self.call_ok::<Value, _>(Method::POST, url, &[], Some(&body), REQUEST_TIMEOUT)
+            .await
+            .map(drop)
+            .map_err(lease_lost)
+    }
+
+    /// `GET /v1/agents`.
+    pub async fn agents(&self) -> Result<AgentList> {
+        let url = self.url(&["v1", "agents"]);
+        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// The base URL with `segments` appended, each percent-encoded, so an agent or step name
+    /// holding `/` or `?` stays one path segment.
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .expect("checked in Client::new: the base URL can be a base")
+            .pop_if_empty()
+            .extend(segments);
+        url
+    }
+
+    async fn call_ok<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        query: &[(&str, String)],
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> Result<T> {
+        self.call(method, url, query, body, timeout)
+            .await
+            .map(|(_, v)| v)
+    }
+
+    async fn call<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        query: &[(&str, String)],
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, T)> {
+        let shown = url.to_string();
+        let transport = |source: reqwest::Error| Error::Transport {
+            url: shown.clone(),
+            source,
+        };
+        let mut request = self.http.request(method, url.clone()).timeout(timeout);
+        if !query.is_empty() {
+            request = request.query(query);
+        }
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let mut response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            if bytes.len() + chunk.len() > BODY_MAX_BYTES {
+                return Err(Error::Decode {
+                    url: shown,
+                    status: status.as_u16(),
+                    message: format!("the answer is larger than {BODY_MAX_BYTES} bytes"),
+                });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            return Err(Error::Api {
+                status: status.as_u16(),
+                problem: problem_of(status, &bytes),
+            });
+        }
+        // A 2xx with an empty body still decodes for callers that ignore it (`Value`).
+        let text: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
+        let value = serde_json::from_slice(text).map_err(|e| Error::Decode {
+            url: shown,
+            status: status.as_u16(),
+            message: e.to_string(),
+        })?;
+        Ok((status, value))
+    }
+}
+
+/// The three lease reports name a 409 specially: it is the fencing answer the agent acts on.
+fn lease_lost(e: Error) -> Error {
+    match e {
+        Error::Api {
+            status: 409,
+            problem,
+        } => Error::LeaseLost(problem),
+        other => other,
+    }
+}
+
+/// The problem an error answer carries, or one made up from its status and text when the
+/// body is not a problem document.
+fn problem_of(status: StatusCode, body: &[u8]) -> Problem {
+    if let Ok(mut p) = serde_json::from_slice::<Problem>(body) {
+        p.status = status.as_u16();
+        return p;
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let mut detail: String = text.chars().take(500).collect();
+    if detail.len() < text.len() {
+        detail.push('…');
+    }
+    Problem {
+        kind: "about:blank".to_string(),
+        title: status.canonical_reason().unwrap_or("Error").to_string(),
+        status: status.as_u16(),
+        detail,
+        field: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves path segments are encoded one by one and a base path prefix is kept.
+    #[test]
+    fn urls_keep_segments_whole() {
+        let c = Client::new("http://example.test/prefix/", None).unwrap();
+        let u = c.url(&["v1", "agents", "a/b?c", "leases"]);
+        assert_eq!(
+            u.as_str(),
+            "http://example.test/prefix/v1/agents/a%2Fb%3Fc/leases"
+        );
+        let c = Client::new("http://example.test", None).unwrap();
+        assert_eq!(
+            c.url(&["v1", "jobs:batch"]).as_str(),
+            "http://example.test/v1/jobs:batch"
+        );
+        assert!(Client::new("ftp://example.test", None).is_err());
+        assert!(Client::new("not a url", None).is_err());
+    }
+
+    // Proves a non-problem error body still becomes a problem carrying the status and text.
+    #[test]
+    fn plain_error_bodies_become_problems() {
+        let p = problem_of(StatusCode::BAD_GATEWAY, b"<html>upstream down</html>");
+        assert_eq!(p.status, 502);
+        assert_eq!(p.title, "Bad Gateway");
+        assert!(p.detail.contains("upstream down"));
+        let body = br#"{"type":"x","title":"Conflict","status":409,"detail":"gone"}"#;
+        let p = problem_of(StatusCode::CONFLICT, body);
+        assert_eq!((p.kind.as_str(), p.detail.as_str()), ("x", "gone"));
+    }
+}

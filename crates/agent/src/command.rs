@@ -1,0 +1,570 @@
+//! The command agent: runs a program for each lease, as `overseer agent … -- CMD` does.
+//!
+//! For each lease the program gets the lease JSON on stdin and `OVERSEER_*` variables in its
+//! environment. Its stdout is the result (JSON if it parses, else a string); exit 0 completes
+//! the step; an exit code listed in `fatal_exit_codes` fails it for good; any other exit, or
+//! death by a signal, fails it retryably with the exit status and the end of stderr.
+//!
+//! Each program runs in its own process group. That lets us stop the whole tree it started
+//! (a shell script's children too) at the deadline, and keeps a Ctrl-C typed at the agent's
+//! terminal from reaching running programs: the agent decides when they stop.
+//!
+//! Signals are sent with the `kill` program rather than a system call: the workspace forbids
+//! `unsafe` (so no `libc::kill`), signals are rare here (a cancel, a deadline, an overflow),
+//! and `kill` is on every Unix, so a new dependency such as `nix` would buy little. The
+//! program's own process is in any case killed by tokio (`kill_on_drop`) without help.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use overseer_core::Span;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::client::Client;
+use crate::worker::{self, StepContext, StepError, Worker};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot run `{program}`: {reason}")]
+    Program { program: String, reason: String },
+    #[error(transparent)]
+    Worker(#[from] worker::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The most stdout kept by default; a program writing more fails (fatally, see below).
+pub const STDOUT_MAX_BYTES: usize = 1 << 20;
+/// How much of the end of stderr goes into a failure's message by default.
+pub const STDERR_TAIL_BYTES: usize = 4 << 10;
+/// How long a program may take to stop after SIGTERM on a cancel, by default.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// After the program exits, how long we still read output that a process it left behind
+/// keeps open. Past that we stop reading and leave such processes alone.
+const PIPE_GRACE: Duration = Duration::from_millis(500);
+/// A stderr line longer than this is logged in pieces.
+const STDERR_LINE_MAX: usize = 4 << 10;
+
+/// The command agent's settings. Make one with [`CommandAgent::new`] and adjust the fields.
+#[derive(Clone, Debug)]
+pub struct CommandAgent {
+    /// The agent name whose steps this agent runs.
+    pub agent: String,
+    /// The program to run, a path or a name looked up in `PATH`.
+    pub program: String,
+    pub args: Vec<String>,
+    /// How many programs may run at once. Default 1.
+    pub concurrency: usize,
+    /// Exit codes that fail the step for good instead of retrying it.
+    pub fatal_exit_codes: Vec<i32>,
+    /// This worker's id as the server records it; default host name and process id.
+    pub worker: Option<String>,
+    /// How long one lease request waits on the server for work.
+    pub wait: Span,
+    /// The most stdout a program may write. Writing more fails the attempt without retry: the
+    /// same program on the same input would most likely do it again, and such output could
+    /// not be stored as a result anyway (write logs to stderr).
+    pub stdout_max_bytes: usize,
+    /// How much of the end of stderr goes into a failure's message.
+    pub stderr_tail_bytes: usize,
+    /// On a cancel, how long after SIGTERM the program is killed with SIGKILL.
+    pub cancel_grace: Duration,
+}
+
+impl CommandAgent {
+    pub fn new(agent: impl Into<String>, program: impl Into<String>, args: Vec<String>) -> Self {
+        CommandAgent {
+            agent: agent.into(),
+            program: program.into(),
+            args,
+            concurrency: 1,
+            fatal_exit_codes: Vec::new(),
+            worker: None,
+            wait: worker::DEFAULT_WAIT,
+            stdout_max_bytes: STDOUT_MAX_BYTES,
+            stderr_tail_bytes: STDERR_TAIL_BYTES,
+            cancel_grace: CANCEL_GRACE,
+        }
+    }
+
+    /// Takes and runs leases until `shutdown` fires, then waits for running programs to
+    /// finish and report; `abandon` kills them at once and reports nothing (their leases
+    /// expire and the steps run elsewhere). Fails at once if the program cannot be found.
+    pub async fn run(
+        self,
+        client: Client,
+        shutdown: CancellationToken,
+        abandon: CancellationToken,
+    ) -> Result<()> {
+        let resolved = find_program(&self.program).map_err(|reason| Error::Program {
+            program: self.program.clone(),
+            reason,
+        })?;
+        info!(agent = %self.agent, program = %resolved.display(), "command agent starting");
+        let settings = Arc::new(Settings {
+            program: resolved,
+            args: self.args,
+            fatal_exit_codes: self.fatal_exit_codes,
+            stdout_max_bytes: self.stdout_max_bytes,
+            stderr_tail_bytes: self.stderr_tail_bytes,
+            cancel_grace: self.cancel_grace,
+        });
+        let mut builder = Worker::builder(client)
+            .handler(self.agent, move |ctx: StepContext| {
+                let settings = settings.clone();
+                async move { run_program(&settings, ctx).await }
+            })
+            .concurrency(self.concurrency)
+            .wait(self.wait)
+            // The program gets its own grace (SIGTERM, then SIGKILL); the worker's is a
+            // backstop a little longer, so the exit status can still be reported.
+            .cancel_grace(self.cancel_grace + Duration::from_secs(1));
+        if let Some(worker) = self.worker {
+            builder = builder.worker_id(worker);
+        }
+        builder.build()?.run_until_abandon(shutdown, abandon).await;
+        Ok(())
+    }
+}
+
+/// Finds the program the way `execvp` will, so a typo is reported once at start rather than
+/// as a failure of every step.
+fn find_program(program: &str) -> std::result::Result<PathBuf, String> {
+    if program.is_empty() {
+        return Err("no program given".into());
+    }
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return if is_executable(&path) {
+            Ok(path)
+        } else {
+            Err("no such executable file".into())
+        };
+    }
+    let paths = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(|| "not found in PATH".into())
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+struct Settings {
+    program: PathBuf,
+    args: Vec<String>,
+    fatal_exit_codes: Vec<i32>,
+    stdout_max_bytes: usize,
+    stderr_tail_bytes: usize,
+    cancel_grace: Duration,
+}
+
+/// How the program's run ended, before it is judged.
+struct Run {
+    status: ExitStatus,
+    stdout: Vec<u8>,
+    stdout_overflow: bool,
+    stderr_tail: String,
+    cancelled: bool,
+}
+
+/// Runs the program for one lease. Dropping this future (the deadline passed, or the agent
+/// abandons its work) kills the program and every process in its group.
+async fn run_program(
+    settings: &Settings,
+    ctx: StepContext,
+) -> std::result::Result<Value, StepError> {
+    let program = settings.program.display().to_string();
+    let run = spawn_and_wait(settings, &ctx)
+        .await
+        .map_err(|e| StepError::retryable(format!("cannot run `{program}`: {e}")))?;
+    judge(settings, &program, run)
+}
+
+async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Result<Run> {
+    let lease = ctx.lease();
+    let input = serde_json::to_vec(lease).map_err(std::io::Error::other)?;
+    let mut command = tokio::process::Command::new(&settings.program);
+    command
+        .args(&settings.args)
+        .env("OVERSEER_JOB_ID", lease.job_id.to_string())
+        .env("OVERSEER_STEP", &lease.step)
+        .env("OVERSEER_ATTEMPT", lease.attempt.to_string())
+        .env("OVERSEER_IDEMPOTENCY_KEY", &lease.idempotency_key)
+        .env("OVERSEER_LEASE_ID", lease.lease_id.to_string())
+        .env("OVERSEER_AGENT", &lease.agent)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    let mut child = command.spawn()?;
+    let mut group = ProcessGroup::new(child.id());
+    debug!(pid = ?child.id(), "program started");
+
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let mut out = Vec::new();
+    let mut tail = Tail::new(settings.stderr_tail_bytes);
+
+    let (status, stdout_overflow, cancelled) = {
+        let read_out = read_bounded(stdout, &mut out, settings.stdout_max_bytes);
+        tokio::pin!(read_out);
+        let rest = async {
+            tokio::join!(feed_stdin(stdin, &input), pass_stderr(stderr, &mut tail));
+        };
+        tokio::pin!(rest);
+
+        let mut status: Option<ExitStatus> = None;
+        let mut out_done: Option<bool> = None;
+        let mut rest_done = false;
+        let mut pipes_by: Option<Instant> = None;
+        let mut term_at: Option<Instant> = None;
+        let mut killed = false;
+        loop {
+            if status.is_some() {
+                if out_done.is_some() && rest_done {
+                    break;
+                }
+                pipes_by.get_or_insert_with(|| Instant::now() + PIPE_GRACE);
+            }
+            tokio::select! {
+                exited = child.wait(), if status.is_none() => status = Some(exited?),
+                overflow = &mut read_out, if out_done.is_none() => {
+                    out_done = Some(overflow);
+                    if overflow && status.is_none() {
+                        warn!(limit = settings.stdout_max_bytes, "the program wrote too much to stdout: killing it");
+                        group.signal("KILL").await;
+                        killed = true;
+                    }
+                }
+                _ = &mut rest, if !rest_done => rest_done = true,
+                _ = ctx.cancelled(), if term_at.is_none() && status.is_none() => {
+                    info!(grace = ?settings.cancel_grace, "cancelled: sending SIGTERM to the program");
+                    group.signal("TERM").await;
+                    term_at = Some(Instant::now());
+                }
+                _ = sleep_until(term_at.map(|t| t + settings.cancel_grace).unwrap_or_else(Instant::now)),
+                    if term_at.is_some() && !killed && status.is_none() =>
+                {
+                    info!("the program outlived its cancel grace: sending SIGKILL");
+                    group.signal("KILL").await;
+                    killed = true;
+                }
+                _ = sleep_until(pipes_by.unwrap_or_else(Instant::now)), if pipes_by.is_some() => {
+                    warn!("the program exited but something it started still holds its stdout or stderr; not waiting for it");
+                    break;
+                }
+            }
+        }
+        let status = status.expect("the loop ends only after the exit");
+        (status, out_done == Some(true), term_at.is_some())
+    };
+    // The program ended by itself (or was stopped above): processes it deliberately left
+    // running are its own business, not killed on the way out.
+    group.disarm();
+    Ok(Run {
+        status,
+        stdout: out,
+        stdout_overflow,
+        stderr_tail: tail.into_string(),
+        cancelled,
+    })
+}
+
+/// Maps the program's end to the step's result or error.
+fn judge(settings: &Settings, program: &str, run: Run) -> std::result::Result<Value, StepError> {
+    let with_stderr = |message: String| {
+        if run.stderr_tail.is_empty() {
+            message
+        } else {
+            format!("{message}; stderr:\n{}", run.stderr_tail)
+        }
+    };
+    if run.stdout_overflow {
+        return Err(StepError::fatal(with_stderr(format!(
+            "`{program}` wrote more than {} bytes to stdout (the result); write logs to stderr",
+            settings.stdout_max_bytes
+        ))));
+    }
+    match run.status.code() {
+        Some(0) => Ok(parse_result(&run.stdout)),
+        Some(code) if run.cancelled => Err(StepError::fatal(with_stderr(format!(
+            "`{program}` exited with code {code} after SIGTERM"
+        )))),
+        Some(code) if settings.fatal_exit_codes.contains(&code) => {
+            Err(StepError::fatal(with_stderr(format!(
+                "`{program}` exited with code {code} (listed as fatal)"
+            ))))
+        }
+        Some(code) => Err(StepError::retryable(with_stderr(format!(
+            "`{program}` exited with code {code}"
+        )))),
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            let signal = run
+                .status
+                .signal()
+                .map_or_else(|| "?".to_string(), |s| s.to_string());
+            let message = with_stderr(format!("`{program}` was killed by signal {signal}"));
+            if run.cancelled {
+                Err(StepError::fatal(message))
+            } else {
+                Err(StepError::retryable(message))
+            }
+        }
+    }
+}
+
+/// The result of a successful run: stdout as JSON when it parses, else as a string without
+/// its final line break; nothing at all is `null`.
+pub fn parse_result(stdout: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(stdout);
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Value::Null;
+    }
+    if let Ok(value) = serde_json::from_str::<Value>(trimmed) {
+        return value;
+    }
+    Value::String(text.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// Writes the lease to the program's stdin and closes it, so a program reading to the end
+/// sees the end. A program that does not read stdin makes this fail quietly.
+async fn feed_stdin(stdin: Option<tokio::process::ChildStdin>, input: &[u8]) {
+    if let Some(mut stdin) = stdin {
+        if let Err(e) = stdin.write_all(input).await {
+            debug!(error = %e, "the program did not read all of its stdin");
+        }
+    }
+}
+
+/// Reads stdout into `out` up to `limit` bytes; answers `true` as soon as it goes over.
+async fn read_bounded(
+    stdout: Option<impl AsyncRead + Unpin>,
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> bool {
+    let Some(mut stdout) = stdout else {
+        return false;
+    };
+    let mut buf = [0u8; 8192];
+    loop {
+        match stdout.read(&mut buf).await {
+            Ok(0) => return false,
+            Ok(n) => {
+                if out.len() + n > limit {
+                    return true;
+                }
+                out.extend_from_slice(&buf[..n]);
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read the program's stdout");
+                return false;
+            }
+        }
+    }
+}
+
+/// Logs the program's stderr line by line and keeps its last bytes for error messages.
+async fn pass_stderr(stderr: Option<impl AsyncRead + Unpin>, tail: &mut Tail) {
+    let Some(mut stderr) = stderr else { return };
+    let mut buf = [0u8; 8192];
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                warn!(error = %e, "cannot read the program's stderr");
+                break;
+            }
+        };
+        tail.push(&buf[..n]);
+        for &byte in &buf[..n] {
+            if byte == b'\n' || line.len() >= STDERR_LINE_MAX {
+                log_stderr_line(&line);
+                line.clear();
+                if byte == b'\n' {
+                    continue;
+                }
+            }
+            line.push(byte);
+        }
+    }
+    if !line.is_empty() {
+        log_stderr_line(&line);
+    }
+}
+
+fn log_stderr_line(line: &[u8]) {
+    let text = String::from_utf8_lossy(line);
+    info!(target: "overseer_agent::command::stderr", "{}", text.trim_end_matches('\r'));
+}
+
+/// The last `cap` bytes written to it.
+struct Tail {
+    cap: usize,
+    bytes: Vec<u8>,
+}
+
+impl Tail {
+    fn new(cap: usize) -> Self {
+        Tail {
+            cap,
+            bytes: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        self.bytes.extend_from_slice(data);
+        // Trim only once it doubles, so pushing is amortised constant per byte.
+        if self.bytes.len() > self.cap.saturating_mul(2).max(1024) {
+            let cut = self.bytes.len() - self.cap;
+            self.bytes.drain(..cut);
+        }
+    }
+
+    fn into_string(mut self) -> String {
+        let cut = self.bytes.len().saturating_sub(self.cap);
+        let truncated = cut > 0;
+        self.bytes.drain(..cut);
+        let text = String::from_utf8_lossy(&self.bytes);
+        let text = text.trim_end();
+        if truncated {
+            format!("…{text}")
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+/// The program's process group. While armed, dropping it kills every process in the group,
+/// which is how a dropped attempt (deadline passed, agent abandoning) stops a whole tree.
+struct ProcessGroup {
+    pgid: Option<u32>,
+    armed: bool,
+}
+
+impl ProcessGroup {
+    fn new(pid: Option<u32>) -> Self {
+        // With `process_group(0)` the group's id is the program's pid.
+        ProcessGroup {
+            pgid: pid,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    fn kill_args(pgid: u32, signal: &str) -> [String; 4] {
+        ["-s".into(), signal.into(), "--".into(), format!("-{pgid}")]
+    }
+
+    /// Sends `signal` to every process in the group and waits for `kill` to be done.
+    async fn signal(&self, signal: &str) {
+        let Some(pgid) = self.pgid else { return };
+        let sent = tokio::process::Command::new("kill")
+            .args(Self::kill_args(pgid, signal))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+        match sent {
+            Ok(s) if s.success() => {}
+            // The group may simply be gone already.
+            Ok(s) => debug!(pgid, signal, status = %s, "kill found no process to signal"),
+            Err(e) => warn!(pgid, signal, error = %e, "cannot run `kill`"),
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        let (Some(pgid), true) = (self.pgid, self.armed) else {
+            return;
+        };
+        debug!(pgid, "killing the program's process group");
+        // Drop cannot wait: inside a runtime, tokio reaps the `kill` process in the
+        // background; outside one, wait for it (it takes a few milliseconds).
+        let args = Self::kill_args(pgid, "KILL");
+        let spawned = if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::process::Command::new("kill")
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map(drop)
+        } else {
+            std::process::Command::new("kill")
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(drop)
+        };
+        if let Err(e) = spawned {
+            warn!(pgid, error = %e, "cannot run `kill`; processes the program started may live on");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    // Proves stdout maps to JSON when it parses, to a string otherwise, and to null when empty.
+    #[test]
+    fn results_from_stdout() {
+        assert_eq!(parse_result(b" {\"a\": 1}\n"), json!({"a": 1}));
+        assert_eq!(parse_result(b"42\n"), json!(42));
+        assert_eq!(parse_result(b"hello world\n"), json!("hello world"));
+        assert_eq!(parse_result(b"  indented\r\n"), json!("  indented"));
+        assert_eq!(parse_result(b"\n  \n"), Value::Null);
+        assert_eq!(parse_result(b""), Value::Null);
+    }
+
+    // Proves the stderr tail keeps only the last bytes and marks the cut.
+    #[test]
+    fn tail_keeps_the_end() {
+        let mut t = Tail::new(8);
+        for _ in 0..1000 {
+            t.push(b"0123456789");
+        }
+        t.push(b"the end\n");
+        let s = t.into_string();
+        assert_eq!(s, "…9the end");
+        let mut t = Tail::new(100);
+        t.push(b"short\n");
+        assert_eq!(t.into_string(), "short");
+    }
+
+    // Proves the program is looked up like execvp does and a missing one is refused up front.
+    #[test]
+    fn programs_are_found() {
+        assert!(find_program("sh").is_ok());
+        assert!(find_program("/bin/sh").is_ok());
+        assert!(find_program("definitely-not-a-program-xyz").is_err());
+        assert!(find_program("./no/such/file").is_err());
+        assert!(find_program("").is_err());
+    }
+}

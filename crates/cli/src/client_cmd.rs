@@ -1,0 +1,228 @@
+//! The client commands: submit, status, jobs, cancel. Data goes to stdout (JSON with
+//! `--output json`); progress and chatter go to stderr.
+
+use std::io::{IsTerminal, Read};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use overseer_agent::Client;
+use overseer_core::wire::JobView;
+use overseer_core::{JobId, JobState, Span};
+use serde_json::Value;
+
+use crate::{Output, Remote};
+
+pub fn connect(remote: &Remote) -> anyhow::Result<Client> {
+    Client::new(&remote.server, remote.token.clone()).context("invalid --server URL")
+}
+
+fn parse_job(raw: &str) -> anyhow::Result<JobId> {
+    raw.parse().with_context(|| format!("`{raw}` is not a job id"))
+}
+
+/// Reads a job spec as JSON, or as YAML when it is not JSON.
+fn read_spec(file: &Path) -> anyhow::Result<Value> {
+    let mut text = String::new();
+    if file == Path::new("-") {
+        std::io::stdin().read_to_string(&mut text).context("cannot read the job spec from standard input")?;
+    } else {
+        text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    }
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        return Ok(v);
+    }
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&text)
+        .with_context(|| format!("{} is neither JSON nor YAML", file.display()))?;
+    serde_json::to_value(yaml).context("the YAML does not map to JSON (non-string keys?)")
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub async fn submit(remote: &Remote, file: &Path, wait: bool, output: Output) -> anyhow::Result<ExitCode> {
+    let spec = read_spec(file)?;
+    let client = connect(remote)?;
+    let (job, created) = client.submit_value(&spec).await?;
+    if output == Output::Json && !wait {
+        print_json(&job)?;
+    } else {
+        println!("{}", job.id);
+    }
+    if !created {
+        eprintln!("a job with this idempotency key already exists: {}", job.id);
+    }
+    if !wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let job = follow(&client, job.id).await?;
+    if output == Output::Json {
+        print_json(&job)?;
+    }
+    Ok(exit_for(&job))
+}
+
+fn exit_for(job: &JobView) -> ExitCode {
+    if job.state == JobState::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Prints the job's history as it happens, until it finishes.
+async fn follow(client: &Client, id: JobId) -> anyhow::Result<JobView> {
+    let mut seen: i64 = 0;
+    loop {
+        let job = client.wait(id, Span::from_secs(1)).await?;
+        let events = client.events(id).await?;
+        let last_seen = seen;
+        for e in events.events.iter().filter(|e| e.seq > last_seen) {
+            let mut line = format!("{}  {:<22}", e.at, e.kind);
+            if let Some(step) = &e.step {
+                line.push_str(&format!(" step={step}"));
+            }
+            if let Some(attempt) = e.attempt {
+                line.push_str(&format!(" attempt={attempt}"));
+            }
+            if let Some(detail) = &e.detail {
+                line.push_str(&format!(" {detail}"));
+            }
+            eprintln!("{line}");
+            seen = seen.max(e.seq);
+        }
+        if job.state.is_terminal() {
+            eprintln!("job {} {}", job.id, job.state);
+            return Ok(job);
+        }
+    }
+}
+
+pub async fn status(remote: &Remote, raw: &str, watch: bool, output: Output) -> anyhow::Result<ExitCode> {
+    let id = parse_job(raw)?;
+    let client = connect(remote)?;
+    if !watch {
+        let job = client.job(id).await?;
+        match output {
+            Output::Json => print_json(&job)?,
+            Output::Human => print!("{}", render_job(&job)),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let tty = std::io::stdout().is_terminal();
+    loop {
+        let job = client.wait(id, Span::from_secs(2)).await?;
+        match output {
+            Output::Json => println!("{}", serde_json::to_string(&job)?),
+            Output::Human => {
+                if tty {
+                    // Clear the screen and redraw in place.
+                    print!("\x1b[2J\x1b[H");
+                }
+                print!("{}", render_job(&job));
+            }
+        }
+        if job.state.is_terminal() {
+            return Ok(exit_for(&job));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn render_job(job: &JobView) -> String {
+    let mut out = format!("job {}  {}", job.id, job.state);
+    if job.desired_state.as_str() != "succeeded" {
+        out.push_str(&format!(" (desired: {})", job.desired_state));
+    }
+    out.push('\n');
+    out.push_str(&format!("created {}", job.created_at));
+    if let Some(f) = job.finished_at {
+        out.push_str(&format!("  finished {f}"));
+    }
+    out.push('\n');
+    out.push_str(&format!(
+        "{:<20} {:<14} {:<12} {:>7}  {:<24} {:<24}\n",
+        "STEP", "AGENT", "STATE", "ATTEMPT", "STARTED", "FINISHED"
+    ));
+    for s in &job.steps {
+        let attempts = if s.max_attempts == 0 {
+            format!("{}/∞", s.attempt)
+        } else {
+            format!("{}/{}", s.attempt, s.max_attempts)
+        };
+        out.push_str(&format!(
+            "{:<20} {:<14} {:<12} {:>7}  {:<24} {:<24}\n",
+            s.name,
+            s.agent,
+            s.state.as_str(),
+            attempts,
+            s.started_at.map(|t| t.to_string()).unwrap_or_default(),
+            s.finished_at.map(|t| t.to_string()).unwrap_or_default(),
+        ));
+        if let Some(err) = &s.last_error {
+            out.push_str(&format!("    last error: {err}\n"));
+        }
+    }
+    out
+}
+
+pub async fn jobs(
+    remote: &Remote,
+    state: Option<String>,
+    labels: Vec<String>,
+    limit: usize,
+    cursor: Option<String>,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    if let Some(s) = &state {
+        if JobState::parse(s).is_none() {
+            bail!("`{s}` is not a job state");
+        }
+    }
+    let client = connect(remote)?;
+    let list = client.jobs(state.as_deref(), &labels, Some(limit), cursor.as_deref()).await?;
+    match output {
+        Output::Json => print_json(&list)?,
+        Output::Human => {
+            println!("{:<38} {:<12} {:<26} {:>5}  LABELS", "ID", "STATE", "CREATED", "STEPS");
+            for j in &list.jobs {
+                let labels: Vec<String> = j.labels.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                println!(
+                    "{:<38} {:<12} {:<26} {:>5}  {}",
+                    j.id.to_string(),
+                    j.state.as_str(),
+                    j.created_at.to_string(),
+                    j.steps.len(),
+                    labels.join(",")
+                );
+            }
+            if let Some(c) = &list.next_cursor {
+                eprintln!("more: --cursor {c}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn cancel(remote: &Remote, raw: &str, output: Output) -> anyhow::Result<ExitCode> {
+    let id = parse_job(raw)?;
+    let client = connect(remote)?;
+    let job = client.cancel(id).await?;
+    match output {
+        Output::Json => print_json(&job)?,
+        Output::Human => {
+            if job.state == JobState::Cancelled {
+                println!("job {} cancelled", job.id);
+            } else {
+                println!(
+                    "job {} is cancelling: running steps are told to stop on their next heartbeat",
+                    job.id
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,86 @@
+//! `overseer server`: settings from flags, `OVERSEER_*` variables and a TOML file (in that order
+//! of precedence), validated before anything starts.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use overseer_core::Span;
+use overseer_server::Config;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// Store URL: sqlite://PATH.
+    #[arg(long, env = "OVERSEER_DB")]
+    db: Option<String>,
+    /// Address to listen on for HTTP.
+    #[arg(long, env = "OVERSEER_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// A TOML file with settings (any field of the config, e.g. `sweep_interval = "500ms"` or a
+    /// `[limits]` table). Flags and environment variables win over it.
+    #[arg(long, env = "OVERSEER_CONFIG")]
+    config: Option<PathBuf>,
+    /// How often the supervisor sweeps, e.g. `1s`.
+    #[arg(long, env = "OVERSEER_SWEEP_INTERVAL")]
+    sweep_interval: Option<Span>,
+    /// Log format: human or json.
+    #[arg(long, env = "OVERSEER_LOG_FORMAT")]
+    log_format: Option<String>,
+    /// Once listening, write the bound address to this file (useful with `--listen 127.0.0.1:0`).
+    #[arg(long, env = "OVERSEER_READY_FILE")]
+    ready_file: Option<PathBuf>,
+}
+
+pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config file {}", path.display()))?;
+            toml::from_str::<Config>(&text).with_context(|| format!("invalid config file {}", path.display()))?
+        }
+        None => Config::default(),
+    };
+    if let Some(db) = &args.db {
+        config.db = db.clone();
+    }
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(interval) = args.sweep_interval {
+        config.sweep_interval = interval;
+    }
+    if let Some(format) = &args.log_format {
+        config.log_format = format.clone();
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
+    let config = build_config(&args)?;
+    crate::init_logging(&config.log_format);
+    let store = overseer_server::open_store(&config).with_context(|| format!("cannot open store {}", config.db))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, db = %config.db, "overseer listening");
+    if let Some(path) = &args.ready_file {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, addr.to_string()).context("cannot write ready file")?;
+        std::fs::rename(&tmp, path).context("cannot write ready file")?;
+    }
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        crate::shutdown_signal().await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        on_signal.cancel();
+    });
+    overseer_server::serve(store, &config, listener, shutdown).await?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,357 @@
+//! A harness for end-to-end tests: real `overseer` processes (server and command agents) on
+//! loopback, a temp directory per test, and waits on conditions instead of sleeps.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_overseer");
+
+/// Generous bound for anything a test waits for: a busy 2-core machine is slow, never this slow.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().unwrap().port()
+}
+
+/// A server process on its own SQLite file.
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    pub url: String,
+    pub dir: PathBuf,
+    pub db: PathBuf,
+    starts: u32,
+    extra: Vec<String>,
+}
+
+impl Server {
+    pub fn start(dir: &Path) -> Server {
+        Server::start_with(dir, &[])
+    }
+
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
+        let port = free_port();
+        let mut s = Server {
+            child: None,
+            port,
+            url: format!("http://127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+            db: dir.join("overseer.db"),
+            starts: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let ready = self.dir.join(format!("ready-{}", self.starts));
+        let log = std::fs::File::create(self.dir.join(format!("server-{}.log", self.starts))).unwrap();
+        let child = Command::new(BIN)
+            .arg("server")
+            .arg("--db")
+            .arg(format!("sqlite://{}", self.db.display()))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--sweep-interval")
+            .arg("200ms")
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(&self.extra)
+            .env("RUST_LOG", "info,tower_http=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start the server");
+        self.child = Some(child);
+        let deadline = Instant::now() + PATIENCE;
+        while !ready.exists() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("server exited at start ({status}):\n{}", self.logs());
+            }
+            assert!(Instant::now() < deadline, "server did not start:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: no chance to clean up, as in a machine failure.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then wait for a graceful exit; returns its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("server running");
+        signal(c.id(), "TERM");
+        wait_child(&mut c, PATIENCE).expect("server did not stop after SIGTERM")
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for i in 1..=self.starts {
+            if let Ok(text) = std::fs::read_to_string(self.dir.join(format!("server-{i}.log"))) {
+                out.push_str(&format!("--- server start {i} ---\n{text}"));
+            }
+        }
+        out
+    }
+
+    pub fn api(&self) -> Api {
+        Api::new(&self.url)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", tail(&self.logs(), 120));
+        }
+        self.kill();
+    }
+}
+
+/// A command agent process (`overseer agent ... -- sh -c SCRIPT`) in its own process group, so
+/// killing it takes its commands down too, like a machine dying.
+pub struct Agent {
+    child: Option<Child>,
+    pub name: String,
+    log: PathBuf,
+}
+
+impl Agent {
+    pub fn start(server: &Server, agent: &str, script: &str) -> Agent {
+        Agent::start_with(server, agent, &[], &["sh", "-c", script])
+    }
+
+    pub fn start_with(server: &Server, agent: &str, flags: &[&str], command: &[&str]) -> Agent {
+        let n = std::fs::read_dir(&server.dir).map(|d| d.count()).unwrap_or(0);
+        let log_path = server.dir.join(format!("agent-{agent}-{n}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let child = Command::new(BIN)
+            .arg("agent")
+            .arg("--agent")
+            .arg(agent)
+            .arg("--server")
+            .arg(&server.url)
+            .args(flags)
+            .arg("--")
+            .args(command)
+            .env("RUST_LOG", "info")
+            .current_dir(workspace_root())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start an agent");
+        Agent {
+            child: Some(child),
+            name: agent.into(),
+            log: log_path,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("agent running").id()
+    }
+
+    /// SIGKILL to the agent and every process it started.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            signal_group(c.id(), "KILL");
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends a signal to the agent process only.
+    pub fn signal(&self, sig: &str) {
+        signal(self.pid(), sig);
+    }
+
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let c = self.child.as_mut()?;
+        let status = wait_child(c, within);
+        if status.is_some() {
+            self.child = None;
+        }
+        status
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- agent {} ---\n{}", self.name, tail(&self.logs(), 60));
+        }
+        self.kill();
+    }
+}
+
+fn wait_child(c: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = c.try_wait().ok().flatten() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
+
+pub fn signal_group(pgid: u32, sig: &str) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg("--").arg(format!("-{pgid}")).status();
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// A thin JSON-over-HTTP client that returns status and body, so tests can check error answers.
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    pub fn new(base: &str) -> Api {
+        Api {
+            http: reqwest::Client::builder().timeout(Duration::from_secs(90)).build().unwrap(),
+            base: base.to_string(),
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let res = self.http.get(format!("{}{path}", self.base)).send().await.expect("GET");
+        decode(res).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .expect("POST");
+        decode(res).await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> (u16, Value) {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("POST");
+        decode(res).await
+    }
+
+    /// Submits a job and returns its id, asserting it was accepted.
+    pub async fn submit(&self, spec: &Value) -> String {
+        let (status, body) = self.post("/v1/jobs", spec).await;
+        assert_eq!(status, 202, "submit answered {status}: {body}");
+        body["id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn job(&self, id: &str) -> Value {
+        let (status, body) = self.get(&format!("/v1/jobs/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    pub async fn events(&self, id: &str) -> Vec<Value> {
+        let (status, body) = self.get(&format!("/v1/jobs/{id}/events")).await;
+        assert_eq!(status, 200, "{body}");
+        body["events"].as_array().unwrap().clone()
+    }
+
+    /// Waits (by long-polls) until the job is terminal and returns it.
+    pub async fn wait_terminal(&self, id: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let (status, job) = self.get(&format!("/v1/jobs/{id}/wait?timeout=5s")).await;
+            assert_eq!(status, 200, "{job}");
+            if matches!(job["state"].as_str(), Some("succeeded" | "failed" | "cancelled")) {
+                return job;
+            }
+            assert!(Instant::now() < deadline, "job {id} did not finish: {job}");
+        }
+    }
+}
+
+async fn decode(res: reqwest::Response) -> (u16, Value) {
+    let status = res.status().as_u16();
+    let bytes = res.bytes().await.unwrap_or_default();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, body)
+}
+
+/// Polls `check` until it returns `Some`, or panics after `PATIENCE` with `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn step<'a>(job: &'a Value, name: &str) -> &'a Value {
+    job["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no step {name} in {job}"))
+}
+
+pub fn millis(t: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(t.as_str().expect("a time")).unwrap().timestamp_millis()
+}

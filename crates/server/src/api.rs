@@ -1,0 +1,510 @@
+//! The HTTP API. Handlers only translate: they decode and check requests, turn them into core
+//! commands applied through the store, carry out the resulting effects, and encode answers.
+
+use axum::extract::{FromRequest, Path, RawQuery, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use overseer_core::machine::{admit, Reply};
+use overseer_core::spec::{decode_bytes, JobSpec};
+use overseer_core::wire::{
+    AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
+    HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseRequest, LeaseResponse,
+    WorkerView,
+};
+use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
+use overseer_store::{Claim, JobQuery, NewJob, Submitted};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::error::{ApiError, Result};
+use crate::App;
+
+pub fn router(app: App) -> Router {
+    let body_limit = app.limits().body_bytes;
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/jobs", post(submit).get(list_jobs))
+        .route("/v1/jobs:batch", post(submit_batch))
+        .route("/v1/jobs/{id}", get(get_job))
+        .route("/v1/jobs/{id}/events", get(job_events))
+        .route("/v1/jobs/{id}/wait", get(wait_job))
+        .route("/v1/jobs/{id}/cancel", post(cancel_job))
+        .route("/v1/jobs/{id}/resume", post(not_yet_operator))
+        .route("/v1/jobs/{id}/steps/{name}/retry", post(not_yet_operator))
+        .route("/v1/jobs/{id}/steps/{name}/skip", post(not_yet_operator))
+        .route("/v1/agents", get(list_agents))
+        .route("/v1/agents/{agent}/leases", post(take_leases))
+        .route("/v1/agents/{agent}/limits", put(not_yet_limits))
+        .route("/v1/agents/{agent}/pause", post(not_yet_limits))
+        .route("/v1/agents/{agent}/resume", post(not_yet_limits))
+        .route("/v1/leases/{lease_id}/heartbeat", post(heartbeat))
+        .route("/v1/leases/{lease_id}/complete", post(complete))
+        .route("/v1/leases/{lease_id}/fail", post(fail))
+        .route("/v1/schedules", get(not_yet_schedules).post(not_yet_schedules))
+        .route("/v1/schedules/{*rest}", get(not_yet_schedules).post(not_yet_schedules).delete(not_yet_schedules))
+        .route("/v1/ordering-keys/{key}", get(not_yet_ordering))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        // Bodies are read by `Body<T>` under this limit; the extra slack lets us answer 413
+        // ourselves, naming the limit, instead of a bare connection error.
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(app)
+}
+
+/// A JSON body decoded with the field at fault named on error, and 413 beyond the size limit.
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<App> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &App) -> Result<Self> {
+        let limit = app.limits().body_bytes;
+        if let Some(len) = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            if len > limit {
+                return Err(too_large_body(limit));
+            }
+        }
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| too_large_body(limit))?;
+        if bytes.is_empty() {
+            return Err(ApiError::bad_request("", "the request needs a JSON body"));
+        }
+        Ok(Body(decode_bytes(&bytes)?))
+    }
+}
+
+/// A body that may be absent (lease reports with nothing to say).
+pub struct OptionalBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default> FromRequest<App> for OptionalBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &App) -> Result<Self> {
+        let limit = app.limits().body_bytes;
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| too_large_body(limit))?;
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            return Ok(OptionalBody(T::default()));
+        }
+        Ok(OptionalBody(decode_bytes(&bytes)?))
+    }
+}
+
+fn too_large_body(limit: usize) -> ApiError {
+    ApiError::too_large("", format!("the request body is larger than the limit of {limit} bytes"))
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn readyz(State(app): State<App>) -> Response {
+    match app.store().ping().await {
+        Ok(()) if !app.shutdown().is_cancelled() => Json(json!({ "status": "ready" })).into_response(),
+        Ok(()) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "shutting down" }))).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "store unavailable" }))).into_response()
+        }
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "this endpoint does not take that method")
+}
+
+async fn not_yet_operator() -> ApiError {
+    ApiError::not_implemented("operator actions (retry, skip, resume)")
+}
+
+async fn not_yet_limits() -> ApiError {
+    ApiError::not_implemented("per-agent limits and pausing")
+}
+
+async fn not_yet_schedules() -> ApiError {
+    ApiError::not_implemented("cron schedules")
+}
+
+async fn not_yet_ordering() -> ApiError {
+    ApiError::not_implemented("ordered keys")
+}
+
+fn parse_job_id(raw: &str) -> Result<JobId> {
+    raw.parse()
+        .map_err(|_| ApiError::bad_request("id", format!("`{raw}` is not a job id (a UUID)")))
+}
+
+fn parse_lease_id(raw: &str) -> Result<LeaseId> {
+    raw.parse()
+        .map_err(|_| ApiError::bad_request("lease_id", format!("`{raw}` is not a lease id (a UUID)")))
+}
+
+/// Builds the job a spec describes, in its admitted state.
+fn admit_spec(app: &App, spec: &JobSpec) -> NewJob {
+    let now = app.now();
+    let job = Job::from_spec(JobId::generate(), spec, now);
+    NewJob { transition: admit(job, now) }
+}
+
+fn job_created(job: &Job, created: bool) -> Response {
+    let status = if created { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let mut res = (status, Json(JobView::from(job))).into_response();
+    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
+        res.headers_mut().insert(header::LOCATION, loc);
+    }
+    res
+}
+
+async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Response> {
+    spec.validate(app.limits())?;
+    let new = admit_spec(&app, &spec);
+    let mut submitted = app.store().jobs_submit(vec![new]).await?;
+    match submitted.pop() {
+        Some(Submitted::Created(t)) => {
+            tracing::info!(job = %t.job.id, steps = t.job.steps.len(), "job accepted");
+            app.committed(&t);
+            Ok(job_created(&t.job, true))
+        }
+        Some(Submitted::Existing(job)) => Ok(job_created(&job, false)),
+        None => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the store answered nothing")),
+    }
+}
+
+async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -> Result<Response> {
+    let max = app.limits().jobs_per_batch;
+    if batch.jobs.is_empty() {
+        return Err(ApiError::bad_request("jobs", "a batch needs at least one job"));
+    }
+    if batch.jobs.len() > max {
+        return Err(ApiError::too_large("jobs", format!("at most {max} jobs per batch")));
+    }
+    for (i, spec) in batch.jobs.iter().enumerate() {
+        spec.validate(app.limits())
+            .map_err(|e| e.within(&format!("jobs[{i}].")))?;
+    }
+    let new: Vec<NewJob> = batch.jobs.iter().map(|s| admit_spec(&app, s)).collect();
+    let submitted = app.store().jobs_submit(new).await.map_err(|e| match e {
+        overseer_store::Error::IdempotencyConflict { index, .. } => ApiError {
+            field: Some(format!("jobs[{index}].idempotency_key")),
+            ..ApiError::from(e)
+        },
+        other => other.into(),
+    })?;
+    let mut created_any = false;
+    let mut jobs = Vec::with_capacity(submitted.len());
+    for s in &submitted {
+        match s {
+            Submitted::Created(t) => {
+                created_any = true;
+                app.committed(t);
+                jobs.push(JobView::from(&t.job));
+            }
+            Submitted::Existing(job) => jobs.push(JobView::from(job)),
+        }
+    }
+    let status = if created_any { StatusCode::ACCEPTED } else { StatusCode::OK };
+    Ok((status, Json(BatchResponse { jobs })).into_response())
+}
+
+async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
+    let job = app.job(parse_job_id(&id)?).await?;
+    Ok(Json(JobView::from(&job)))
+}
+
+async fn job_events(State(app): State<App>, Path(id): Path<String>) -> Result<Json<EventList>> {
+    let id = parse_job_id(&id)?;
+    app.job(id).await?;
+    let events = app.store().job_events(id, 0, app.limits().history_per_job).await?;
+    Ok(Json(EventList { events }))
+}
+
+fn query_pairs(raw: Option<String>) -> Result<Vec<(String, String)>> {
+    let raw = raw.unwrap_or_default();
+    serde_urlencoded::from_str::<Vec<(String, String)>>(&raw)
+        .map_err(|e| ApiError::bad_request("", format!("malformed query string: {e}")))
+}
+
+fn parse_span(field: &str, raw: &str, max: Span) -> Result<Span> {
+    let span: Span = raw.parse().map_err(|e: String| ApiError::bad_request(field, e))?;
+    if span > max {
+        return Err(ApiError::bad_request(field, format!("{field} must be at most {max}")));
+    }
+    Ok(span)
+}
+
+const LIST_LIMIT_DEFAULT: usize = 50;
+const LIST_LIMIT_MAX: usize = 500;
+
+async fn list_jobs(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Json<JobList>> {
+    let mut query = JobQuery {
+        limit: LIST_LIMIT_DEFAULT,
+        ..JobQuery::default()
+    };
+    for (key, value) in query_pairs(raw)? {
+        match key.as_str() {
+            "state" => {
+                query.state = Some(JobState::parse(&value).ok_or_else(|| {
+                    ApiError::bad_request("state", format!("`{value}` is not a job state"))
+                })?)
+            }
+            "label" => {
+                let (k, v) = value.split_once(':').ok_or_else(|| {
+                    ApiError::bad_request("label", "label filters are written key:value")
+                })?;
+                if query.labels.len() >= app.limits().labels_per_job {
+                    return Err(ApiError::bad_request("label", "too many label filters"));
+                }
+                query.labels.push((k.to_string(), v.to_string()));
+            }
+            "limit" => {
+                let n: usize = value
+                    .parse()
+                    .map_err(|_| ApiError::bad_request("limit", "limit must be a whole number"))?;
+                if n == 0 || n > LIST_LIMIT_MAX {
+                    return Err(ApiError::bad_request("limit", format!("limit must be between 1 and {LIST_LIMIT_MAX}")));
+                }
+                query.limit = n;
+            }
+            "cursor" => {
+                query.before = Some(value.parse().map_err(|_| {
+                    ApiError::bad_request("cursor", "cursor must be a next_cursor from an earlier page")
+                })?)
+            }
+            other => {
+                return Err(ApiError::bad_request(other, format!("unknown query parameter `{other}`")));
+            }
+        }
+    }
+    let limit = query.limit;
+    let jobs = app.store().jobs_list(query).await?;
+    let next_cursor = (jobs.len() == limit).then(|| jobs.last().map(|j| j.id.to_string())).flatten();
+    Ok(Json(JobList {
+        jobs: jobs.iter().map(JobView::from).collect(),
+        next_cursor,
+    }))
+}
+
+async fn wait_job(State(app): State<App>, Path(id): Path<String>, RawQuery(raw): RawQuery) -> Result<Json<JobView>> {
+    let id = parse_job_id(&id)?;
+    let mut timeout = Span::from_secs(30);
+    for (key, value) in query_pairs(raw)? {
+        match key.as_str() {
+            "timeout" => timeout = parse_span("timeout", &value, app.limits().wait_max)?,
+            other => return Err(ApiError::bad_request(other, format!("unknown query parameter `{other}`"))),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + timeout.as_std();
+    // Subscribe before reading, so a finish between the read and the wait is not missed.
+    let mut finished = app.notifier().subscribe_finished();
+    loop {
+        let job = app.job(id).await?;
+        if job.state.is_terminal() {
+            return Ok(Json(JobView::from(&job)));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return Ok(Json(JobView::from(&job))),
+            _ = app.shutdown().cancelled() => return Ok(Json(JobView::from(&job))),
+            msg = finished.recv() => match msg {
+                Ok(done) if done != id => continue,
+                // Ours, or we fell behind and must look again.
+                _ => {}
+            },
+        }
+    }
+}
+
+async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
+    let id = parse_job_id(&id)?;
+    let t = app.store().job_apply(id, Command::Cancel, app.now()).await?;
+    if !t.is_noop() {
+        tracing::info!(job = %id, state = %t.job.state, "cancel requested");
+    }
+    app.committed(&t);
+    Ok(Json(JobView::from(&t.job)))
+}
+
+async fn list_agents(State(app): State<App>) -> Result<Json<AgentList>> {
+    let counts = app.store().agents_counts().await?;
+    let mut names: Vec<String> = counts.iter().map(|c| c.agent.clone()).collect();
+    names.extend(app.agent_names_seen());
+    names.sort();
+    names.dedup();
+    let agents = names
+        .into_iter()
+        .map(|agent| {
+            let c = counts.iter().find(|c| c.agent == agent);
+            let workers: Vec<WorkerView> = app
+                .workers_of(&agent)
+                .into_iter()
+                .map(|(worker, last_seen_at)| WorkerView { worker, last_seen_at })
+                .collect();
+            let last_seen_at = workers.iter().map(|w| w.last_seen_at).max();
+            AgentView {
+                ready: c.map_or(0, |c| c.ready),
+                running: c.map_or(0, |c| c.running),
+                agent,
+                workers,
+                last_seen_at,
+            }
+        })
+        .collect();
+    Ok(Json(AgentList { agents }))
+}
+
+fn lease_of(claimed: &Transition, step: usize, now: overseer_core::Timestamp) -> Option<Lease> {
+    let job = &claimed.job;
+    let s = job.steps.get(step)?;
+    let complete_by = s.lease_expires_at?;
+    Some(Lease {
+        lease_id: s.lease_id?,
+        job_id: job.id,
+        step: s.name.clone(),
+        agent: s.agent.clone(),
+        attempt: s.attempt,
+        payload: s.payload.clone(),
+        inputs: job.inputs_of(step),
+        idempotency_key: job.step_idempotency_key(step),
+        complete_by,
+        lease_ms: now.until(complete_by).as_millis(),
+        timeout_ms: s.timeout.as_millis(),
+    })
+}
+
+async fn take_leases(
+    State(app): State<App>,
+    Path(agent): Path<String>,
+    Body(req): Body<LeaseRequest>,
+) -> Result<Json<LeaseResponse>> {
+    let limits = app.limits();
+    if req.worker.is_empty() || req.worker.len() > limits.name_bytes {
+        return Err(ApiError::bad_request("worker", format!("worker must be 1 to {} bytes", limits.name_bytes)));
+    }
+    let max = req.max.unwrap_or(1);
+    if max == 0 || max > limits.leases_per_call {
+        return Err(ApiError::bad_request("max", format!("max must be between 1 and {}", limits.leases_per_call)));
+    }
+    let wait = req.wait.unwrap_or(app.inner.lease_wait_default);
+    if wait > limits.wait_max {
+        return Err(ApiError::bad_request("wait", format!("wait must be at most {}", limits.wait_max)));
+    }
+    let deadline = tokio::time::Instant::now() + wait.as_std();
+    let wake = app.notifier().agent(&agent);
+    loop {
+        // Register for wake-ups before looking, so work that turns ready between the look and
+        // the wait still wakes us.
+        let notified = wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let now = app.now();
+        app.worker_seen(&agent, &req.worker, now);
+        let claim = Claim {
+            agent: agent.clone(),
+            worker: req.worker.clone(),
+            lease_ids: (0..max).map(|_| LeaseId::generate()).collect(),
+            now,
+        };
+        let claimed = app.store().steps_claim(claim).await?;
+        if !claimed.is_empty() {
+            let leases: Vec<Lease> = claimed
+                .iter()
+                .filter_map(|c| lease_of(&c.transition, c.step, now))
+                .collect();
+            for c in &claimed {
+                app.committed(&c.transition);
+            }
+            return Ok(Json(LeaseResponse { leases }));
+        }
+        tokio::select! {
+            _ = &mut notified => {}
+            _ = tokio::time::sleep_until(deadline) => return Ok(Json(LeaseResponse { leases: vec![] })),
+            _ = app.shutdown().cancelled() => return Ok(Json(LeaseResponse { leases: vec![] })),
+        }
+    }
+}
+
+/// Resolves a lease id to its step and applies a report through the core.
+async fn report(app: &App, raw_lease: &str, make: impl FnOnce(usize, u32) -> Command) -> Result<Transition> {
+    let lease_id = parse_lease_id(raw_lease)?;
+    let lease = app
+        .store()
+        .lease_find(lease_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("lease {lease_id} not found")))?;
+    let t = app
+        .store()
+        .job_apply(lease.job_id, make(lease.step, lease.attempt), app.now())
+        .await?;
+    app.committed(&t);
+    Ok(t)
+}
+
+async fn heartbeat(
+    State(app): State<App>,
+    Path(lease_id): Path<String>,
+    OptionalBody(_req): OptionalBody<HeartbeatRequest>,
+) -> Result<Json<HeartbeatResponse>> {
+    let t = report(&app, &lease_id, |step, attempt| Command::Heartbeat { step, attempt }).await?;
+    match t.reply {
+        Reply::Heartbeat { lease_expires_at, cancel } => Ok(Json(HeartbeatResponse {
+            complete_by: lease_expires_at,
+            lease_ms: app.now().until(lease_expires_at).as_millis(),
+            cancel,
+        })),
+        Reply::Refused(r) => Err(r.into()),
+        Reply::Done => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unexpected reply to a heartbeat")),
+    }
+}
+
+fn report_answer(t: &Transition, lease_id: &str) -> Result<Json<Value>> {
+    match &t.reply {
+        Reply::Refused(r) => Err(r.clone().into()),
+        _ => Ok(Json(json!({ "lease_id": lease_id, "job_id": t.job.id, "job_state": t.job.state }))),
+    }
+}
+
+async fn complete(
+    State(app): State<App>,
+    Path(lease_id): Path<String>,
+    OptionalBody(req): OptionalBody<CompleteRequest>,
+) -> Result<Json<Value>> {
+    let result = req.result.unwrap_or(Value::Null);
+    let size = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
+    let max = app.limits().result_bytes;
+    if size > max {
+        return Err(ApiError::too_large("result", format!("result is {size} bytes, more than the limit of {max}")));
+    }
+    let t = report(&app, &lease_id, |step, attempt| Command::Complete { step, attempt, result }).await?;
+    report_answer(&t, &lease_id)
+}
+
+async fn fail(State(app): State<App>, Path(lease_id): Path<String>, Body(req): Body<FailRequest>) -> Result<Json<Value>> {
+    let mut error = req.error;
+    let max = app.limits().error_bytes;
+    if error.len() > max {
+        let mut cut = max;
+        while !error.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        error.truncate(cut);
+        error.push('…');
+    }
+    let jitter = app.jitter();
+    let retryable = req.retryable;
+    let t = report(&app, &lease_id, |step, attempt| Command::Fail { step, attempt, error, retryable, jitter }).await?;
+    report_answer(&t, &lease_id)
+}

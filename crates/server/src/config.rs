@@ -1,0 +1,111 @@
+//! Server settings, validated before anything starts.
+
+use std::net::SocketAddr;
+
+use overseer_core::{Limits, Span};
+use serde::{Deserialize, Serialize};
+
+/// Everything a node needs to run. Built by the binary from flags, `OVERSEER_*` variables and an
+/// optional TOML file; every field has a default.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `sqlite://PATH` (PostgreSQL follows).
+    pub db: String,
+    pub listen: SocketAddr,
+    /// How often the supervisor sweeps when nothing wakes it earlier.
+    pub sweep_interval: Span,
+    /// Default long-poll wait for lease requests that name none.
+    pub lease_wait_default: Span,
+    /// `human` or `json`.
+    pub log_format: String,
+    pub limits: Limits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            db: "sqlite://overseer.db".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 7433)),
+            sweep_interval: Span::from_secs(1),
+            lease_wait_default: Span::from_secs(20),
+            log_format: "human".into(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A setting that cannot work, named.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid setting `{setting}`: {message}")]
+pub struct Error {
+    pub setting: &'static str,
+    pub message: String,
+}
+
+fn invalid(setting: &'static str, message: impl Into<String>) -> Error {
+    Error {
+        setting,
+        message: message.into(),
+    }
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<(), Error> {
+        StoreUrl::parse(&self.db).map_err(|m| invalid("db", m))?;
+        if self.sweep_interval < Span::from_millis(10) || self.sweep_interval > Span::from_secs(60) {
+            return Err(invalid("sweep_interval", "must be between 10ms and 60s"));
+        }
+        if self.lease_wait_default > self.limits.wait_max {
+            return Err(invalid("lease_wait_default", "must not exceed limits.wait_max"));
+        }
+        if !matches!(self.log_format.as_str(), "human" | "json") {
+            return Err(invalid("log_format", "must be `human` or `json`"));
+        }
+        let l = &self.limits;
+        let positive = [
+            ("limits.body_bytes", l.body_bytes),
+            ("limits.payload_bytes", l.payload_bytes),
+            ("limits.result_bytes", l.result_bytes),
+            ("limits.error_bytes", l.error_bytes),
+            ("limits.steps_per_job", l.steps_per_job),
+            ("limits.jobs_per_batch", l.jobs_per_batch),
+            ("limits.history_per_job", l.history_per_job),
+            ("limits.name_bytes", l.name_bytes),
+            ("limits.leases_per_call", l.leases_per_call),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(Error {
+                    setting: name,
+                    message: "must be greater than 0".into(),
+                });
+            }
+        }
+        if l.payload_bytes > l.body_bytes {
+            return Err(invalid("limits.payload_bytes", "must not exceed limits.body_bytes"));
+        }
+        Ok(())
+    }
+}
+
+/// Which store a `db` URL names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreUrl {
+    Sqlite(std::path::PathBuf),
+}
+
+impl StoreUrl {
+    pub fn parse(url: &str) -> Result<StoreUrl, String> {
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err("sqlite:// needs a file path, e.g. sqlite://overseer.db".into());
+            }
+            Ok(StoreUrl::Sqlite(path.into()))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Err("the PostgreSQL backend is not available in this version yet; use sqlite://PATH".into())
+        } else {
+            Err(format!("`{url}` is not a store URL (expected sqlite://PATH)"))
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! In-process wake-ups: agents long-polling for leases, clients waiting for a job to finish, and
+//! the supervisor's timer. Notifications only wake loops early; every loop re-reads the store, so
+//! a lost or spurious wake-up costs latency, never correctness.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use overseer_core::{Effect, JobId, Timestamp};
+use tokio::sync::{broadcast, Notify};
+
+/// Wake-up channels of one server node.
+pub struct Notifier {
+    agents: Mutex<HashMap<String, Arc<Notify>>>,
+    finished: broadcast::Sender<JobId>,
+    /// The supervisor sleeps until the earliest due instant it knows of; transitions that create
+    /// an earlier one lower it and wake the supervisor.
+    next_due: Mutex<Option<Timestamp>>,
+    supervisor: Notify,
+}
+
+impl Default for Notifier {
+    fn default() -> Self {
+        let (finished, _) = broadcast::channel(1024);
+        Notifier {
+            agents: Mutex::new(HashMap::new()),
+            finished,
+            next_due: Mutex::new(None),
+            supervisor: Notify::new(),
+        }
+    }
+}
+
+impl Notifier {
+    /// The wake-up handle for long-polls of one agent name.
+    pub fn agent(&self, agent: &str) -> Arc<Notify> {
+        let mut map = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(agent.to_string()).or_default().clone()
+    }
+
+    pub fn wake_agent(&self, agent: &str) {
+        let notify = {
+            let map = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(agent).cloned()
+        };
+        if let Some(n) = notify {
+            n.notify_waiters();
+        }
+    }
+
+    pub fn subscribe_finished(&self) -> broadcast::Receiver<JobId> {
+        self.finished.subscribe()
+    }
+
+    /// Asks the supervisor to run no later than `at`.
+    pub fn due_at(&self, at: Timestamp) {
+        let mut next = self.next_due.lock().unwrap_or_else(|p| p.into_inner());
+        if next.is_none_or(|n| at < n) {
+            *next = Some(at);
+            self.supervisor.notify_one();
+        }
+    }
+
+    /// The earliest due instant asked for since the last call, cleared by taking it.
+    pub fn take_due(&self) -> Option<Timestamp> {
+        self.next_due.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    pub fn supervisor_wake(&self) -> &Notify {
+        &self.supervisor
+    }
+
+    /// Carries out the effects of a committed transition.
+    pub fn apply(&self, job: JobId, effects: &[Effect]) {
+        for effect in effects {
+            match effect {
+                Effect::Ready { agent } => self.wake_agent(agent),
+                Effect::ReadyAt { at, .. } => self.due_at(*at),
+                Effect::Finished { .. } => {
+                    // No receivers is fine: nobody is waiting.
+                    let _ = self.finished.send(job);
+                }
+            }
+        }
+    }
+}

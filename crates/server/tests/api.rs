@@ -1,0 +1,361 @@
+//! Route tests: the real router, a real SQLite store in a temp dir and a manual clock, driven
+//! through `tower::ServiceExt::oneshot` without a socket. The supervisor is stepped by hand, so
+//! time-dependent behaviour is checked without sleeping.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use overseer_core::{Span, Timestamp};
+use overseer_server::supervisor::Supervisor;
+use overseer_server::{api, App, Config, ManualClock};
+use overseer_store::sqlite::{SqliteOptions, SqliteStore};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+struct Harness {
+    app: App,
+    router: Router,
+    clock: Arc<ManualClock>,
+    _dir: tempfile::TempDir,
+}
+
+const T0: i64 = 1_800_000_000_000;
+
+fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(SqliteOptions::new(dir.path().join("t.db"))).unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(T0)));
+    let config = Config::default();
+    let app = App::new(Arc::new(store), clock.clone(), &config, CancellationToken::new());
+    Harness { router: api::router(app.clone()), app, clock, _dir: dir }
+}
+
+impl Harness {
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let req = Request::builder().method(method).uri(path);
+        let req = match body {
+            Some(b) => req
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&b).unwrap())),
+            None => req.body(Body::empty()),
+        }
+        .unwrap();
+        let res = self.router.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let ctype = res.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if status.is_client_error() || status.is_server_error() {
+            assert_eq!(ctype.as_deref(), Some("application/problem+json"), "{status} {value}");
+        }
+        (status, value)
+    }
+
+    async fn submit(&self, spec: Value) -> String {
+        let (status, body) = self.call("POST", "/v1/jobs", Some(spec)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        body["id"].as_str().unwrap().to_string()
+    }
+
+    async fn lease(&self, agent: &str, max: usize) -> Vec<Value> {
+        let (status, body) = self
+            .call("POST", &format!("/v1/agents/{agent}/leases"), Some(json!({"worker": "w1", "max": max, "wait": "0s"})))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["leases"].as_array().unwrap().clone()
+    }
+
+    async fn job(&self, id: &str) -> Value {
+        let (status, body) = self.call("GET", &format!("/v1/jobs/{id}"), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    fn advance(&self, ms: u64) {
+        self.clock.advance(Span::from_millis(ms));
+    }
+
+    async fn sweep(&self) {
+        let mut sup = Supervisor::new(self.app.clone(), Span::from_secs(1));
+        sup.sweep(self.app.now()).await.unwrap();
+    }
+}
+
+fn step<'a>(job: &'a Value, name: &str) -> &'a Value {
+    job["steps"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap()
+}
+
+// Proves idempotent submits: the same key and body answer 200 with the same job; the same key
+// with another body answers 409 naming the field, and nothing new is stored.
+#[tokio::test]
+async fn idempotency_keys() {
+    let h = harness();
+    let spec = json!({"idempotency_key": "order-1", "steps": [{"name": "a", "agent": "x"}]});
+    let id = h.submit(spec.clone()).await;
+    let (status, again) = h.call("POST", "/v1/jobs", Some(spec)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(again["id"], id.as_str());
+    let other = json!({"idempotency_key": "order-1", "steps": [{"name": "b", "agent": "x"}]});
+    let (status, problem) = h.call("POST", "/v1/jobs", Some(other)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(problem["field"], "idempotency_key");
+    let (_, list) = h.call("GET", "/v1/jobs", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 1);
+}
+
+// Proves batches are all-or-nothing: one invalid job (named by index) or one conflicting key
+// stores none of the batch.
+#[tokio::test]
+async fn batches_are_all_or_nothing() {
+    let h = harness();
+    h.submit(json!({"idempotency_key": "k", "steps": [{"name": "a", "agent": "x"}]})).await;
+    let bad = json!({"jobs": [
+        {"steps": [{"name": "a", "agent": "x"}]},
+        {"steps": [{"name": "a", "agent": "x", "depends_on": ["ghost"]}]}
+    ]});
+    let (status, problem) = h.call("POST", "/v1/jobs:batch", Some(bad)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["field"], "jobs[1].steps[0].depends_on[0]");
+    let conflicting = json!({"jobs": [
+        {"steps": [{"name": "a", "agent": "x"}]},
+        {"idempotency_key": "k", "steps": [{"name": "zzz", "agent": "x"}]}
+    ]});
+    let (status, problem) = h.call("POST", "/v1/jobs:batch", Some(conflicting)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(problem["field"], "jobs[1].idempotency_key");
+    let (_, list) = h.call("GET", "/v1/jobs", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "nothing of either batch was stored");
+    let good = json!({"jobs": [
+        {"steps": [{"name": "a", "agent": "x"}]},
+        {"steps": [{"name": "b", "agent": "x"}]}
+    ]});
+    let (status, body) = h.call("POST", "/v1/jobs:batch", Some(good)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(body["jobs"].as_array().unwrap().len(), 2);
+    let too_many: Vec<Value> = (0..501).map(|_| json!({"steps": [{"name": "a", "agent": "x"}]})).collect();
+    let (status, problem) = h.call("POST", "/v1/jobs:batch", Some(json!({ "jobs": too_many }))).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(problem["field"], "jobs");
+}
+
+// Proves listing filters by state and label and pages with the cursor, newest first, without
+// gaps or repeats.
+#[tokio::test]
+async fn list_filters_and_pages() {
+    let h = harness();
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        let colour = if i % 2 == 0 { "red" } else { "blue" };
+        ids.push(h.submit(json!({"labels": {"colour": colour}, "steps": [{"name": "a", "agent": "x"}]})).await);
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/jobs?limit=3&cursor={c}"),
+            None => "/v1/jobs?limit=3".to_string(),
+        };
+        let (status, page) = h.call("GET", &path, None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        for j in page["jobs"].as_array().unwrap() {
+            seen.push(j["id"].as_str().unwrap().to_string());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(seen, expected);
+    let (_, red) = h.call("GET", "/v1/jobs?label=colour:red", None).await;
+    assert_eq!(red["jobs"].as_array().unwrap().len(), 4);
+    let (_, running) = h.call("GET", "/v1/jobs?state=running&label=colour:blue", None).await;
+    assert_eq!(running["jobs"].as_array().unwrap().len(), 3);
+    let (status, problem) = h.call("GET", "/v1/jobs?state=sleepy", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["field"], "state");
+    let (status, problem) = h.call("GET", "/v1/jobs?limit=100000", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["field"], "limit");
+}
+
+// Proves a waiting long-poll is woken by a submit (it would otherwise return empty at its wait),
+// and that one call can take several leases carrying inputs and idempotency keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_is_woken_and_takes_many() {
+    let h = harness();
+    let router = h.router.clone();
+    let poll = tokio::spawn(async move {
+        let req = Request::builder()
+            .method("POST")
+            .uri("/v1/agents/wake/leases")
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"worker": "w", "max": 5, "wait": "30s"}"#))
+            .unwrap();
+        let res = router.oneshot(req).await.unwrap();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+        serde_json::from_slice::<Value>(&bytes).unwrap()
+    });
+    // Give the poll a moment to register; a lost wake-up would make it wait the full 30s and
+    // return empty, which the assertion below would catch.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let id = h
+        .submit(json!({"steps": [{"name": "a", "agent": "wake"}, {"name": "b", "agent": "wake"}, {"name": "c", "agent": "wake", "depends_on": ["a", "b"]}]}))
+        .await;
+    let first = tokio::time::timeout(std::time::Duration::from_secs(20), poll)
+        .await
+        .expect("the long-poll was woken")
+        .unwrap();
+    let mut leases = first["leases"].as_array().unwrap().clone();
+    if leases.len() < 2 {
+        leases.extend(h.lease("wake", 5).await);
+    }
+    assert_eq!(leases.len(), 2, "a and b are ready together: {leases:?}");
+    for l in &leases {
+        let lid = l["lease_id"].as_str().unwrap();
+        let name = l["step"].as_str().unwrap();
+        assert_eq!(l["idempotency_key"], format!("{id}/{name}"));
+        let (status, _) = h
+            .call("POST", &format!("/v1/leases/{lid}/complete"), Some(json!({"result": {"from": name}})))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let c = h.lease("wake", 5).await;
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0]["inputs"], json!({"a": {"from": "a"}, "b": {"from": "b"}}));
+}
+
+// Proves the supervisor on a manual clock: an expired lease is requeued after backoff, is not
+// claimable before it, the old attempt is fenced out, and attempts run out into `failed`.
+#[tokio::test]
+async fn supervisor_expires_requeues_and_fences() {
+    let h = harness();
+    let id = h
+        .submit(json!({"steps": [{"name": "s", "agent": "x", "timeout": "1s", "max_attempts": 2,
+            "backoff": {"initial": "10s", "factor": 2, "max": "1m"}}]}))
+        .await;
+    let first = h.lease("x", 1).await.remove(0);
+    h.advance(999);
+    h.sweep().await;
+    assert_eq!(step(&h.job(&id).await, "s")["state"], "running", "not expired yet");
+    h.advance(1);
+    h.sweep().await;
+    let job = h.job(&id).await;
+    let s = step(&job, "s");
+    assert_eq!(s["state"], "ready");
+    assert_eq!(s["failures"], 1);
+    assert!(h.lease("x", 1).await.is_empty(), "not claimable during backoff");
+    h.advance(10_000);
+    let second = h.lease("x", 1).await.remove(0);
+    assert_eq!(second["attempt"], 2);
+    let old = first["lease_id"].as_str().unwrap();
+    let (status, _) = h.call("POST", &format!("/v1/leases/{old}/complete"), Some(json!({}))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    // Heartbeats keep the live lease alive past its original expiry.
+    let live = second["lease_id"].as_str().unwrap();
+    h.advance(800);
+    let (status, hb) = h.call("POST", &format!("/v1/leases/{live}/heartbeat"), Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(hb["cancel"], false);
+    assert_eq!(hb["lease_ms"], 1000);
+    h.advance(800);
+    h.sweep().await;
+    assert_eq!(step(&h.job(&id).await, "s")["state"], "running");
+    h.advance(500);
+    h.sweep().await;
+    let job = h.job(&id).await;
+    assert_eq!(job["state"], "failed", "two attempts used up: {job}");
+    assert_eq!(step(&job, "s")["attempt"], 2);
+}
+
+// Proves delayed jobs: pending until `run_at`, then started by the sweep.
+#[tokio::test]
+async fn run_at_delays_a_job() {
+    let h = harness();
+    let at = Timestamp::from_millis(T0 + 5_000).to_rfc3339();
+    let id = h.submit(json!({"run_at": at, "steps": [{"name": "a", "agent": "later"}]})).await;
+    assert_eq!(h.job(&id).await["state"], "pending");
+    assert!(h.lease("later", 1).await.is_empty());
+    h.advance(4_999);
+    h.sweep().await;
+    assert_eq!(h.job(&id).await["state"], "pending");
+    h.advance(1);
+    h.sweep().await;
+    assert_eq!(h.job(&id).await["state"], "running");
+    assert_eq!(h.lease("later", 1).await.len(), 1);
+}
+
+// Proves cancellation: pending work is cancelled at once, a running step hears `cancel` on its
+// heartbeat, its completion is refused with 409, and the job then ends `cancelled`.
+#[tokio::test]
+async fn cancel_reaches_running_steps() {
+    let h = harness();
+    let id = h
+        .submit(json!({"steps": [{"name": "a", "agent": "x"}, {"name": "b", "agent": "x", "depends_on": ["a"]}]}))
+        .await;
+    let lease = h.lease("x", 1).await.remove(0);
+    let lid = lease["lease_id"].as_str().unwrap();
+    let (status, job) = h.call("POST", &format!("/v1/jobs/{id}/cancel"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["state"], "running");
+    assert_eq!(job["desired_state"], "cancelled");
+    assert_eq!(step(&job, "b")["state"], "cancelled");
+    let (status, again) = h.call("POST", &format!("/v1/jobs/{id}/cancel"), None).await;
+    assert_eq!(status, StatusCode::OK, "cancelling twice is fine: {again}");
+    let (_, hb) = h.call("POST", &format!("/v1/leases/{lid}/heartbeat"), None).await;
+    assert_eq!(hb["cancel"], true);
+    let (status, _) = h.call("POST", &format!("/v1/leases/{lid}/complete"), Some(json!({"result": 1}))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let job = h.job(&id).await;
+    assert_eq!(job["state"], "cancelled");
+    assert_eq!(step(&job, "a")["state"], "cancelled");
+    assert!(step(&job, "a")["result"].is_null(), "the late result was not recorded");
+    let (status, problem) = h.call("POST", &format!("/v1/jobs/{id}/cancel"), None).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(problem["detail"].as_str().unwrap().contains("already cancelled"));
+}
+
+// Proves the unsupported parts of the contract answer clearly instead of being ignored.
+#[tokio::test]
+async fn unsupported_features_say_so() {
+    let h = harness();
+    let (status, p) = h
+        .call("POST", "/v1/jobs", Some(json!({"ordering_key": "k", "steps": [{"name": "a", "agent": "x"}]})))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(p["field"], "ordering_key");
+    let (status, _) = h.call("GET", "/v1/schedules", None).await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+    let (status, _) = h.call("GET", "/nowhere", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = h.call("DELETE", "/v1/jobs", None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+// Proves `/wait` returns as soon as the job finishes and `/v1/agents` reports counts and workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_and_agents() {
+    let h = harness();
+    let id = h.submit(json!({"steps": [{"name": "a", "agent": "solo"}]})).await;
+    let router = h.router.clone();
+    let path = format!("/v1/jobs/{id}/wait?timeout=30s");
+    let waiter = tokio::spawn(async move {
+        let req = Request::builder().uri(path).body(Body::empty()).unwrap();
+        let res = router.oneshot(req).await.unwrap();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+        serde_json::from_slice::<Value>(&bytes).unwrap()
+    });
+    let lease = h.lease("solo", 1).await.remove(0);
+    let (_, agents) = h.call("GET", "/v1/agents", None).await;
+    let solo = agents["agents"].as_array().unwrap().iter().find(|a| a["agent"] == "solo").unwrap().clone();
+    assert_eq!(solo["running"], 1);
+    assert_eq!(solo["workers"][0]["worker"], "w1");
+    let lid = lease["lease_id"].as_str().unwrap();
+    h.call("POST", &format!("/v1/leases/{lid}/complete"), Some(json!({"result": "ok"}))).await;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), waiter).await.unwrap().unwrap();
+    assert_eq!(done["state"], "succeeded");
+}

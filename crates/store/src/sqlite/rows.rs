@@ -1,0 +1,490 @@
+//! Reading and writing jobs, steps, events and leases as rows.
+//!
+//! Everything read back is checked: a value that does not decode is [`Error::Corrupt`], never a
+//! panic, so one bad row cannot take a node down.
+
+use std::collections::BTreeMap;
+
+use overseer_core::backoff::Backoff;
+use overseer_core::spec::{CompensateSpec, OnFailure};
+use overseer_core::{
+    DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState, Timestamp,
+};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde_json::Value;
+
+use crate::{Error, LeaseRef, Result};
+
+/// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
+/// database being unable to serve right now.
+pub(super) fn db_error(e: rusqlite::Error) -> Error {
+    use rusqlite::ffi::ErrorCode;
+    match &e {
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..)
+        | rusqlite::Error::Utf8Error(..)
+        | rusqlite::Error::InvalidColumnType(..) => Error::Corrupt(e.to_string()),
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) =>
+        {
+            Error::Corrupt(e.to_string())
+        }
+        _ => Error::Unavailable(e.to_string()),
+    }
+}
+
+pub(super) trait DbResult<T> {
+    fn db(self) -> Result<T>;
+}
+
+impl<T> DbResult<T> for rusqlite::Result<T> {
+    fn db(self) -> Result<T> {
+        self.map_err(db_error)
+    }
+}
+
+fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+    Error::Corrupt(format!("{what}: {detail}"))
+}
+
+fn ts(v: Option<i64>) -> Option<Timestamp> {
+    v.map(Timestamp::from_millis)
+}
+
+fn ms(t: Option<Timestamp>) -> Option<i64> {
+    t.map(Timestamp::as_millis)
+}
+
+fn to_u32(what: &str, v: i64) -> Result<u32> {
+    u32::try_from(v).map_err(|_| corrupt(what, format!("{v} is out of range")))
+}
+
+fn to_u64(what: &str, v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| corrupt(what, format!("{v} is out of range")))
+}
+
+fn json_text(v: &Value) -> String {
+    // Encoding a `Value` cannot fail: its map keys are strings and it holds no non-finite floats.
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| corrupt(what, e))
+}
+
+fn parse_id<T: std::str::FromStr>(what: &str, text: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse()
+        .map_err(|e| corrupt(what, format!("`{text}`: {e}")))
+}
+
+pub(super) fn job_id_text(id: JobId) -> String {
+    id.0.to_string()
+}
+
+const JOB_COLUMNS: &str =
+    "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
+     callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at";
+
+const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
+     backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
+     lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
+     next_attempt_at, result, last_error";
+
+fn job_from_row(row: &Row<'_>) -> Result<Job> {
+    let id: String = row.get(0).db()?;
+    let labels: String = row.get(3).db()?;
+    let on_failure: String = row.get(8).db()?;
+    let state: String = row.get(9).db()?;
+    let desired: String = row.get(10).db()?;
+    Ok(Job {
+        id: parse_id("jobs.id", &id)?,
+        idempotency_key: row.get(1).db()?,
+        fingerprint: row.get(2).db()?,
+        labels: parse_json::<BTreeMap<String, String>>("jobs.labels", &labels)?,
+        priority: row.get(4).db()?,
+        run_at: ts(row.get(5).db()?),
+        ordering_key: row.get(6).db()?,
+        callback_url: row.get(7).db()?,
+        on_failure: OnFailure::parse(&on_failure)
+            .ok_or_else(|| corrupt("jobs.on_failure", &on_failure))?,
+        state: JobState::parse(&state).ok_or_else(|| corrupt("jobs.state", &state))?,
+        desired_state: DesiredState::parse(&desired)
+            .ok_or_else(|| corrupt("jobs.desired_state", &desired))?,
+        created_at: Timestamp::from_millis(row.get(11).db()?),
+        updated_at: Timestamp::from_millis(row.get(12).db()?),
+        finished_at: ts(row.get(13).db()?),
+        steps: Vec::new(),
+    })
+}
+
+/// Decodes a step row; returns its index too, so the caller can check the steps are contiguous.
+fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
+    let idx: i64 = row.get(0).db()?;
+    let payload: String = row.get(3).db()?;
+    let depends_on: String = row.get(4).db()?;
+    let compensate: Option<String> = row.get(10).db()?;
+    let state: String = row.get(11).db()?;
+    let lease_id: Option<String> = row.get(14).db()?;
+    let result: Option<String> = row.get(22).db()?;
+    let step = Step {
+        name: row.get(1).db()?,
+        agent: row.get(2).db()?,
+        payload: parse_json("steps.payload", &payload)?,
+        depends_on: parse_json("steps.depends_on", &depends_on)?,
+        timeout: Span::from_millis(to_u64("steps.timeout_ms", row.get(5).db()?)?),
+        max_attempts: to_u32("steps.max_attempts", row.get(6).db()?)?,
+        backoff: Backoff {
+            initial: Span::from_millis(to_u64("steps.backoff_initial_ms", row.get(7).db()?)?),
+            factor: row.get(8).db()?,
+            max: Span::from_millis(to_u64("steps.backoff_max_ms", row.get(9).db()?)?),
+        },
+        compensate: compensate
+            .map(|c| parse_json::<CompensateSpec>("steps.compensate", &c))
+            .transpose()?,
+        state: StepState::parse(&state).ok_or_else(|| corrupt("steps.state", &state))?,
+        attempt: to_u32("steps.attempt", row.get(12).db()?)?,
+        failures: to_u32("steps.failures", row.get(13).db()?)?,
+        lease_id: lease_id
+            .map(|l| parse_id::<LeaseId>("steps.lease_id", &l))
+            .transpose()?,
+        worker: row.get(15).db()?,
+        created_at: Timestamp::from_millis(row.get(16).db()?),
+        ready_at: ts(row.get(17).db()?),
+        started_at: ts(row.get(18).db()?),
+        finished_at: ts(row.get(19).db()?),
+        lease_expires_at: ts(row.get(20).db()?),
+        next_attempt_at: ts(row.get(21).db()?),
+        result: result
+            .map(|r| parse_json::<Value>("steps.result", &r))
+            .transpose()?,
+        last_error: row.get(23).db()?,
+    };
+    Ok((idx, step))
+}
+
+/// Loads a job with its steps, in index order.
+pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
+    let id_text = job_id_text(id);
+    let mut stmt = conn
+        .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))
+        .db()?;
+    let mut rows = stmt.query([&id_text]).db()?;
+    let Some(row) = rows.next().db()? else {
+        return Ok(None);
+    };
+    let mut job = job_from_row(row)?;
+    drop(rows);
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE job_id = ?1 ORDER BY idx"
+        ))
+        .db()?;
+    let mut rows = stmt.query([&id_text]).db()?;
+    while let Some(row) = rows.next().db()? {
+        let (idx, step) = step_from_row(row)?;
+        if idx != job.steps.len() as i64 {
+            return Err(corrupt(
+                "steps.idx",
+                format!("job {id} has step index {idx} out of order"),
+            ));
+        }
+        job.steps.push(step);
+    }
+    if job.steps.is_empty() {
+        return Err(corrupt("steps", format!("job {id} has no steps")));
+    }
+    Ok(Some(job))
+}
+
+/// Inserts a new job, its labels and its steps.
+pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<()> {
+    let id = job_id_text(job.id);
+    let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
+    conn.prepare_cached(&format!(
+        "INSERT INTO jobs ({JOB_COLUMNS}) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+    ))
+    .db()?
+    .execute(params![
+        id,
+        job.idempotency_key,
+        job.fingerprint,
+        labels,
+        job.priority,
+        ms(job.run_at),
+        job.ordering_key,
+        job.callback_url,
+        job.on_failure.as_str(),
+        job.state.as_str(),
+        job.desired_state.as_str(),
+        job.created_at.as_millis(),
+        job.updated_at.as_millis(),
+        ms(job.finished_at),
+    ])
+    .db()?;
+    let mut label = conn
+        .prepare_cached("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)")
+        .db()?;
+    for (k, v) in &job.labels {
+        label.execute(params![id, k, v]).db()?;
+    }
+    for idx in 0..job.steps.len() {
+        write_step(conn, job, idx)?;
+    }
+    Ok(())
+}
+
+/// Writes the job's own fields back (its labels and idempotency key never change).
+pub(super) fn update_job(conn: &Connection, job: &Job) -> Result<()> {
+    let id = job_id_text(job.id);
+    let n = conn
+        .prepare_cached(
+            "UPDATE jobs SET fingerprint = ?2, priority = ?3, run_at = ?4, ordering_key = ?5, \
+             callback_url = ?6, on_failure = ?7, state = ?8, desired_state = ?9, created_at = ?10, \
+             updated_at = ?11, finished_at = ?12 WHERE id = ?1",
+        )
+        .db()?
+        .execute(params![
+            id,
+            job.fingerprint,
+            job.priority,
+            ms(job.run_at),
+            job.ordering_key,
+            job.callback_url,
+            job.on_failure.as_str(),
+            job.state.as_str(),
+            job.desired_state.as_str(),
+            job.created_at.as_millis(),
+            job.updated_at.as_millis(),
+            ms(job.finished_at),
+        ])
+        .db()?;
+    if n != 1 {
+        return Err(Error::JobNotFound(job.id));
+    }
+    // The claim index orders by the copied priority, so keep the copies in step with the job.
+    conn.prepare_cached("UPDATE steps SET priority = ?2 WHERE job_id = ?1 AND priority <> ?2")
+        .db()?
+        .execute(params![id, job.priority])
+        .db()?;
+    Ok(())
+}
+
+/// Inserts or overwrites one step row from the job as it now stands.
+pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()> {
+    let Some(s) = job.steps.get(idx) else {
+        return Err(corrupt(
+            "transition",
+            format!("job {} has no step {idx}", job.id),
+        ));
+    };
+    let depends_on =
+        serde_json::to_string(&s.depends_on).map_err(|e| corrupt("steps.depends_on", e))?;
+    let compensate = s
+        .compensate
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| corrupt("steps.compensate", e))?;
+    conn.prepare_cached(&format!(
+        "INSERT INTO steps (job_id, priority, {STEP_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
+         ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26) \
+         ON CONFLICT (job_id, idx) DO UPDATE SET priority = excluded.priority, name = excluded.name, \
+         agent = excluded.agent, payload = excluded.payload, depends_on = excluded.depends_on, \
+         timeout_ms = excluded.timeout_ms, max_attempts = excluded.max_attempts, \
+         backoff_initial_ms = excluded.backoff_initial_ms, backoff_factor = excluded.backoff_factor, \
+         backoff_max_ms = excluded.backoff_max_ms, compensate = excluded.compensate, \
+         state = excluded.state, attempt = excluded.attempt, failures = excluded.failures, \
+         lease_id = excluded.lease_id, worker = excluded.worker, created_at = excluded.created_at, \
+         ready_at = excluded.ready_at, started_at = excluded.started_at, \
+         finished_at = excluded.finished_at, lease_expires_at = excluded.lease_expires_at, \
+         next_attempt_at = excluded.next_attempt_at, result = excluded.result, \
+         last_error = excluded.last_error"
+    ))
+    .db()?
+    .execute(params![
+        job_id_text(job.id),
+        job.priority,
+        idx as i64,
+        s.name,
+        s.agent,
+        json_text(&s.payload),
+        depends_on,
+        s.timeout.as_millis_i64(),
+        s.max_attempts,
+        s.backoff.initial.as_millis_i64(),
+        s.backoff.factor,
+        s.backoff.max.as_millis_i64(),
+        compensate,
+        s.state.as_str(),
+        s.attempt,
+        s.failures,
+        s.lease_id.map(|l| l.0.to_string()),
+        s.worker,
+        s.created_at.as_millis(),
+        ms(s.ready_at),
+        ms(s.started_at),
+        ms(s.finished_at),
+        ms(s.lease_expires_at),
+        ms(s.next_attempt_at),
+        s.result.as_ref().map(json_text),
+        s.last_error,
+    ])
+    .db()?;
+    Ok(())
+}
+
+/// Appends events with the next sequence numbers, then drops all but the newest `keep`.
+pub(super) fn append_events(
+    conn: &Connection,
+    id: JobId,
+    events: &[NewEvent],
+    keep: usize,
+) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let id_text = job_id_text(id);
+    let count = events.len() as i64;
+    let last: i64 = conn
+        .prepare_cached(
+            "UPDATE jobs SET last_event_seq = last_event_seq + ?2 WHERE id = ?1 \
+             RETURNING last_event_seq",
+        )
+        .db()?
+        .query_row(params![id_text, count], |r| r.get(0))
+        .optional()
+        .db()?
+        .ok_or(Error::JobNotFound(id))?;
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .db()?;
+    for (i, e) in events.iter().enumerate() {
+        insert
+            .execute(params![
+                id_text,
+                last - count + 1 + i as i64,
+                e.at.as_millis(),
+                e.kind,
+                e.step,
+                e.attempt,
+                e.detail.as_ref().map(json_text),
+            ])
+            .db()?;
+    }
+    let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+    if last > keep {
+        conn.prepare_cached("DELETE FROM events WHERE job_id = ?1 AND seq <= ?2")
+            .db()?
+            .execute(params![id_text, last - keep])
+            .db()?;
+    }
+    Ok(())
+}
+
+pub(super) fn load_events(
+    conn: &Connection,
+    id: JobId,
+    after_seq: i64,
+    limit: usize,
+) -> Result<Vec<Event>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT seq, at, kind, step, attempt, detail FROM events \
+             WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )
+        .db()?;
+    let mut rows = stmt
+        .query(params![job_id_text(id), after_seq, limit_param(limit)])
+        .db()?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().db()? {
+        let attempt: Option<i64> = row.get(4).db()?;
+        let detail: Option<String> = row.get(5).db()?;
+        out.push(Event {
+            seq: row.get(0).db()?,
+            at: Timestamp::from_millis(row.get(1).db()?),
+            kind: row.get(2).db()?,
+            step: row.get(3).db()?,
+            attempt: attempt.map(|a| to_u32("events.attempt", a)).transpose()?,
+            detail: detail
+                .map(|d| parse_json::<Value>("events.detail", &d))
+                .transpose()?,
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn insert_lease(
+    conn: &Connection,
+    lease: &LeaseRef,
+    worker: &str,
+    at: Timestamp,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO leases (lease_id, job_id, step, attempt, worker, leased_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .db()?
+    .execute(params![
+        lease.lease_id.0.to_string(),
+        job_id_text(lease.job_id),
+        lease.step as i64,
+        lease.attempt,
+        worker,
+        at.as_millis(),
+    ])
+    .db()?;
+    Ok(())
+}
+
+pub(super) fn find_lease(conn: &Connection, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT job_id, step, attempt FROM leases WHERE lease_id = ?1")
+        .db()?;
+    let mut rows = stmt.query([lease_id.0.to_string()]).db()?;
+    let Some(row) = rows.next().db()? else {
+        return Ok(None);
+    };
+    let job_id: String = row.get(0).db()?;
+    let step: i64 = row.get(1).db()?;
+    Ok(Some(LeaseRef {
+        lease_id,
+        job_id: parse_id("leases.job_id", &job_id)?,
+        step: usize::try_from(step).map_err(|_| corrupt("leases.step", step))?,
+        attempt: to_u32("leases.attempt", row.get(2).db()?)?,
+    }))
+}
+
+/// Decodes `(job_id, idx, attempt, lease_id)` as a lease reference; `None` when the step has no
+/// lease id recorded (which the writer never leaves, but a bad row must not stop a sweep).
+pub(super) fn lease_ref_from_row(row: &Row<'_>) -> Result<Option<LeaseRef>> {
+    let job_id: String = row.get(0).db()?;
+    let step: i64 = row.get(1).db()?;
+    let attempt: i64 = row.get(2).db()?;
+    let lease_id: Option<String> = row.get(3).db()?;
+    let Some(lease_id) = lease_id else {
+        return Ok(None);
+    };
+    Ok(Some(LeaseRef {
+        lease_id: parse_id("steps.lease_id", &lease_id)?,
+        job_id: parse_id("steps.job_id", &job_id)?,
+        step: usize::try_from(step).map_err(|_| corrupt("steps.idx", step))?,
+        attempt: to_u32("steps.attempt", attempt)?,
+    }))
+}
+
+/// SQLite takes `LIMIT` as a signed integer; anything past `i64::MAX` means no limit anyway.
+pub(super) fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+pub(super) fn count_param(what: &str, v: i64) -> Result<u64> {
+    to_u64(what, v)
+}

@@ -1,0 +1,228 @@
+//! The SQLite backend: the shared conformance suite on a fresh temp file per test, plus what is
+//! specific to SQLite (group commit, durability across reopen, pragmas, bad rows).
+
+use std::sync::Arc;
+
+use overseer_store::conformance::{self, admitted, at, job_id, Fixture};
+use overseer_store::sqlite::{SqliteOptions, SqliteStore};
+use overseer_store::{Error, Store, Submitted};
+use serde_json::json;
+
+const HISTORY: usize = 20;
+
+fn options(dir: &tempfile::TempDir) -> SqliteOptions {
+    let mut options = SqliteOptions::new(dir.path().join("overseer.db"));
+    options.history_per_job = HISTORY;
+    options
+}
+
+async fn fixture() -> Fixture {
+    let (store, dir) = SqliteStore::open_temp(HISTORY).expect("open");
+    Fixture::new(Arc::new(store), HISTORY, dir)
+}
+
+overseer_store::conformance_tests!(fixture());
+
+fn one_step() -> overseer_core::JobSpec {
+    conformance::spec(json!({"steps": [{"name": "s", "agent": "w"}]}))
+}
+
+// Proves concurrent writes share transactions: 200 concurrent submits commit in far fewer than
+// 200 transactions, and every one of them is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_commit_batches_concurrent_writes() {
+    const WRITES: u64 = 200;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(SqliteStore::open(options(&dir)).expect("open"));
+    let before = store.commit_count();
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 1..=WRITES {
+        let store = store.clone();
+        tasks.spawn(async move {
+            store
+                .jobs_submit(vec![admitted(job_id(n), &one_step(), at(0))])
+                .await
+        });
+    }
+    while let Some(result) = tasks.join_next().await {
+        let submitted = result.expect("task").expect("submit");
+        assert!(matches!(submitted.as_slice(), [Submitted::Created(_)]));
+    }
+    let commits = store.commit_count() - before;
+    assert!(commits >= 1);
+    assert!(
+        commits <= WRITES / 4,
+        "{WRITES} writes took {commits} commits"
+    );
+    for n in 1..=WRITES {
+        assert!(
+            store.job_get(job_id(n)).await.expect("get").is_some(),
+            "job {n} stored"
+        );
+    }
+}
+
+// Proves one failing write in a batch rolls back only itself: a conflicting submit queued
+// beside good ones fails alone while the others commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_write_does_not_spoil_its_batch() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(SqliteStore::open(options(&dir)).expect("open"));
+    let keyed = |v: i64| {
+        conformance::spec(
+            json!({"idempotency_key": "k", "steps": [{"name": "s", "agent": "w", "payload": v}]}),
+        )
+    };
+    store
+        .jobs_submit(vec![admitted(job_id(1), &keyed(1), at(0))])
+        .await
+        .expect("first");
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 2..=41u64 {
+        let store = store.clone();
+        let spec = if n % 2 == 0 { keyed(2) } else { one_step() };
+        tasks.spawn(async move {
+            (
+                n,
+                store
+                    .jobs_submit(vec![admitted(job_id(n), &spec, at(0))])
+                    .await,
+            )
+        });
+    }
+    while let Some(result) = tasks.join_next().await {
+        let (n, outcome) = result.expect("task");
+        if n % 2 == 0 {
+            assert!(
+                matches!(outcome, Err(Error::IdempotencyConflict { .. })),
+                "job {n}: {outcome:?}"
+            );
+            assert!(store.job_get(job_id(n)).await.expect("get").is_none());
+        } else {
+            outcome.expect("good submit");
+            assert!(store.job_get(job_id(n)).await.expect("get").is_some());
+        }
+    }
+}
+
+// Proves committed data survives closing the store and opening the file again.
+#[tokio::test]
+async fn data_survives_close_and_reopen() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(options(&dir)).expect("open");
+    store
+        .jobs_submit(vec![admitted(job_id(1), &one_step(), at(0))])
+        .await
+        .expect("submit");
+    let claimed = store
+        .steps_claim(overseer_store::Claim {
+            agent: "w".into(),
+            worker: "w-1".into(),
+            lease_ids: vec![conformance::lease_id(1)],
+            now: at(10),
+        })
+        .await
+        .expect("claim");
+    let job = claimed[0].transition.job.clone();
+    let events = store.job_events(job.id, 0, 100).await.expect("events");
+    drop(store);
+
+    let store = SqliteStore::open(options(&dir)).expect("reopen");
+    assert_eq!(store.job_get(job.id).await.expect("get"), Some(job.clone()));
+    assert_eq!(
+        store.job_events(job.id, 0, 100).await.expect("events"),
+        events
+    );
+    assert!(store
+        .lease_find(conformance::lease_id(1))
+        .await
+        .expect("lease")
+        .is_some());
+    // Sequence numbers carry on from the stored history after a reopen.
+    let done = overseer_core::Command::Complete {
+        step: 0,
+        attempt: 1,
+        result: json!(1),
+    };
+    store
+        .job_apply(job.id, done, at(20))
+        .await
+        .expect("complete");
+    let after = store.job_events(job.id, 0, 100).await.expect("events");
+    assert_eq!(after.len(), events.len() + 2);
+    assert_eq!(after.last().map(|e| e.seq), Some(events.len() as i64 + 2));
+}
+
+// Proves the write connection runs in WAL mode with synchronous=FULL and foreign keys on, and
+// that the schema version is recorded in the file.
+#[tokio::test]
+async fn durability_pragmas_are_in_force() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(options(&dir)).expect("open");
+    let pragmas = store.writer_pragmas().await.expect("pragmas");
+    assert_eq!(pragmas.journal_mode, "wal");
+    assert_eq!(pragmas.synchronous, 2, "synchronous=FULL");
+    assert!(pragmas.foreign_keys);
+    assert!(pragmas.busy_timeout_ms > 0);
+    assert!(pragmas.user_version >= 1);
+
+    // WAL mode is a property of the file, visible to any other connection.
+    let raw = rusqlite::Connection::open(store.path()).expect("raw open");
+    let mode: String = raw
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .expect("mode");
+    assert_eq!(mode, "wal");
+    let version: i64 = raw
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("version");
+    assert_eq!(version, pragmas.user_version);
+    drop(raw);
+    drop(store);
+    let reopened = SqliteStore::open(options(&dir)).expect("reopen");
+    assert_eq!(
+        reopened
+            .writer_pragmas()
+            .await
+            .expect("pragmas")
+            .user_version,
+        pragmas.user_version
+    );
+}
+
+// Proves a row that does not decode is reported as corrupt rather than panicking, and a file
+// from a newer schema is refused rather than misread.
+#[tokio::test]
+async fn bad_rows_are_corrupt_not_panics() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(options(&dir)).expect("open");
+    store
+        .jobs_submit(vec![admitted(job_id(1), &one_step(), at(0))])
+        .await
+        .expect("submit");
+    let raw = rusqlite::Connection::open(store.path()).expect("raw open");
+    raw.execute("UPDATE steps SET state = 'exploded'", [])
+        .expect("vandalise");
+    assert!(matches!(
+        store.job_get(job_id(1)).await,
+        Err(Error::Corrupt(_))
+    ));
+    let apply = store
+        .job_apply(job_id(1), overseer_core::Command::Cancel, at(1))
+        .await;
+    assert!(matches!(apply, Err(Error::Corrupt(_))), "{apply:?}");
+    // The writer survives a failed write.
+    store.ping().await.expect("ping");
+    store
+        .jobs_submit(vec![admitted(job_id(2), &one_step(), at(0))])
+        .await
+        .expect("submit after");
+
+    raw.pragma_update(None, "user_version", 999)
+        .expect("bump version");
+    drop(raw);
+    drop(store);
+    assert!(matches!(
+        SqliteStore::open(options(&dir)),
+        Err(Error::Corrupt(_))
+    ));
+}
