@@ -97,11 +97,21 @@ impl Error {
 }
 
 /// A handle on one Overseer server. Cheap to clone: clones share one connection pool.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: Url,
     token: Option<String>,
+}
+
+/// Written by hand so the token never ends up in a log line.
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// A JSON body borrowed from the caller, so a batch need not be cloned to be sent.
@@ -119,8 +129,17 @@ impl Client {
             message,
         };
         let base = Url::parse(base_url).map_err(|e| bad(e.to_string()))?;
-        if !matches!(base.scheme(), "http" | "https") {
-            return Err(bad("the scheme must be http or https".into()));
+        match base.scheme() {
+            "http" => {}
+            // The workspace builds reqwest without TLS; saying so here beats a transport error
+            // on every request (which an agent would retry forever).
+            "https" => {
+                return Err(bad(
+                    "https is not supported by this build; use http (e.g. behind a TLS-terminating proxy)"
+                        .into(),
+                ))
+            }
+            _ => return Err(bad("the scheme must be http".into())),
         }
         if base.cannot_be_a_base() {
             return Err(bad("not a base URL".into()));
@@ -441,6 +460,12 @@ mod tests {
             "http://example.test/v1/jobs:batch"
         );
         assert!(Client::new("ftp://example.test", None).is_err());
+        assert!(Client::new("https://example.test", None).is_err());
+        let shown = format!(
+            "{:?}",
+            Client::new("http://h", Some("s3cret".into())).unwrap()
+        );
+        assert!(!shown.contains("s3cret"), "{shown}");
         assert!(Client::new("not a url", None).is_err());
     }
 

@@ -546,13 +546,13 @@ mod tests {
     // Proves the stderr tail keeps only the last bytes and marks the cut.
     #[test]
     fn tail_keeps_the_end() {
-        let mut t = Tail::new(8);
+        let mut t = Tail::new(10);
         for _ in 0..1000 {
             t.push(b"0123456789");
         }
         t.push(b"the end\n");
         let s = t.into_string();
-        assert_eq!(s, "…9the end");
+        assert_eq!(s, "…89the end");
         let mut t = Tail::new(100);
         t.push(b"short\n");
         assert_eq!(t.into_string(), "short");

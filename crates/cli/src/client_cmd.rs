@@ -19,16 +19,20 @@ pub fn connect(remote: &Remote) -> anyhow::Result<Client> {
 }
 
 fn parse_job(raw: &str) -> anyhow::Result<JobId> {
-    raw.parse().with_context(|| format!("`{raw}` is not a job id"))
+    raw.parse()
+        .with_context(|| format!("`{raw}` is not a job id"))
 }
 
 /// Reads a job spec as JSON, or as YAML when it is not JSON.
 fn read_spec(file: &Path) -> anyhow::Result<Value> {
     let mut text = String::new();
     if file == Path::new("-") {
-        std::io::stdin().read_to_string(&mut text).context("cannot read the job spec from standard input")?;
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the job spec from standard input")?;
     } else {
-        text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+        text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
     }
     if let Ok(v) = serde_json::from_str::<Value>(&text) {
         return Ok(v);
@@ -43,7 +47,12 @@ fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn submit(remote: &Remote, file: &Path, wait: bool, output: Output) -> anyhow::Result<ExitCode> {
+pub async fn submit(
+    remote: &Remote,
+    file: &Path,
+    wait: bool,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
     let spec = read_spec(file)?;
     let client = connect(remote)?;
     let (job, created) = client.submit_value(&spec).await?;
@@ -101,7 +110,12 @@ async fn follow(client: &Client, id: JobId) -> anyhow::Result<JobView> {
     }
 }
 
-pub async fn status(remote: &Remote, raw: &str, watch: bool, output: Output) -> anyhow::Result<ExitCode> {
+pub async fn status(
+    remote: &Remote,
+    raw: &str,
+    watch: bool,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
     let id = parse_job(raw)?;
     let client = connect(remote)?;
     if !watch {
@@ -183,13 +197,19 @@ pub async fn jobs(
         }
     }
     let client = connect(remote)?;
-    let list = client.jobs(state.as_deref(), &labels, Some(limit), cursor.as_deref()).await?;
+    let list = client
+        .jobs(state.as_deref(), &labels, Some(limit), cursor.as_deref())
+        .await?;
     match output {
         Output::Json => print_json(&list)?,
         Output::Human => {
-            println!("{:<38} {:<12} {:<26} {:>5}  LABELS", "ID", "STATE", "CREATED", "STEPS");
+            println!(
+                "{:<38} {:<12} {:<26} {:>5}  LABELS",
+                "ID", "STATE", "CREATED", "STEPS"
+            );
             for j in &list.jobs {
-                let labels: Vec<String> = j.labels.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                let labels: Vec<String> =
+                    j.labels.iter().map(|(k, v)| format!("{k}:{v}")).collect();
                 println!(
                     "{:<38} {:<12} {:<26} {:>5}  {}",
                     j.id.to_string(),

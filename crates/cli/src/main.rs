@@ -10,7 +10,11 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "overseer", version, about = "A durable job scheduler: submit DAG jobs, run agents, let the supervisor heal the rest.")]
+#[command(
+    name = "overseer",
+    version,
+    about = "A durable job scheduler: submit DAG jobs, run agents, let the supervisor heal the rest."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -20,7 +24,12 @@ struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct Remote {
     /// The server's base URL.
-    #[arg(long, global = true, env = "OVERSEER_SERVER", default_value = "http://127.0.0.1:7433")]
+    #[arg(
+        long,
+        global = true,
+        env = "OVERSEER_SERVER",
+        default_value = "http://127.0.0.1:7433"
+    )]
     pub server: String,
     /// A bearer token sent with every request.
     #[arg(long, global = true, env = "OVERSEER_TOKEN", hide_env_values = true)]
@@ -92,7 +101,10 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -102,12 +114,31 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Cmd::Server(args) => server_cmd::run(args).await,
-            Cmd::Submit { file, wait, output, remote } => client_cmd::submit(&remote, &file, wait, output).await,
-            Cmd::Status { job, watch, output, remote } => client_cmd::status(&remote, &job, watch, output).await,
-            Cmd::Jobs { state, label, limit, cursor, output, remote } => {
-                client_cmd::jobs(&remote, state, label, limit, cursor, output).await
-            }
-            Cmd::Cancel { job, output, remote } => client_cmd::cancel(&remote, &job, output).await,
+            Cmd::Submit {
+                file,
+                wait,
+                output,
+                remote,
+            } => client_cmd::submit(&remote, &file, wait, output).await,
+            Cmd::Status {
+                job,
+                watch,
+                output,
+                remote,
+            } => client_cmd::status(&remote, &job, watch, output).await,
+            Cmd::Jobs {
+                state,
+                label,
+                limit,
+                cursor,
+                output,
+                remote,
+            } => client_cmd::jobs(&remote, state, label, limit, cursor, output).await,
+            Cmd::Cancel {
+                job,
+                output,
+                remote,
+            } => client_cmd::cancel(&remote, &job, output).await,
             Cmd::Agent(args) => agent_cmd::run(args).await,
         }
     });
@@ -128,7 +159,10 @@ pub fn init_logging(format: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::env::var_os("NO_COLOR").is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_ansi(
+            std::env::var_os("NO_COLOR").is_none()
+                && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        );
     if format == "json" {
         builder.json().init();
     } else {

@@ -39,7 +39,8 @@ pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read config file {}", path.display()))?;
-            toml::from_str::<Config>(&text).with_context(|| format!("invalid config file {}", path.display()))?
+            toml::from_str::<Config>(&text)
+                .with_context(|| format!("invalid config file {}", path.display()))?
         }
         None => Config::default(),
     };
@@ -62,7 +63,8 @@ pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let config = build_config(&args)?;
     crate::init_logging(&config.log_format);
-    let store = overseer_server::open_store(&config).with_context(|| format!("cannot open store {}", config.db))?;
+    let store = overseer_server::open_store(&config)
+        .with_context(|| format!("cannot open store {}", config.db))?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

@@ -18,36 +18,76 @@ async fn walkthrough_job_succeeds_with_parallel_steps() {
     let mut agents = Vec::new();
     for name in ["accounts", "dns", "storage", "deploy"] {
         let script = root.join(format!("examples/agents/{name}.sh"));
-        agents.push(Agent::start_with(&server, name, &[], &[script.to_str().unwrap()]));
+        agents.push(Agent::start_with(
+            &server,
+            name,
+            &[],
+            &[script.to_str().unwrap()],
+        ));
     }
     let out = std::process::Command::new(BIN)
-        .args(["submit", "examples/provision-site.json", "--wait", "--server", &server.url])
+        .args([
+            "submit",
+            "examples/provision-site.json",
+            "--wait",
+            "--server",
+            &server.url,
+        ])
         .current_dir(&root)
         .output()
         .expect("run overseer submit");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "submit --wait failed: {stderr}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(stderr.contains("step_succeeded"), "progress shows steps: {stderr}");
+    assert!(
+        stderr.contains("step_succeeded"),
+        "progress shows steps: {stderr}"
+    );
 
     let job = server.api().job(&id).await;
     assert_eq!(job["state"], "succeeded", "{job}");
-    let (dns, storage, deploy) = (step(&job, "provision-dns"), step(&job, "provision-storage"), step(&job, "deploy-site"));
+    let (dns, storage, deploy) = (
+        step(&job, "provision-dns"),
+        step(&job, "provision-storage"),
+        step(&job, "deploy-site"),
+    );
     let (dns_start, dns_end) = (millis(&dns["started_at"]), millis(&dns["finished_at"]));
-    let (st_start, st_end) = (millis(&storage["started_at"]), millis(&storage["finished_at"]));
-    assert!(dns_start < st_end && st_start < dns_end, "dns and storage overlap in time: {job}");
-    assert!(millis(&deploy["started_at"]) >= dns_end.max(st_end), "deploy starts after both: {job}");
+    let (st_start, st_end) = (
+        millis(&storage["started_at"]),
+        millis(&storage["finished_at"]),
+    );
+    assert!(
+        dns_start < st_end && st_start < dns_end,
+        "dns and storage overlap in time: {job}"
+    );
+    assert!(
+        millis(&deploy["started_at"]) >= dns_end.max(st_end),
+        "deploy starts after both: {job}"
+    );
     assert_eq!(deploy["result"]["status"], "live");
     let account = step(&job, "create-account");
-    assert!(account["result"]["account_id"].as_str().unwrap().starts_with("acct-"));
+    assert!(account["result"]["account_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("acct-"));
 
     // The YAML form of the same job is accepted too.
     let out = std::process::Command::new(BIN)
-        .args(["submit", "examples/provision-site.yaml", "--wait", "--server", &server.url])
+        .args([
+            "submit",
+            "examples/provision-site.yaml",
+            "--wait",
+            "--server",
+            &server.url,
+        ])
         .current_dir(&root)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 // Proves that killing the server (SIGKILL) while a step runs loses nothing: after a restart on
@@ -57,7 +97,10 @@ async fn server_restart_mid_job_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
     let marker = dir.path().join("slow-started");
-    let script = format!("cat >/dev/null; touch {}; sleep 3; echo '\"slow done\"'", marker.display());
+    let script = format!(
+        "cat >/dev/null; touch {}; sleep 3; echo '\"slow done\"'",
+        marker.display()
+    );
     let _slow = Agent::start(&server, "slow", &script);
     let _fast = Agent::start(&server, "fast", "cat >/dev/null; echo '\"fast done\"'");
     let api = server.api();
@@ -75,7 +118,11 @@ async fn server_restart_mid_job_loses_nothing() {
     server.restart();
     let job = server.api().wait_terminal(&id).await;
     assert_eq!(job["state"], "succeeded", "{job}");
-    assert_eq!(step(&job, "first")["attempt"], 1, "the running attempt survived the restart: {job}");
+    assert_eq!(
+        step(&job, "first")["attempt"],
+        1,
+        "the running attempt survived the restart: {job}"
+    );
     assert_eq!(step(&job, "second")["result"], "fast done");
 }
 
@@ -93,8 +140,10 @@ async fn killed_agent_step_runs_again_elsewhere() {
         &format!("cat >/dev/null; touch {}; sleep 60", marker.display()),
     );
     let id = api
-        .submit(&json!({"steps": [{"name": "only", "agent": "work", "timeout": "2s",
-            "backoff": {"initial": "100ms"}}]}))
+        .submit(
+            &json!({"steps": [{"name": "only", "agent": "work", "timeout": "2s",
+            "backoff": {"initial": "100ms"}}]}),
+        )
         .await;
     wait_for("the first attempt to start", || {
         let m = marker.clone();
@@ -110,13 +159,26 @@ async fn killed_agent_step_runs_again_elsewhere() {
     let s = step(&job, "only");
     assert_eq!(s["attempt"], 2, "{job}");
     assert_eq!(s["failures"], 1, "{job}");
-    let kinds: Vec<String> = api.events(&id).await.iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect();
-    assert!(kinds.contains(&"step_lease_expired".to_string()), "{kinds:?}");
+    let kinds: Vec<String> = api
+        .events(&id)
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        kinds.contains(&"step_lease_expired".to_string()),
+        "{kinds:?}"
+    );
     eprintln!("recovered {recovered_in:?} after the kill (timeout 2s, sweep 200ms)");
 }
 
 async fn lease(api: &Api, agent: &str) -> Value {
-    let (status, body) = api.post(&format!("/v1/agents/{agent}/leases"), &json!({"worker": "t", "wait": "10s"})).await;
+    let (status, body) = api
+        .post(
+            &format!("/v1/agents/{agent}/leases"),
+            &json!({"worker": "t", "wait": "10s"}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     let leases = body["leases"].as_array().unwrap();
     assert_eq!(leases.len(), 1, "{body}");
@@ -131,8 +193,10 @@ async fn stale_completions_are_refused() {
     let server = Server::start(dir.path());
     let api = server.api();
     let id = api
-        .submit(&json!({"steps": [{"name": "s", "agent": "fenced", "timeout": "500ms",
-            "backoff": {"initial": "100ms", "max": "100ms"}}]}))
+        .submit(
+            &json!({"steps": [{"name": "s", "agent": "fenced", "timeout": "500ms",
+            "backoff": {"initial": "100ms", "max": "100ms"}}]}),
+        )
         .await;
     let first = lease(&api, "fenced").await;
     assert_eq!(first["attempt"], 1);
@@ -149,35 +213,69 @@ async fn stale_completions_are_refused() {
         }
     })
     .await;
-    let (status, body) = api.post(&format!("/v1/leases/{lease_id}/complete"), &json!({"result": "late"})).await;
+    let (status, body) = api
+        .post(
+            &format!("/v1/leases/{lease_id}/complete"),
+            &json!({"result": "late"}),
+        )
+        .await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["status"], 409);
-    let (status, _) = api.post(&format!("/v1/leases/{lease_id}/heartbeat"), &json!({})).await;
+    let (status, _) = api
+        .post(&format!("/v1/leases/{lease_id}/heartbeat"), &json!({}))
+        .await;
     assert_eq!(status, 409);
     let unchanged = api.job(&id).await;
-    assert_eq!(step(&unchanged, "s"), step(&job_after_expiry, "s"), "a refused report changes nothing");
+    assert_eq!(
+        step(&unchanged, "s"),
+        step(&job_after_expiry, "s"),
+        "a refused report changes nothing"
+    );
 
     // A second attempt supersedes the first: the first's report is still refused.
     let second = lease(&api, "fenced").await;
     assert_eq!(second["attempt"], 2);
-    assert_eq!(second["idempotency_key"], first["idempotency_key"], "stable across attempts");
-    let (status, _) = api.post(&format!("/v1/leases/{lease_id}/complete"), &json!({"result": "late"})).await;
+    assert_eq!(
+        second["idempotency_key"], first["idempotency_key"],
+        "stable across attempts"
+    );
+    let (status, _) = api
+        .post(
+            &format!("/v1/leases/{lease_id}/complete"),
+            &json!({"result": "late"}),
+        )
+        .await;
     assert_eq!(status, 409);
-    let (status, _) = api.post(&format!("/v1/leases/{lease_id}/fail"), &json!({"error": "late"})).await;
+    let (status, _) = api
+        .post(
+            &format!("/v1/leases/{lease_id}/fail"),
+            &json!({"error": "late"}),
+        )
+        .await;
     assert_eq!(status, 409);
     let running = api.job(&id).await;
     assert_eq!(step(&running, "s")["state"], "running");
     assert_eq!(step(&running, "s")["attempt"], 2);
 
     let second_id = second["lease_id"].as_str().unwrap();
-    let (status, body) = api.post(&format!("/v1/leases/{second_id}/complete"), &json!({"result": "fresh"})).await;
+    let (status, body) = api
+        .post(
+            &format!("/v1/leases/{second_id}/complete"),
+            &json!({"result": "fresh"}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     let done = api.job(&id).await;
     assert_eq!(done["state"], "succeeded");
     assert_eq!(step(&done, "s")["result"], "fresh");
 
     // An unknown lease is 404, a malformed one 400.
-    let (status, _) = api.post("/v1/leases/00000000-0000-4000-8000-000000000000/complete", &json!({})).await;
+    let (status, _) = api
+        .post(
+            "/v1/leases/00000000-0000-4000-8000-000000000000/complete",
+            &json!({}),
+        )
+        .await;
     assert_eq!(status, 404);
     let (status, body) = api.post("/v1/leases/nope/complete", &json!({})).await;
     assert_eq!(status, 400);
@@ -191,7 +289,11 @@ async fn always_failing_step_fails_after_max_attempts() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let api = server.api();
-    let _agent = Agent::start(&server, "broken", "cat >/dev/null; echo 'disk on fire' >&2; exit 1");
+    let _agent = Agent::start(
+        &server,
+        "broken",
+        "cat >/dev/null; echo 'disk on fire' >&2; exit 1",
+    );
     let id = api
         .submit(&json!({"steps": [
             {"name": "doomed", "agent": "broken", "max_attempts": 3,
@@ -205,22 +307,45 @@ async fn always_failing_step_fails_after_max_attempts() {
     assert_eq!(s["state"], "failed");
     assert_eq!(s["attempt"], 3);
     assert_eq!(s["failures"], 3);
-    assert!(s["last_error"].as_str().unwrap().contains("disk on fire"), "{s}");
+    assert!(
+        s["last_error"].as_str().unwrap().contains("disk on fire"),
+        "{s}"
+    );
     assert_eq!(step(&job, "after")["state"], "cancelled");
-    assert_eq!(step(&job, "after")["attempt"], 0, "a dependant never starts");
+    assert_eq!(
+        step(&job, "after")["attempt"],
+        0,
+        "a dependant never starts"
+    );
 
     let events = api.events(&id).await;
-    let retries: Vec<&Value> = events.iter().filter(|e| e["kind"] == "step_retry_scheduled").collect();
+    let retries: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "step_retry_scheduled")
+        .collect();
     assert_eq!(retries.len(), 2, "{events:?}");
-    let delay = |e: &Value| e["detail"]["delay"].as_str().unwrap().trim_end_matches("ms").parse::<u64>().unwrap_or(0);
+    let delay = |e: &Value| {
+        e["detail"]["delay"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches("ms")
+            .parse::<u64>()
+            .unwrap_or(0)
+    };
     // Jitter shortens a delay by at most half: 100..=200 then 200..=400.
     assert!((100..=200).contains(&delay(retries[0])), "{}", retries[0]);
     assert!((200..=400).contains(&delay(retries[1])), "{}", retries[1]);
-    let leased: Vec<&Value> = events.iter().filter(|e| e["kind"] == "step_leased").collect();
+    let leased: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "step_leased")
+        .collect();
     assert_eq!(leased.len(), 3);
     for (retry, next) in retries.iter().zip(&leased[1..]) {
         let due = millis(&retry["detail"]["next_attempt_at"]);
-        assert!(millis(&next["at"]) >= due, "no attempt starts before its backoff ends");
+        assert!(
+            millis(&next["at"]) >= due,
+            "no attempt starts before its backoff ends"
+        );
     }
     assert!(events.iter().any(|e| e["kind"] == "job_failed"));
 }
@@ -230,40 +355,99 @@ async fn always_failing_step_fails_after_max_attempts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_problems_not_panics() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    // Small limits from a TOML file, so an oversized body fits in the socket buffers and the
+    // client reads the 413 instead of racing the server's close.
+    let config = dir.path().join("overseer.toml");
+    std::fs::write(
+        &config,
+        "[limits]\nbody_bytes = 16384\npayload_bytes = 4096\n",
+    )
+    .unwrap();
+    let server = Server::start_with(dir.path(), &["--config", config.to_str().unwrap()]);
     let api = server.api();
     let cases: Vec<(Value, u16, &str)> = vec![
         (json!({"steps": []}), 400, "steps"),
-        (json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["b"]}, {"name": "b", "agent": "x", "depends_on": ["a"]}]}), 400, "steps[0].depends_on"),
-        (json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["nope"]}]}), 400, "steps[0].depends_on[0]"),
-        (json!({"steps": [{"name": "a", "agent": "x"}, {"name": "a", "agent": "y"}]}), 400, "steps[1].name"),
-        (json!({"steps": [{"name": "a", "agent": "x", "timeout": "forever"}]}), 400, "steps[0].timeout"),
-        (json!({"run_at": "next tuesday", "steps": [{"name": "a", "agent": "x"}]}), 400, "run_at"),
-        (json!({"steps": [{"name": "a", "agent": "x", "colour": "blue"}]}), 400, "steps[0]"),
-        (json!({"steps": [{"name": "a", "agent": "x"}], "urgency": 1}), 400, ""),
+        (
+            json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["b"]}, {"name": "b", "agent": "x", "depends_on": ["a"]}]}),
+            400,
+            "steps[0].depends_on",
+        ),
+        (
+            json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["nope"]}]}),
+            400,
+            "steps[0].depends_on[0]",
+        ),
+        (
+            json!({"steps": [{"name": "a", "agent": "x"}, {"name": "a", "agent": "y"}]}),
+            400,
+            "steps[1].name",
+        ),
+        (
+            json!({"steps": [{"name": "a", "agent": "x", "timeout": "forever"}]}),
+            400,
+            "steps[0].timeout",
+        ),
+        (
+            json!({"run_at": "next tuesday", "steps": [{"name": "a", "agent": "x"}]}),
+            400,
+            "run_at",
+        ),
+        (
+            json!({"steps": [{"name": "a", "agent": "x", "colour": "blue"}]}),
+            400,
+            "steps[0]",
+        ),
+        (
+            json!({"steps": [{"name": "a", "agent": "x"}], "urgency": 1}),
+            400,
+            "",
+        ),
     ];
     for (body, status, field) in cases {
         let (got, problem) = api.post("/v1/jobs", &body).await;
         assert_eq!(got, status, "{body} -> {problem}");
         assert_eq!(problem["status"], status);
-        assert!(problem["title"].is_string() && problem["type"].is_string() && problem["detail"].is_string(), "{problem}");
+        assert!(
+            problem["title"].is_string()
+                && problem["type"].is_string()
+                && problem["detail"].is_string(),
+            "{problem}"
+        );
         if !field.is_empty() {
-            assert!(problem["field"].as_str().unwrap_or("").starts_with(field), "{body} -> {problem}");
+            assert!(
+                problem["field"].as_str().unwrap_or("").starts_with(field),
+                "{body} -> {problem}"
+            );
         } else {
-            assert!(problem["detail"].as_str().unwrap().contains("urgency"), "{problem}");
+            assert!(
+                problem["detail"].as_str().unwrap().contains("urgency"),
+                "{problem}"
+            );
         }
     }
     let (status, problem) = api.post_raw("/v1/jobs", b"{not json".to_vec()).await;
     assert_eq!(status, 400, "{problem}");
-    let huge = vec![b' '; 5 << 20];
-    let (status, _) = api.post_raw("/v1/jobs", huge).await;
-    assert_eq!(status, 413);
+    let (status, problem) = api.post_raw("/v1/jobs", vec![b' '; 20_000]).await;
+    assert_eq!(status, 413, "{problem}");
+    let big = "x".repeat(5_000);
+    let (status, problem) = api
+        .post(
+            "/v1/jobs",
+            &json!({"steps": [{"name": "a", "agent": "x", "payload": big}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["field"], "steps[0].payload");
     let (status, _) = api.get("/v1/jobs/not-a-uuid").await;
     assert_eq!(status, 400);
-    let (status, _) = api.get("/v1/jobs/0190b2a0-0000-7000-8000-000000000000").await;
+    let (status, _) = api
+        .get("/v1/jobs/0190b2a0-0000-7000-8000-000000000000")
+        .await;
     assert_eq!(status, 404);
     // Still serving.
-    let id = api.submit(&json!({"steps": [{"name": "a", "agent": "x"}]})).await;
+    let id = api
+        .submit(&json!({"steps": [{"name": "a", "agent": "x"}]}))
+        .await;
     assert_eq!(api.job(&id).await["state"], "running");
     let (status, _) = api.get("/healthz").await;
     assert_eq!(status, 200);
@@ -281,7 +465,11 @@ async fn cancel_stops_a_running_job() {
     let _agent = Agent::start(
         &server,
         "long",
-        &format!("cat >/dev/null; touch {}; sleep 20; touch {}", marker.display(), finished.display()),
+        &format!(
+            "cat >/dev/null; touch {}; sleep 20; touch {}",
+            marker.display(),
+            finished.display()
+        ),
     );
     let id = api
         .submit(&json!({"steps": [
@@ -298,14 +486,21 @@ async fn cancel_stops_a_running_job() {
         .args(["cancel", &id, "--server", &server.url])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let job = api.wait_terminal(&id).await;
     assert_eq!(job["state"], "cancelled", "{job}");
     assert_eq!(job["desired_state"], "cancelled");
     assert_eq!(step(&job, "long")["state"], "cancelled");
     assert_eq!(step(&job, "next")["state"], "cancelled");
     assert_eq!(step(&job, "next")["attempt"], 0);
-    assert!(!finished.exists(), "the command was stopped, not left to finish");
+    assert!(
+        !finished.exists(),
+        "the command was stopped, not left to finish"
+    );
     // Cancelling a finished job is a clear 409.
     let (status, body) = api.post(&format!("/v1/jobs/{id}/cancel"), &json!({})).await;
     assert_eq!(status, 409, "{body}");

@@ -42,15 +42,33 @@ pub enum Command {
     /// The job's `run_at` has come.
     Activate,
     /// An agent takes a lease on a ready step.
-    Claim { step: usize, lease_id: LeaseId, worker: String },
+    Claim {
+        step: usize,
+        lease_id: LeaseId,
+        worker: String,
+    },
     /// The holder of a lease asks for more time.
     Heartbeat { step: usize, attempt: u32 },
     /// The holder of a lease reports success.
-    Complete { step: usize, attempt: u32, result: Value },
+    Complete {
+        step: usize,
+        attempt: u32,
+        result: Value,
+    },
     /// The holder of a lease reports failure. `jitter` in `[0, 1)` spreads the retry.
-    Fail { step: usize, attempt: u32, error: String, retryable: bool, jitter: f64 },
+    Fail {
+        step: usize,
+        attempt: u32,
+        error: String,
+        retryable: bool,
+        jitter: f64,
+    },
     /// The supervisor found the lease past its expiry with no report.
-    Expire { step: usize, attempt: u32, jitter: f64 },
+    Expire {
+        step: usize,
+        attempt: u32,
+        jitter: f64,
+    },
     /// A client wants the job stopped.
     Cancel,
 }
@@ -95,7 +113,10 @@ pub enum Rejection {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
     Done,
-    Heartbeat { lease_expires_at: Timestamp, cancel: bool },
+    Heartbeat {
+        lease_expires_at: Timestamp,
+        cancel: bool,
+    },
     /// The report was stale and is refused (409), but refusing it settled the step: its job no
     /// longer wanted the work, so the step is now `cancelled`.
     Refused(Rejection),
@@ -154,7 +175,11 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             w.start();
             Reply::Done
         }
-        Command::Claim { step, lease_id, worker } => {
+        Command::Claim {
+            step,
+            lease_id,
+            worker,
+        } => {
             let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
             let claimable = w.job.state == JobState::Running
                 && w.job.desired_state == DesiredState::Succeeded
@@ -169,7 +194,7 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             s.lease_id = Some(lease_id);
             s.worker = Some(worker.clone());
             s.started_at = Some(now);
-            s.lease_expires_at = Some(now.add(s.timeout));
+            s.lease_expires_at = Some(now.plus(s.timeout));
             s.next_attempt_at = None;
             let (attempt, expires) = (s.attempt, s.lease_expires_at);
             w.event(
@@ -184,11 +209,18 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             w.check_live(step, attempt)?;
             let cancel = !w.wants_work();
             let s = &mut w.job.steps[step];
-            let expires = now.add(s.timeout);
+            let expires = now.plus(s.timeout);
             s.lease_expires_at = Some(expires);
-            Reply::Heartbeat { lease_expires_at: expires, cancel }
+            Reply::Heartbeat {
+                lease_expires_at: expires,
+                cancel,
+            }
         }
-        Command::Complete { step, attempt, result } => {
+        Command::Complete {
+            step,
+            attempt,
+            result,
+        } => {
             w.check_live(step, attempt)?;
             if !w.wants_work() {
                 w.cancel_step(step, "its result arrived after the job stopped");
@@ -208,7 +240,13 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
                 Reply::Done
             }
         }
-        Command::Fail { step, attempt, error, retryable, jitter } => {
+        Command::Fail {
+            step,
+            attempt,
+            error,
+            retryable,
+            jitter,
+        } => {
             w.check_live(step, attempt)?;
             w.job.steps[step].last_error = Some(error.clone());
             if !w.wants_work() {
@@ -219,7 +257,11 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             w.settle();
             Reply::Done
         }
-        Command::Expire { step, attempt, jitter } => {
+        Command::Expire {
+            step,
+            attempt,
+            jitter,
+        } => {
             let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
             let expired = s.state == StepState::Running
                 && s.attempt == attempt
@@ -265,10 +307,21 @@ struct Work {
 
 impl Work {
     fn new(job: Job, now: Timestamp) -> Self {
-        Work { job, now, events: Vec::new(), effects: Vec::new() }
+        Work {
+            job,
+            now,
+            events: Vec::new(),
+            effects: Vec::new(),
+        }
     }
 
-    fn event(&mut self, kind: &'static str, step: Option<usize>, attempt: Option<u32>, detail: Option<Value>) {
+    fn event(
+        &mut self,
+        kind: &'static str,
+        step: Option<usize>,
+        attempt: Option<u32>,
+        detail: Option<Value>,
+    ) {
         self.events.push(NewEvent {
             at: self.now,
             kind,
@@ -365,7 +418,7 @@ impl Work {
         let attempts_left = s.max_attempts == 0 || s.attempt < s.max_attempts;
         if retryable && attempts_left {
             let delay: Span = s.backoff.delay(s.failures, jitter);
-            let at = now.add(delay);
+            let at = now.plus(delay);
             s.state = StepState::Ready;
             s.ready_at = Some(now);
             s.next_attempt_at = Some(at);
@@ -384,7 +437,11 @@ impl Work {
         } else {
             s.state = StepState::Failed;
             s.finished_at = Some(now);
-            let reason = if retryable { "attempts exhausted" } else { "fatal error" };
+            let reason = if retryable {
+                "attempts exhausted"
+            } else {
+                "fatal error"
+            };
             self.event(
                 "step_failed",
                 Some(step),
@@ -401,7 +458,9 @@ impl Work {
         let name = self.job.steps[step].name.clone();
         self.event("job_failed", None, None, Some(json!({ "step": name })));
         self.cancel_unstarted("the job failed");
-        self.effects.push(Effect::Finished { state: JobState::Failed });
+        self.effects.push(Effect::Finished {
+            state: JobState::Failed,
+        });
     }
 
     fn cancel_step(&mut self, step: usize, why: &str) {
@@ -412,13 +471,21 @@ impl Work {
         s.finished_at = Some(now);
         s.lease_expires_at = None;
         s.next_attempt_at = None;
-        self.event("step_cancelled", Some(step), attempt, Some(json!({ "reason": why })));
+        self.event(
+            "step_cancelled",
+            Some(step),
+            attempt,
+            Some(json!({ "reason": why })),
+        );
     }
 
     /// Cancels every step that has not started; running ones learn it from their heartbeat.
     fn cancel_unstarted(&mut self, why: &str) {
         for i in 0..self.job.steps.len() {
-            if matches!(self.job.steps[i].state, StepState::Waiting | StepState::Ready) {
+            if matches!(
+                self.job.steps[i].state,
+                StepState::Waiting | StepState::Ready
+            ) {
                 self.cancel_step(i, why);
             }
         }
@@ -431,8 +498,13 @@ impl Work {
         }
         let steps = &self.job.steps;
         let next = if self.job.desired_state == DesiredState::Cancelled {
-            steps.iter().all(|s| s.state != StepState::Running).then_some(JobState::Cancelled)
-        } else if self.job.state == JobState::Running && steps.iter().all(|s| s.state.satisfies_dependants()) {
+            steps
+                .iter()
+                .all(|s| s.state != StepState::Running)
+                .then_some(JobState::Cancelled)
+        } else if self.job.state == JobState::Running
+            && steps.iter().all(|s| s.state.satisfies_dependants())
+        {
             Some(JobState::Succeeded)
         } else {
             None
@@ -440,7 +512,11 @@ impl Work {
         if let Some(state) = next {
             self.job.state = state;
             self.job.finished_at = Some(self.now);
-            let kind = if state == JobState::Succeeded { "job_succeeded" } else { "job_cancelled" };
+            let kind = if state == JobState::Succeeded {
+                "job_succeeded"
+            } else {
+                "job_cancelled"
+            };
             self.event(kind, None, None, None);
             self.effects.push(Effect::Finished { state });
         }

@@ -227,7 +227,10 @@ impl JobSpec {
         for (k, v) in &self.labels {
             check_name(&format!("labels.{k}"), k, limits)?;
             if k.contains(':') {
-                return Err(SpecError::new(format!("labels.{k}"), "label keys cannot contain ':'"));
+                return Err(SpecError::new(
+                    format!("labels.{k}"),
+                    "label keys cannot contain ':'",
+                ));
             }
             if v.len() > limits.name_bytes {
                 return Err(SpecError::new(
@@ -255,9 +258,9 @@ impl JobSpec {
                 return Err(SpecError::unsupported(
                     "on_failure",
                     format!(
-                        "on_failure \"{}\" is not supported by this server version yet (only \"fail\")",
-                        other.as_str()
-                    ),
+                    "on_failure \"{}\" is not supported by this server version yet (only \"fail\")",
+                    other.as_str()
+                ),
                 ))
             }
         }
@@ -281,7 +284,9 @@ impl JobSpec {
                 ));
             }
             check_name(&at("agent"), &step.agent, limits)?;
-            let payload_len = serde_json::to_vec(&step.payload).map(|v| v.len()).unwrap_or(0);
+            let payload_len = serde_json::to_vec(&step.payload)
+                .map(|v| v.len())
+                .unwrap_or(0);
             if payload_len > limits.payload_bytes {
                 return Err(SpecError::new(
                     at("payload"),
@@ -295,7 +300,10 @@ impl JobSpec {
                 if t < MIN_TIMEOUT || t > limits.timeout_max {
                     return Err(SpecError::new(
                         at("timeout"),
-                        format!("timeout must be between {MIN_TIMEOUT} and {}", limits.timeout_max),
+                        format!(
+                            "timeout must be between {MIN_TIMEOUT} and {}",
+                            limits.timeout_max
+                        ),
                     ));
                 }
             }
@@ -312,10 +320,16 @@ impl JobSpec {
             }
             if let Some(b) = &step.backoff {
                 if !(b.factor.is_finite() && (1.0..=100.0).contains(&b.factor)) {
-                    return Err(SpecError::new(at("backoff.factor"), "factor must be between 1 and 100"));
+                    return Err(SpecError::new(
+                        at("backoff.factor"),
+                        "factor must be between 1 and 100",
+                    ));
                 }
                 if b.max < b.initial {
-                    return Err(SpecError::new(at("backoff.max"), "max must not be below initial"));
+                    return Err(SpecError::new(
+                        at("backoff.max"),
+                        "max must not be below initial",
+                    ));
                 }
             }
             if step.compensate.is_some() {
@@ -330,7 +344,10 @@ impl JobSpec {
             for (j, dep) in step.depends_on.iter().enumerate() {
                 let field = format!("steps[{i}].depends_on[{j}]");
                 if dep == &step.name {
-                    return Err(SpecError::new(field, format!("step `{dep}` depends on itself")));
+                    return Err(SpecError::new(
+                        field,
+                        format!("step `{dep}` depends on itself"),
+                    ));
                 }
                 if !index.contains_key(dep.as_str()) {
                     return Err(SpecError::new(field, format!("unknown step `{dep}`")));
@@ -356,7 +373,10 @@ fn check_name(field: &str, value: &str, limits: &Limits) -> Result<(), SpecError
         return Err(SpecError::new(field, "must not be empty"));
     }
     if value.len() > limits.name_bytes {
-        return Err(SpecError::new(field, format!("at most {} bytes", limits.name_bytes)));
+        return Err(SpecError::new(
+            field,
+            format!("at most {} bytes", limits.name_bytes),
+        ));
     }
     if value.chars().any(|c| c.is_control()) {
         return Err(SpecError::new(field, "must not contain control characters"));
@@ -391,8 +411,10 @@ fn find_cycle(steps: &[StepSpec], index: &HashMap<&str, usize>) -> Option<Vec<St
                     }
                     Mark::Open => {
                         let from = stack.iter().position(|&(n, _)| n == d).unwrap_or(0);
-                        let mut names: Vec<String> =
-                            stack[from..].iter().map(|&(n, _)| steps[n].name.clone()).collect();
+                        let mut names: Vec<String> = stack[from..]
+                            .iter()
+                            .map(|&(n, _)| steps[n].name.clone())
+                            .collect();
                         names.push(steps[d].name.clone());
                         return Some(names);
                     }
@@ -442,21 +464,54 @@ mod tests {
         let cases = vec![
             (json!({"steps": []}), "steps"),
             (json!({"steps": [{"name": "a"}]}), "steps[0]"),
-            (json!({"steps": [{"name": "a", "agent": "x", "bogus": 1}]}), "steps[0]"),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "bogus": 1}]}),
+                "steps[0]",
+            ),
             (json!({"stepz": []}), ""),
-            (json!({"steps": [{"name": "a", "agent": "x"}, {"name": "a", "agent": "x"}]}), "steps[1].name"),
-            (json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["zz"]}]}), "steps[0].depends_on[0]"),
-            (json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["a"]}]}), "steps[0].depends_on[0]"),
-            (json!({"steps": [{"name": "a", "agent": "x", "timeout": "soon"}]}), "steps[0].timeout"),
-            (json!({"steps": [{"name": "a", "agent": "x", "timeout": "1ms"}]}), "steps[0].timeout"),
-            (json!({"run_at": "yesterday", "steps": [{"name": "a", "agent": "x"}]}), "run_at"),
-            (json!({"steps": [{"name": "", "agent": "x"}]}), "steps[0].name"),
-            (json!({"steps": [{"name": "a", "agent": "x", "backoff": {"initial": "1s", "factor": 0.5}}]}), "steps[0].backoff.factor"),
-            (json!({"priority": "high", "steps": [{"name": "a", "agent": "x"}]}), "priority"),
+            (
+                json!({"steps": [{"name": "a", "agent": "x"}, {"name": "a", "agent": "x"}]}),
+                "steps[1].name",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["zz"]}]}),
+                "steps[0].depends_on[0]",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "depends_on": ["a"]}]}),
+                "steps[0].depends_on[0]",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "timeout": "soon"}]}),
+                "steps[0].timeout",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "timeout": "1ms"}]}),
+                "steps[0].timeout",
+            ),
+            (
+                json!({"run_at": "yesterday", "steps": [{"name": "a", "agent": "x"}]}),
+                "run_at",
+            ),
+            (
+                json!({"steps": [{"name": "", "agent": "x"}]}),
+                "steps[0].name",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "backoff": {"initial": "1s", "factor": 0.5}}]}),
+                "steps[0].backoff.factor",
+            ),
+            (
+                json!({"priority": "high", "steps": [{"name": "a", "agent": "x"}]}),
+                "priority",
+            ),
         ];
         for (body, field) in cases {
             let got = field_of(body.clone());
-            assert!(got.starts_with(field), "{body}: expected field {field:?}, got {got:?}");
+            assert!(
+                got.starts_with(field),
+                "{body}: expected field {field:?}, got {got:?}"
+            );
         }
     }
 
@@ -479,15 +534,24 @@ mod tests {
     fn limits_apply() {
         let steps: Vec<Value> = (0..100)
             .map(|i| {
-                let deps: Vec<String> = if i == 0 { vec![] } else { vec![format!("s{}", i - 1)] };
+                let deps: Vec<String> = if i == 0 {
+                    vec![]
+                } else {
+                    vec![format!("s{}", i - 1)]
+                };
                 json!({"name": format!("s{i}"), "agent": "x", "depends_on": deps})
             })
             .collect();
         assert!(spec(json!({ "steps": steps })).is_ok());
-        let too_many: Vec<Value> = (0..101).map(|i| json!({"name": format!("s{i}"), "agent": "x"})).collect();
+        let too_many: Vec<Value> = (0..101)
+            .map(|i| json!({"name": format!("s{i}"), "agent": "x"}))
+            .collect();
         assert_eq!(field_of(json!({ "steps": too_many })), "steps");
         let big = "x".repeat(300 << 10);
-        assert_eq!(field_of(json!({"steps": [{"name": "a", "agent": "x", "payload": big}]})), "steps[0].payload");
+        assert_eq!(
+            field_of(json!({"steps": [{"name": "a", "agent": "x", "payload": big}]})),
+            "steps[0].payload"
+        );
     }
 
     // Proves the fingerprint ignores key order but not content.
@@ -495,7 +559,8 @@ mod tests {
     fn fingerprint_is_canonical() {
         let a: JobSpec = decode(json!({"labels": {"b": "1", "a": "2"}, "steps": [{"name": "s", "agent": "x", "payload": {"k": 1, "j": 2}}]})).unwrap();
         let b: JobSpec = decode(json!({"steps": [{"payload": {"j": 2, "k": 1}, "agent": "x", "name": "s"}], "labels": {"a": "2", "b": "1"}})).unwrap();
-        let c: JobSpec = decode(json!({"steps": [{"name": "s", "agent": "x", "payload": {"k": 2}}]})).unwrap();
+        let c: JobSpec =
+            decode(json!({"steps": [{"name": "s", "agent": "x", "payload": {"k": 2}}]})).unwrap();
         assert_eq!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
     }

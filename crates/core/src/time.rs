@@ -22,7 +22,7 @@ impl Timestamp {
         self.0
     }
 
-    pub fn add(self, span: Span) -> Self {
+    pub fn plus(self, span: Span) -> Self {
         Timestamp(self.0.saturating_add(span.as_millis_i64()))
     }
 
@@ -107,7 +107,8 @@ impl FromStr for Span {
     /// Accepts one or more `<number><unit>` parts, units `ms`, `s`, `m`, `h`, `d`
     /// (e.g. `"1h30m"`, `"1.5s"`). A bare `"0"` is zero.
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("`{s}` is not a duration (use e.g. \"250ms\", \"30s\", \"5m\", \"1h\")");
+        let bad =
+            || format!("`{s}` is not a duration (use e.g. \"250ms\", \"30s\", \"5m\", \"1h\")");
         let text = s.trim();
         if text == "0" {
             return Ok(Span(0));
@@ -141,7 +142,9 @@ impl FromStr for Span {
             total += value * factor;
         }
         if !total.is_finite() || total > SPAN_MAX_MS as f64 {
-            return Err(format!("`{s}` is longer than the longest duration allowed (10 years)"));
+            return Err(format!(
+                "`{s}` is longer than the longest duration allowed (10 years)"
+            ));
         }
         Ok(Span(total.round() as u64))
     }
@@ -153,11 +156,11 @@ impl fmt::Display for Span {
         let ms = self.0;
         if ms == 0 {
             f.write_str("0s")
-        } else if ms % 3_600_000 == 0 {
+        } else if ms.is_multiple_of(3_600_000) {
             write!(f, "{}h", ms / 3_600_000)
-        } else if ms % 60_000 == 0 {
+        } else if ms.is_multiple_of(60_000) {
             write!(f, "{}m", ms / 60_000)
-        } else if ms % 1_000 == 0 {
+        } else if ms.is_multiple_of(1_000) {
             write!(f, "{}s", ms / 1_000)
         } else {
             write!(f, "{ms}ms")

@@ -43,8 +43,16 @@ pub fn router(app: App) -> Router {
         .route("/v1/leases/{lease_id}/heartbeat", post(heartbeat))
         .route("/v1/leases/{lease_id}/complete", post(complete))
         .route("/v1/leases/{lease_id}/fail", post(fail))
-        .route("/v1/schedules", get(not_yet_schedules).post(not_yet_schedules))
-        .route("/v1/schedules/{*rest}", get(not_yet_schedules).post(not_yet_schedules).delete(not_yet_schedules))
+        .route(
+            "/v1/schedules",
+            get(not_yet_schedules).post(not_yet_schedules),
+        )
+        .route(
+            "/v1/schedules/{*rest}",
+            get(not_yet_schedules)
+                .post(not_yet_schedules)
+                .delete(not_yet_schedules),
+        )
         .route("/v1/ordering-keys/{key}", get(not_yet_ordering))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -102,7 +110,10 @@ impl<T: DeserializeOwned + Default> FromRequest<App> for OptionalBody<T> {
 }
 
 fn too_large_body(limit: usize) -> ApiError {
-    ApiError::too_large("", format!("the request body is larger than the limit of {limit} bytes"))
+    ApiError::too_large(
+        "",
+        format!("the request body is larger than the limit of {limit} bytes"),
+    )
 }
 
 async fn healthz() -> Json<Value> {
@@ -111,11 +122,21 @@ async fn healthz() -> Json<Value> {
 
 async fn readyz(State(app): State<App>) -> Response {
     match app.store().ping().await {
-        Ok(()) if !app.shutdown().is_cancelled() => Json(json!({ "status": "ready" })).into_response(),
-        Ok(()) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "shutting down" }))).into_response(),
+        Ok(()) if !app.shutdown().is_cancelled() => {
+            Json(json!({ "status": "ready" })).into_response()
+        }
+        Ok(()) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "shutting down" })),
+        )
+            .into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "store unavailable" }))).into_response()
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({ "status": "store unavailable" })),
+            )
+                .into_response()
         }
     }
 }
@@ -125,7 +146,11 @@ async fn not_found() -> ApiError {
 }
 
 async fn method_not_allowed() -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "this endpoint does not take that method")
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "this endpoint does not take that method",
+    )
 }
 
 async fn not_yet_operator() -> ApiError {
@@ -150,19 +175,26 @@ fn parse_job_id(raw: &str) -> Result<JobId> {
 }
 
 fn parse_lease_id(raw: &str) -> Result<LeaseId> {
-    raw.parse()
-        .map_err(|_| ApiError::bad_request("lease_id", format!("`{raw}` is not a lease id (a UUID)")))
+    raw.parse().map_err(|_| {
+        ApiError::bad_request("lease_id", format!("`{raw}` is not a lease id (a UUID)"))
+    })
 }
 
 /// Builds the job a spec describes, in its admitted state.
 fn admit_spec(app: &App, spec: &JobSpec) -> NewJob {
     let now = app.now();
     let job = Job::from_spec(JobId::generate(), spec, now);
-    NewJob { transition: admit(job, now) }
+    NewJob {
+        transition: admit(job, now),
+    }
 }
 
 fn job_created(job: &Job, created: bool) -> Response {
-    let status = if created { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let status = if created {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
     let mut res = (status, Json(JobView::from(job))).into_response();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
         res.headers_mut().insert(header::LOCATION, loc);
@@ -181,17 +213,27 @@ async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Res
             Ok(job_created(&t.job, true))
         }
         Some(Submitted::Existing(job)) => Ok(job_created(&job, false)),
-        None => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the store answered nothing")),
+        None => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the store answered nothing",
+        )),
     }
 }
 
 async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -> Result<Response> {
     let max = app.limits().jobs_per_batch;
     if batch.jobs.is_empty() {
-        return Err(ApiError::bad_request("jobs", "a batch needs at least one job"));
+        return Err(ApiError::bad_request(
+            "jobs",
+            "a batch needs at least one job",
+        ));
     }
     if batch.jobs.len() > max {
-        return Err(ApiError::too_large("jobs", format!("at most {max} jobs per batch")));
+        return Err(ApiError::too_large(
+            "jobs",
+            format!("at most {max} jobs per batch"),
+        ));
     }
     for (i, spec) in batch.jobs.iter().enumerate() {
         spec.validate(app.limits())
@@ -217,7 +259,11 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
             Submitted::Existing(job) => jobs.push(JobView::from(job)),
         }
     }
-    let status = if created_any { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let status = if created_any {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, Json(BatchResponse { jobs })).into_response())
 }
 
@@ -229,7 +275,10 @@ async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<
 async fn job_events(State(app): State<App>, Path(id): Path<String>) -> Result<Json<EventList>> {
     let id = parse_job_id(&id)?;
     app.job(id).await?;
-    let events = app.store().job_events(id, 0, app.limits().history_per_job).await?;
+    let events = app
+        .store()
+        .job_events(id, 0, app.limits().history_per_job)
+        .await?;
     Ok(Json(EventList { events }))
 }
 
@@ -240,9 +289,14 @@ fn query_pairs(raw: Option<String>) -> Result<Vec<(String, String)>> {
 }
 
 fn parse_span(field: &str, raw: &str, max: Span) -> Result<Span> {
-    let span: Span = raw.parse().map_err(|e: String| ApiError::bad_request(field, e))?;
+    let span: Span = raw
+        .parse()
+        .map_err(|e: String| ApiError::bad_request(field, e))?;
     if span > max {
-        return Err(ApiError::bad_request(field, format!("{field} must be at most {max}")));
+        return Err(ApiError::bad_request(
+            field,
+            format!("{field} must be at most {max}"),
+        ));
     }
     Ok(span)
 }
@@ -276,36 +330,56 @@ async fn list_jobs(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Js
                     .parse()
                     .map_err(|_| ApiError::bad_request("limit", "limit must be a whole number"))?;
                 if n == 0 || n > LIST_LIMIT_MAX {
-                    return Err(ApiError::bad_request("limit", format!("limit must be between 1 and {LIST_LIMIT_MAX}")));
+                    return Err(ApiError::bad_request(
+                        "limit",
+                        format!("limit must be between 1 and {LIST_LIMIT_MAX}"),
+                    ));
                 }
                 query.limit = n;
             }
             "cursor" => {
                 query.before = Some(value.parse().map_err(|_| {
-                    ApiError::bad_request("cursor", "cursor must be a next_cursor from an earlier page")
+                    ApiError::bad_request(
+                        "cursor",
+                        "cursor must be a next_cursor from an earlier page",
+                    )
                 })?)
             }
             other => {
-                return Err(ApiError::bad_request(other, format!("unknown query parameter `{other}`")));
+                return Err(ApiError::bad_request(
+                    other,
+                    format!("unknown query parameter `{other}`"),
+                ));
             }
         }
     }
     let limit = query.limit;
     let jobs = app.store().jobs_list(query).await?;
-    let next_cursor = (jobs.len() == limit).then(|| jobs.last().map(|j| j.id.to_string())).flatten();
+    let next_cursor = (jobs.len() == limit)
+        .then(|| jobs.last().map(|j| j.id.to_string()))
+        .flatten();
     Ok(Json(JobList {
         jobs: jobs.iter().map(JobView::from).collect(),
         next_cursor,
     }))
 }
 
-async fn wait_job(State(app): State<App>, Path(id): Path<String>, RawQuery(raw): RawQuery) -> Result<Json<JobView>> {
+async fn wait_job(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<JobView>> {
     let id = parse_job_id(&id)?;
     let mut timeout = Span::from_secs(30);
     for (key, value) in query_pairs(raw)? {
         match key.as_str() {
             "timeout" => timeout = parse_span("timeout", &value, app.limits().wait_max)?,
-            other => return Err(ApiError::bad_request(other, format!("unknown query parameter `{other}`"))),
+            other => {
+                return Err(ApiError::bad_request(
+                    other,
+                    format!("unknown query parameter `{other}`"),
+                ))
+            }
         }
     }
     let deadline = tokio::time::Instant::now() + timeout.as_std();
@@ -330,7 +404,10 @@ async fn wait_job(State(app): State<App>, Path(id): Path<String>, RawQuery(raw):
 
 async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
     let id = parse_job_id(&id)?;
-    let t = app.store().job_apply(id, Command::Cancel, app.now()).await?;
+    let t = app
+        .store()
+        .job_apply(id, Command::Cancel, app.now())
+        .await?;
     if !t.is_noop() {
         tracing::info!(job = %id, state = %t.job.state, "cancel requested");
     }
@@ -351,7 +428,10 @@ async fn list_agents(State(app): State<App>) -> Result<Json<AgentList>> {
             let workers: Vec<WorkerView> = app
                 .workers_of(&agent)
                 .into_iter()
-                .map(|(worker, last_seen_at)| WorkerView { worker, last_seen_at })
+                .map(|(worker, last_seen_at)| WorkerView {
+                    worker,
+                    last_seen_at,
+                })
                 .collect();
             let last_seen_at = workers.iter().map(|w| w.last_seen_at).max();
             AgentView {
@@ -392,15 +472,24 @@ async fn take_leases(
 ) -> Result<Json<LeaseResponse>> {
     let limits = app.limits();
     if req.worker.is_empty() || req.worker.len() > limits.name_bytes {
-        return Err(ApiError::bad_request("worker", format!("worker must be 1 to {} bytes", limits.name_bytes)));
+        return Err(ApiError::bad_request(
+            "worker",
+            format!("worker must be 1 to {} bytes", limits.name_bytes),
+        ));
     }
     let max = req.max.unwrap_or(1);
     if max == 0 || max > limits.leases_per_call {
-        return Err(ApiError::bad_request("max", format!("max must be between 1 and {}", limits.leases_per_call)));
+        return Err(ApiError::bad_request(
+            "max",
+            format!("max must be between 1 and {}", limits.leases_per_call),
+        ));
     }
     let wait = req.wait.unwrap_or(app.inner.lease_wait_default);
     if wait > limits.wait_max {
-        return Err(ApiError::bad_request("wait", format!("wait must be at most {}", limits.wait_max)));
+        return Err(ApiError::bad_request(
+            "wait",
+            format!("wait must be at most {}", limits.wait_max),
+        ));
     }
     let deadline = tokio::time::Instant::now() + wait.as_std();
     let wake = app.notifier().agent(&agent);
@@ -438,7 +527,11 @@ async fn take_leases(
 }
 
 /// Resolves a lease id to its step and applies a report through the core.
-async fn report(app: &App, raw_lease: &str, make: impl FnOnce(usize, u32) -> Command) -> Result<Transition> {
+async fn report(
+    app: &App,
+    raw_lease: &str,
+    make: impl FnOnce(usize, u32) -> Command,
+) -> Result<Transition> {
     let lease_id = parse_lease_id(raw_lease)?;
     let lease = app
         .store()
@@ -458,22 +551,35 @@ async fn heartbeat(
     Path(lease_id): Path<String>,
     OptionalBody(_req): OptionalBody<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>> {
-    let t = report(&app, &lease_id, |step, attempt| Command::Heartbeat { step, attempt }).await?;
+    let t = report(&app, &lease_id, |step, attempt| Command::Heartbeat {
+        step,
+        attempt,
+    })
+    .await?;
     match t.reply {
-        Reply::Heartbeat { lease_expires_at, cancel } => Ok(Json(HeartbeatResponse {
+        Reply::Heartbeat {
+            lease_expires_at,
+            cancel,
+        } => Ok(Json(HeartbeatResponse {
             complete_by: lease_expires_at,
             lease_ms: app.now().until(lease_expires_at).as_millis(),
             cancel,
         })),
         Reply::Refused(r) => Err(r.into()),
-        Reply::Done => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unexpected reply to a heartbeat")),
+        Reply::Done => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "unexpected reply to a heartbeat",
+        )),
     }
 }
 
 fn report_answer(t: &Transition, lease_id: &str) -> Result<Json<Value>> {
     match &t.reply {
         Reply::Refused(r) => Err(r.clone().into()),
-        _ => Ok(Json(json!({ "lease_id": lease_id, "job_id": t.job.id, "job_state": t.job.state }))),
+        _ => Ok(Json(
+            json!({ "lease_id": lease_id, "job_id": t.job.id, "job_state": t.job.state }),
+        )),
     }
 }
 
@@ -486,13 +592,25 @@ async fn complete(
     let size = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
     let max = app.limits().result_bytes;
     if size > max {
-        return Err(ApiError::too_large("result", format!("result is {size} bytes, more than the limit of {max}")));
+        return Err(ApiError::too_large(
+            "result",
+            format!("result is {size} bytes, more than the limit of {max}"),
+        ));
     }
-    let t = report(&app, &lease_id, |step, attempt| Command::Complete { step, attempt, result }).await?;
+    let t = report(&app, &lease_id, |step, attempt| Command::Complete {
+        step,
+        attempt,
+        result,
+    })
+    .await?;
     report_answer(&t, &lease_id)
 }
 
-async fn fail(State(app): State<App>, Path(lease_id): Path<String>, Body(req): Body<FailRequest>) -> Result<Json<Value>> {
+async fn fail(
+    State(app): State<App>,
+    Path(lease_id): Path<String>,
+    Body(req): Body<FailRequest>,
+) -> Result<Json<Value>> {
     let mut error = req.error;
     let max = app.limits().error_bytes;
     if error.len() > max {
@@ -505,6 +623,13 @@ async fn fail(State(app): State<App>, Path(lease_id): Path<String>, Body(req): B
     }
     let jitter = app.jitter();
     let retryable = req.retryable;
-    let t = report(&app, &lease_id, |step, attempt| Command::Fail { step, attempt, error, retryable, jitter }).await?;
+    let t = report(&app, &lease_id, |step, attempt| Command::Fail {
+        step,
+        attempt,
+        error,
+        retryable,
+        jitter,
+    })
+    .await?;
     report_answer(&t, &lease_id)
 }

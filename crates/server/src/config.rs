@@ -53,11 +53,15 @@ fn invalid(setting: &'static str, message: impl Into<String>) -> Error {
 impl Config {
     pub fn validate(&self) -> Result<(), Error> {
         StoreUrl::parse(&self.db).map_err(|m| invalid("db", m))?;
-        if self.sweep_interval < Span::from_millis(10) || self.sweep_interval > Span::from_secs(60) {
+        if self.sweep_interval < Span::from_millis(10) || self.sweep_interval > Span::from_secs(60)
+        {
             return Err(invalid("sweep_interval", "must be between 10ms and 60s"));
         }
         if self.lease_wait_default > self.limits.wait_max {
-            return Err(invalid("lease_wait_default", "must not exceed limits.wait_max"));
+            return Err(invalid(
+                "lease_wait_default",
+                "must not exceed limits.wait_max",
+            ));
         }
         if !matches!(self.log_format.as_str(), "human" | "json") {
             return Err(invalid("log_format", "must be `human` or `json`"));
@@ -83,7 +87,10 @@ impl Config {
             }
         }
         if l.payload_bytes > l.body_bytes {
-            return Err(invalid("limits.payload_bytes", "must not exceed limits.body_bytes"));
+            return Err(invalid(
+                "limits.payload_bytes",
+                "must not exceed limits.body_bytes",
+            ));
         }
         Ok(())
     }
@@ -103,9 +110,14 @@ impl StoreUrl {
             }
             Ok(StoreUrl::Sqlite(path.into()))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Err("the PostgreSQL backend is not available in this version yet; use sqlite://PATH".into())
+            Err(
+                "the PostgreSQL backend is not available in this version yet; use sqlite://PATH"
+                    .into(),
+            )
         } else {
-            Err(format!("`{url}` is not a store URL (expected sqlite://PATH)"))
+            Err(format!(
+                "`{url}` is not a store URL (expected sqlite://PATH)"
+            ))
         }
     }
 }

@@ -68,14 +68,22 @@ impl From<SpecError> for ApiError {
         } else {
             StatusCode::BAD_REQUEST
         };
-        let field = if e.field.is_empty() { None } else { Some(e.field.clone()) };
+        let field = if e.field.is_empty() {
+            None
+        } else {
+            Some(e.field.clone())
+        };
         let detail = match &field {
             Some(f) => format!("{f}: {}", e.message),
             None => e.message.clone(),
         };
         ApiError {
             status,
-            kind: if e.unprocessable { "unsupported" } else { "invalid-request" },
+            kind: if e.unprocessable {
+                "unsupported"
+            } else {
+                "invalid-request"
+            },
             detail,
             field,
         }
@@ -103,7 +111,11 @@ impl From<overseer_store::Error> for ApiError {
             }
             E::Corrupt(cause) => {
                 tracing::error!(%cause, "corrupt record in store");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error reading the store")
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error reading the store",
+                )
             }
         }
     }
@@ -146,7 +158,8 @@ impl IntoResponse for ApiError {
             HeaderValue::from_static("application/problem+json"),
         );
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         res
     }

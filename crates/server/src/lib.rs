@@ -42,7 +42,12 @@ struct Inner {
 }
 
 impl App {
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: &Config, shutdown: CancellationToken) -> App {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: &Config,
+        shutdown: CancellationToken,
+    ) -> App {
         App {
             inner: Arc::new(Inner {
                 store,
@@ -79,12 +84,18 @@ impl App {
 
     /// A jitter value in `[0, 1)` for retry backoff.
     pub fn jitter(&self) -> f64 {
-        self.inner.rng.lock().unwrap_or_else(|p| p.into_inner()).gen::<f64>()
+        self.inner
+            .rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gen::<f64>()
     }
 
     /// Carries out what a committed transition calls for (wake agents, waiters, the supervisor).
     pub fn committed(&self, transition: &Transition) {
-        self.inner.notifier.apply(transition.job.id, &transition.effects);
+        self.inner
+            .notifier
+            .apply(transition.job.id, &transition.effects);
     }
 
     fn worker_seen(&self, agent: &str, worker: &str, now: Timestamp) {

@@ -62,7 +62,10 @@ impl Notifier {
 
     /// The earliest due instant asked for since the last call, cleared by taking it.
     pub fn take_due(&self) -> Option<Timestamp> {
-        self.next_due.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.next_due
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     pub fn supervisor_wake(&self) -> &Notify {

@@ -50,7 +50,7 @@ impl Supervisor {
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "sweep failed; will retry"),
             }
-            let mut wake_at = now.add(self.interval);
+            let mut wake_at = now.plus(self.interval);
             match self.app.store().next_due_at(now).await {
                 Ok(Some(due)) if due < wake_at => wake_at = due,
                 Ok(_) => {}

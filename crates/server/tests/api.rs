@@ -29,8 +29,18 @@ fn harness() -> Harness {
     let store = SqliteStore::open(SqliteOptions::new(dir.path().join("t.db"))).unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_millis(T0)));
     let config = Config::default();
-    let app = App::new(Arc::new(store), clock.clone(), &config, CancellationToken::new());
-    Harness { router: api::router(app.clone()), app, clock, _dir: dir }
+    let app = App::new(
+        Arc::new(store),
+        clock.clone(),
+        &config,
+        CancellationToken::new(),
+    );
+    Harness {
+        router: api::router(app.clone()),
+        app,
+        clock,
+        _dir: dir,
+    }
 }
 
 impl Harness {
@@ -45,11 +55,20 @@ impl Harness {
         .unwrap();
         let res = self.router.clone().oneshot(req).await.unwrap();
         let status = res.status();
-        let ctype = res.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
-        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+        let ctype = res
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string());
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
         let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if status.is_client_error() || status.is_server_error() {
-            assert_eq!(ctype.as_deref(), Some("application/problem+json"), "{status} {value}");
+            assert_eq!(
+                ctype.as_deref(),
+                Some("application/problem+json"),
+                "{status} {value}"
+            );
         }
         (status, value)
     }
@@ -62,7 +81,11 @@ impl Harness {
 
     async fn lease(&self, agent: &str, max: usize) -> Vec<Value> {
         let (status, body) = self
-            .call("POST", &format!("/v1/agents/{agent}/leases"), Some(json!({"worker": "w1", "max": max, "wait": "0s"})))
+            .call(
+                "POST",
+                &format!("/v1/agents/{agent}/leases"),
+                Some(json!({"worker": "w1", "max": max, "wait": "0s"})),
+            )
             .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         body["leases"].as_array().unwrap().clone()
@@ -85,7 +108,12 @@ impl Harness {
 }
 
 fn step<'a>(job: &'a Value, name: &str) -> &'a Value {
-    job["steps"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap()
+    job["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap()
 }
 
 // Proves idempotent submits: the same key and body answer 200 with the same job; the same key
@@ -111,7 +139,8 @@ async fn idempotency_keys() {
 #[tokio::test]
 async fn batches_are_all_or_nothing() {
     let h = harness();
-    h.submit(json!({"idempotency_key": "k", "steps": [{"name": "a", "agent": "x"}]})).await;
+    h.submit(json!({"idempotency_key": "k", "steps": [{"name": "a", "agent": "x"}]}))
+        .await;
     let bad = json!({"jobs": [
         {"steps": [{"name": "a", "agent": "x"}]},
         {"steps": [{"name": "a", "agent": "x", "depends_on": ["ghost"]}]}
@@ -127,7 +156,11 @@ async fn batches_are_all_or_nothing() {
     assert_eq!(status, StatusCode::CONFLICT, "{problem}");
     assert_eq!(problem["field"], "jobs[1].idempotency_key");
     let (_, list) = h.call("GET", "/v1/jobs", None).await;
-    assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "nothing of either batch was stored");
+    assert_eq!(
+        list["jobs"].as_array().unwrap().len(),
+        1,
+        "nothing of either batch was stored"
+    );
     let good = json!({"jobs": [
         {"steps": [{"name": "a", "agent": "x"}]},
         {"steps": [{"name": "b", "agent": "x"}]}
@@ -135,8 +168,12 @@ async fn batches_are_all_or_nothing() {
     let (status, body) = h.call("POST", "/v1/jobs:batch", Some(good)).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     assert_eq!(body["jobs"].as_array().unwrap().len(), 2);
-    let too_many: Vec<Value> = (0..501).map(|_| json!({"steps": [{"name": "a", "agent": "x"}]})).collect();
-    let (status, problem) = h.call("POST", "/v1/jobs:batch", Some(json!({ "jobs": too_many }))).await;
+    let too_many: Vec<Value> = (0..501)
+        .map(|_| json!({"steps": [{"name": "a", "agent": "x"}]}))
+        .collect();
+    let (status, problem) = h
+        .call("POST", "/v1/jobs:batch", Some(json!({ "jobs": too_many })))
+        .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(problem["field"], "jobs");
 }
@@ -149,7 +186,10 @@ async fn list_filters_and_pages() {
     let mut ids = Vec::new();
     for i in 0..7 {
         let colour = if i % 2 == 0 { "red" } else { "blue" };
-        ids.push(h.submit(json!({"labels": {"colour": colour}, "steps": [{"name": "a", "agent": "x"}]})).await);
+        ids.push(
+            h.submit(json!({"labels": {"colour": colour}, "steps": [{"name": "a", "agent": "x"}]}))
+                .await,
+        );
     }
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
@@ -173,7 +213,9 @@ async fn list_filters_and_pages() {
     assert_eq!(seen, expected);
     let (_, red) = h.call("GET", "/v1/jobs?label=colour:red", None).await;
     assert_eq!(red["jobs"].as_array().unwrap().len(), 4);
-    let (_, running) = h.call("GET", "/v1/jobs?state=running&label=colour:blue", None).await;
+    let (_, running) = h
+        .call("GET", "/v1/jobs?state=running&label=colour:blue", None)
+        .await;
     assert_eq!(running["jobs"].as_array().unwrap().len(), 3);
     let (status, problem) = h.call("GET", "/v1/jobs?state=sleepy", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -197,7 +239,9 @@ async fn long_poll_is_woken_and_takes_many() {
             .body(Body::from(r#"{"worker": "w", "max": 5, "wait": "30s"}"#))
             .unwrap();
         let res = router.oneshot(req).await.unwrap();
-        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
         serde_json::from_slice::<Value>(&bytes).unwrap()
     });
     // Give the poll a moment to register; a lost wake-up would make it wait the full 30s and
@@ -220,13 +264,20 @@ async fn long_poll_is_woken_and_takes_many() {
         let name = l["step"].as_str().unwrap();
         assert_eq!(l["idempotency_key"], format!("{id}/{name}"));
         let (status, _) = h
-            .call("POST", &format!("/v1/leases/{lid}/complete"), Some(json!({"result": {"from": name}})))
+            .call(
+                "POST",
+                &format!("/v1/leases/{lid}/complete"),
+                Some(json!({"result": {"from": name}})),
+            )
             .await;
         assert_eq!(status, StatusCode::OK);
     }
     let c = h.lease("wake", 5).await;
     assert_eq!(c.len(), 1);
-    assert_eq!(c[0]["inputs"], json!({"a": {"from": "a"}, "b": {"from": "b"}}));
+    assert_eq!(
+        c[0]["inputs"],
+        json!({"a": {"from": "a"}, "b": {"from": "b"}})
+    );
 }
 
 // Proves the supervisor on a manual clock: an expired lease is requeued after backoff, is not
@@ -235,30 +286,51 @@ async fn long_poll_is_woken_and_takes_many() {
 async fn supervisor_expires_requeues_and_fences() {
     let h = harness();
     let id = h
-        .submit(json!({"steps": [{"name": "s", "agent": "x", "timeout": "1s", "max_attempts": 2,
-            "backoff": {"initial": "10s", "factor": 2, "max": "1m"}}]}))
+        .submit(
+            json!({"steps": [{"name": "s", "agent": "x", "timeout": "1s", "max_attempts": 2,
+            "backoff": {"initial": "10s", "factor": 2, "max": "1m"}}]}),
+        )
         .await;
     let first = h.lease("x", 1).await.remove(0);
     h.advance(999);
     h.sweep().await;
-    assert_eq!(step(&h.job(&id).await, "s")["state"], "running", "not expired yet");
+    assert_eq!(
+        step(&h.job(&id).await, "s")["state"],
+        "running",
+        "not expired yet"
+    );
     h.advance(1);
     h.sweep().await;
     let job = h.job(&id).await;
     let s = step(&job, "s");
     assert_eq!(s["state"], "ready");
     assert_eq!(s["failures"], 1);
-    assert!(h.lease("x", 1).await.is_empty(), "not claimable during backoff");
+    assert!(
+        h.lease("x", 1).await.is_empty(),
+        "not claimable during backoff"
+    );
     h.advance(10_000);
     let second = h.lease("x", 1).await.remove(0);
     assert_eq!(second["attempt"], 2);
     let old = first["lease_id"].as_str().unwrap();
-    let (status, _) = h.call("POST", &format!("/v1/leases/{old}/complete"), Some(json!({}))).await;
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/v1/leases/{old}/complete"),
+            Some(json!({})),
+        )
+        .await;
     assert_eq!(status, StatusCode::CONFLICT);
     // Heartbeats keep the live lease alive past its original expiry.
     let live = second["lease_id"].as_str().unwrap();
     h.advance(800);
-    let (status, hb) = h.call("POST", &format!("/v1/leases/{live}/heartbeat"), Some(json!({}))).await;
+    let (status, hb) = h
+        .call(
+            "POST",
+            &format!("/v1/leases/{live}/heartbeat"),
+            Some(json!({})),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(hb["cancel"], false);
     assert_eq!(hb["lease_ms"], 1000);
@@ -277,7 +349,9 @@ async fn supervisor_expires_requeues_and_fences() {
 async fn run_at_delays_a_job() {
     let h = harness();
     let at = Timestamp::from_millis(T0 + 5_000).to_rfc3339();
-    let id = h.submit(json!({"run_at": at, "steps": [{"name": "a", "agent": "later"}]})).await;
+    let id = h
+        .submit(json!({"run_at": at, "steps": [{"name": "a", "agent": "later"}]}))
+        .await;
     assert_eq!(h.job(&id).await["state"], "pending");
     assert!(h.lease("later", 1).await.is_empty());
     h.advance(4_999);
@@ -306,17 +380,31 @@ async fn cancel_reaches_running_steps() {
     assert_eq!(step(&job, "b")["state"], "cancelled");
     let (status, again) = h.call("POST", &format!("/v1/jobs/{id}/cancel"), None).await;
     assert_eq!(status, StatusCode::OK, "cancelling twice is fine: {again}");
-    let (_, hb) = h.call("POST", &format!("/v1/leases/{lid}/heartbeat"), None).await;
+    let (_, hb) = h
+        .call("POST", &format!("/v1/leases/{lid}/heartbeat"), None)
+        .await;
     assert_eq!(hb["cancel"], true);
-    let (status, _) = h.call("POST", &format!("/v1/leases/{lid}/complete"), Some(json!({"result": 1}))).await;
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/v1/leases/{lid}/complete"),
+            Some(json!({"result": 1})),
+        )
+        .await;
     assert_eq!(status, StatusCode::CONFLICT);
     let job = h.job(&id).await;
     assert_eq!(job["state"], "cancelled");
     assert_eq!(step(&job, "a")["state"], "cancelled");
-    assert!(step(&job, "a")["result"].is_null(), "the late result was not recorded");
+    assert!(
+        step(&job, "a")["result"].is_null(),
+        "the late result was not recorded"
+    );
     let (status, problem) = h.call("POST", &format!("/v1/jobs/{id}/cancel"), None).await;
     assert_eq!(status, StatusCode::CONFLICT);
-    assert!(problem["detail"].as_str().unwrap().contains("already cancelled"));
+    assert!(problem["detail"]
+        .as_str()
+        .unwrap()
+        .contains("already cancelled"));
 }
 
 // Proves the unsupported parts of the contract answer clearly instead of being ignored.
@@ -324,7 +412,11 @@ async fn cancel_reaches_running_steps() {
 async fn unsupported_features_say_so() {
     let h = harness();
     let (status, p) = h
-        .call("POST", "/v1/jobs", Some(json!({"ordering_key": "k", "steps": [{"name": "a", "agent": "x"}]})))
+        .call(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"ordering_key": "k", "steps": [{"name": "a", "agent": "x"}]})),
+        )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(p["field"], "ordering_key");
@@ -340,22 +432,40 @@ async fn unsupported_features_say_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_and_agents() {
     let h = harness();
-    let id = h.submit(json!({"steps": [{"name": "a", "agent": "solo"}]})).await;
+    let id = h
+        .submit(json!({"steps": [{"name": "a", "agent": "solo"}]}))
+        .await;
     let router = h.router.clone();
     let path = format!("/v1/jobs/{id}/wait?timeout=30s");
     let waiter = tokio::spawn(async move {
         let req = Request::builder().uri(path).body(Body::empty()).unwrap();
         let res = router.oneshot(req).await.unwrap();
-        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
         serde_json::from_slice::<Value>(&bytes).unwrap()
     });
     let lease = h.lease("solo", 1).await.remove(0);
     let (_, agents) = h.call("GET", "/v1/agents", None).await;
-    let solo = agents["agents"].as_array().unwrap().iter().find(|a| a["agent"] == "solo").unwrap().clone();
+    let solo = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent"] == "solo")
+        .unwrap()
+        .clone();
     assert_eq!(solo["running"], 1);
     assert_eq!(solo["workers"][0]["worker"], "w1");
     let lid = lease["lease_id"].as_str().unwrap();
-    h.call("POST", &format!("/v1/leases/{lid}/complete"), Some(json!({"result": "ok"}))).await;
-    let done = tokio::time::timeout(std::time::Duration::from_secs(20), waiter).await.unwrap().unwrap();
+    h.call(
+        "POST",
+        &format!("/v1/leases/{lid}/complete"),
+        Some(json!({"result": "ok"})),
+    )
+    .await;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(done["state"], "succeeded");
 }

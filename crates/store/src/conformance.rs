@@ -250,7 +250,7 @@ pub async fn submit_and_get_round_trip(f: &Fixture) {
             attempt: 2,
             result: result.clone(),
         },
-        retry_at.add(overseer_core::Span::from_millis(5)),
+        retry_at.plus(overseer_core::Span::from_millis(5)),
     )
     .await;
     let stored = get(store, id).await;

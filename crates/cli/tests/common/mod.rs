@@ -56,7 +56,8 @@ impl Server {
     fn spawn(&mut self) {
         self.starts += 1;
         let ready = self.dir.join(format!("ready-{}", self.starts));
-        let log = std::fs::File::create(self.dir.join(format!("server-{}.log", self.starts))).unwrap();
+        let log =
+            std::fs::File::create(self.dir.join(format!("server-{}.log", self.starts))).unwrap();
         let child = Command::new(BIN)
             .arg("server")
             .arg("--db")
@@ -80,7 +81,11 @@ impl Server {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("server exited at start ({status}):\n{}", self.logs());
             }
-            assert!(Instant::now() < deadline, "server did not start:\n{}", self.logs());
+            assert!(
+                Instant::now() < deadline,
+                "server did not start:\n{}",
+                self.logs()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -147,7 +152,9 @@ impl Agent {
     }
 
     pub fn start_with(server: &Server, agent: &str, flags: &[&str], command: &[&str]) -> Agent {
-        let n = std::fs::read_dir(&server.dir).map(|d| d.count()).unwrap_or(0);
+        let n = std::fs::read_dir(&server.dir)
+            .map(|d| d.count())
+            .unwrap_or(0);
         let log_path = server.dir.join(format!("agent-{agent}-{n}.log"));
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(BIN)
@@ -227,11 +234,18 @@ fn wait_child(c: &mut Child, within: Duration) -> Option<std::process::ExitStatu
 }
 
 pub fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
 }
 
 pub fn signal_group(pgid: u32, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg("--").arg(format!("-{pgid}")).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg("--")
+        .arg(format!("-{pgid}"))
+        .status();
 }
 
 fn tail(text: &str, lines: usize) -> String {
@@ -240,7 +254,10 @@ fn tail(text: &str, lines: usize) -> String {
 }
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// A thin JSON-over-HTTP client that returns status and body, so tests can check error answers.
@@ -253,13 +270,21 @@ pub struct Api {
 impl Api {
     pub fn new(base: &str) -> Api {
         Api {
-            http: reqwest::Client::builder().timeout(Duration::from_secs(90)).build().unwrap(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(90))
+                .build()
+                .unwrap(),
             base: base.to_string(),
         }
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let res = self.http.get(format!("{}{path}", self.base)).send().await.expect("GET");
+        let res = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("GET");
         decode(res).await
     }
 
@@ -311,7 +336,10 @@ impl Api {
         loop {
             let (status, job) = self.get(&format!("/v1/jobs/{id}/wait?timeout=5s")).await;
             assert_eq!(status, 200, "{job}");
-            if matches!(job["state"].as_str(), Some("succeeded" | "failed" | "cancelled")) {
+            if matches!(
+                job["state"].as_str(),
+                Some("succeeded" | "failed" | "cancelled")
+            ) {
                 return job;
             }
             assert!(Instant::now() < deadline, "job {id} did not finish: {job}");
@@ -353,5 +381,7 @@ pub fn step<'a>(job: &'a Value, name: &str) -> &'a Value {
 }
 
 pub fn millis(t: &Value) -> i64 {
-    chrono::DateTime::parse_from_rfc3339(t.as_str().expect("a time")).unwrap().timestamp_millis()
+    chrono::DateTime::parse_from_rfc3339(t.as_str().expect("a time"))
+        .unwrap()
+        .timestamp_millis()
 }

@@ -146,6 +146,9 @@ fn kinds(events: &[NewEvent]) -> Vec<String> {
         .collect()
 }
 
+/// Brings a table case's job to the state the case is about.
+type Setup = fn(&mut Sim);
+
 /// A job under test with its clock. Every command is checked on the way (see `check_transition`
 /// and `check_job`) and the state edges it takes are recorded.
 struct Sim {
@@ -898,7 +901,7 @@ fn heartbeat_extends_the_lease() {
 // Proves a heartbeat answers cancel = true once the job was cancelled or failed, false before.
 #[test]
 fn heartbeat_says_cancel_once_the_job_stops() {
-    let cases: &[(&str, fn(&mut Sim), bool)] = &[
+    let cases: &[(&str, Setup, bool)] = &[
         ("the job still wants the work", |_| {}, false),
         (
             "cancel requested",
@@ -1013,7 +1016,7 @@ fn stale_reports_lose_the_lease() {
         sim.claim("a");
         sim.complete("a");
     }
-    type Case = (&'static str, fn(&mut Sim), fn(&Sim) -> Command);
+    type Case = (&'static str, Setup, fn(&Sim) -> Command);
     let cases: &[Case] = &[
         ("heartbeat of a superseded attempt", retried, |s| {
             s.heartbeat_cmd("a", 1)
@@ -1117,10 +1120,10 @@ fn retryable_failure_schedules_the_next_attempt() {
             );
         }
         assert_eq!(sim.claim_when_due("a").job.steps[0].attempt, attempt);
-        sim.set_now(sim.now.add(Span::from_millis(250)));
+        sim.set_now(sim.now.plus(Span::from_millis(250)));
         let now = sim.now;
         let tr = sim.fail("a", true);
-        let next = now.add(Span::from_millis(delay_ms));
+        let next = now.plus(Span::from_millis(delay_ms));
         let a = &tr.job.steps[0];
         assert_eq!(
             (a.state, a.attempt, a.failures),
@@ -1265,7 +1268,7 @@ fn permanent_failure_fails_the_job_and_stops_siblings() {
                 sim.fail("a", true);
                 sim.claim_when_due("a");
             }
-            sim.set_now(sim.now.add(Span::from_millis(100)));
+            sim.set_now(sim.now.plus(Span::from_millis(100)));
             let failed_at = sim.now;
             let tr = sim.fail("a", retryable);
             let attempt = retries + 1;
@@ -1312,7 +1315,7 @@ fn permanent_failure_fails_the_job_and_stops_siblings() {
                 Err(Rejection::NotClaimable),
                 "{what}"
             );
-            sim.set_now(sim.now.add(Span::from_millis(100)));
+            sim.set_now(sim.now.plus(Span::from_millis(100)));
             assert!(
                 matches!(
                     sim.heartbeat("b").reply,
@@ -1422,7 +1425,7 @@ fn expiry_counts_a_failed_attempt() {
 // Proves Expire is refused unless the lease it names is running, current and past its expiry.
 #[test]
 fn expire_needs_a_current_lease_past_its_expiry() {
-    type Case = (&'static str, fn(&mut Sim), fn(&Sim) -> Command, Rejection);
+    type Case = (&'static str, Setup, fn(&Sim) -> Command, Rejection);
     let cases: &[Case] = &[
         (
             "before the expiry",
@@ -1643,12 +1646,7 @@ fn cancel_without_running_steps_is_immediate() {
         sim.fail("a", true);
     }
     // (what, run_at, setup, events)
-    type Case = (
-        &'static str,
-        Option<i64>,
-        fn(&mut Sim),
-        &'static [&'static str],
-    );
+    type Case = (&'static str, Option<i64>, Setup, &'static [&'static str]);
     let cases: &[Case] = &[
         (
             "a pending job",
@@ -1750,7 +1748,7 @@ fn cancel_twice_is_a_noop() {
 // Proves cancelling a finished job is refused with its state, whatever way it finished.
 #[test]
 fn cancel_of_a_finished_job_is_refused() {
-    let cases: &[(fn(&mut Sim), JobState)] = &[
+    let cases: &[(Setup, JobState)] = &[
         (
             |s| {
                 s.complete("a");
@@ -2189,7 +2187,7 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
     let (mut sim, first) = Sim::admit(&job_spec, at(0));
     let mut outcomes = vec![Ok(first)];
     for (advance, op) in &plan.ops {
-        sim.now = sim.now.add(Span::from_millis(*advance));
+        sim.now = sim.now.plus(Span::from_millis(*advance));
         let command = sim.command_for(op);
         outcomes.push(sim.send(command));
     }
