@@ -506,3 +506,118 @@ async fn cancel_stops_a_running_job() {
     assert_eq!(status, 409, "{body}");
     std::thread::sleep(Duration::from_millis(10));
 }
+
+// Proves graceful shutdown: SIGTERM makes a server with an agent long-polling exit 0 promptly,
+// and a command agent given SIGTERM mid-step finishes that step, reports it, and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_of_server_and_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let api = server.api();
+    let marker = dir.path().join("step-started");
+    let mut agent = Agent::start(
+        &server,
+        "graceful",
+        &format!(
+            "cat >/dev/null; touch {}; sleep 1; echo '\"finished\"'",
+            marker.display()
+        ),
+    );
+    let id = api
+        .submit(&json!({"steps": [{"name": "s", "agent": "graceful", "timeout": "20s"}]}))
+        .await;
+    wait_for("the step to start", || {
+        let m = marker.clone();
+        async move { m.exists().then_some(()) }
+    })
+    .await;
+    agent.signal("TERM");
+    let status = agent
+        .wait_exit(Duration::from_secs(30))
+        .expect("agent exits after finishing");
+    assert!(status.success(), "agent exit: {status:?}\n{}", agent.logs());
+    let job = api.job(&id).await;
+    assert_eq!(
+        job["state"], "succeeded",
+        "the in-flight step was finished and reported: {job}"
+    );
+    assert_eq!(step(&job, "s")["result"], "finished");
+
+    // A long-poll is in flight from this request; SIGTERM must not wait for its 20s.
+    let poller = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            api.post(
+                "/v1/agents/idle/leases",
+                &json!({"worker": "w", "wait": "20s"}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let status = server.terminate();
+    assert!(status.success(), "server exit: {status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "shutdown did not wait out the long-poll"
+    );
+    let (code, body) = poller.await.unwrap();
+    assert_eq!(
+        code, 200,
+        "the long-poll was answered (empty) before exit: {body}"
+    );
+    assert_eq!(body["leases"], json!([]));
+}
+
+// Proves settings are validated at start with a message naming the bad one.
+#[test]
+fn bad_settings_stop_the_server_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--sweep-interval".into(), "1ms".into()],
+            "sweep_interval",
+        ),
+        (vec!["--db".into(), "mysql://x".into()], "db"),
+        (vec!["--log-format".into(), "xml".into()], "log_format"),
+        (
+            vec![
+                "--config".into(),
+                dir.path().join("missing.toml").display().to_string(),
+            ],
+            "missing.toml",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = std::process::Command::new(BIN)
+            .arg("server")
+            .args(&args)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    let bad_toml = dir.path().join("bad.toml");
+    std::fs::write(&bad_toml, "sweep_intervall = \"1s\"\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "server",
+            "--config",
+            bad_toml.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sweep_intervall"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
