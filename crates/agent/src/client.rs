@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use overseer_core::wire::{
     AgentList, BatchResponse, CompleteRequest, EventList, FailRequest, HeartbeatRequest,
-    HeartbeatResponse, JobList, JobView, LeaseRequest, LeaseResponse, Problem,
+    HeartbeatResponse, JobList, JobView, LeaseRequest, LeaseResponse, OperatorRequest, Problem,
 };
 use overseer_core::{JobId, JobSpec, LeaseId, Span};
 use reqwest::{Method, StatusCode, Url};
@@ -130,16 +130,8 @@ impl Client {
         };
         let base = Url::parse(base_url).map_err(|e| bad(e.to_string()))?;
         match base.scheme() {
-            "http" => {}
-            // The workspace builds reqwest without TLS; saying so here beats a transport error
-            // on every request (which an agent would retry forever).
-            "https" => {
-                return Err(bad(
-                    "https is not supported by this build; use http (e.g. behind a TLS-terminating proxy)"
-                        .into(),
-                ))
-            }
-            _ => return Err(bad("the scheme must be http".into())),
+            "http" | "https" => {}
+            _ => return Err(bad("the scheme must be http or https".into())),
         }
         if base.cannot_be_a_base() {
             return Err(bad("not a base URL".into()));
@@ -238,23 +230,33 @@ impl Client {
     }
 
     /// `POST /v1/jobs/{id}/steps/{step}/retry`: operator action on a failed or blocked step.
-    pub async fn retry_step(&self, id: JobId, step: &str) -> Result<JobView> {
+    pub async fn retry_step(
+        &self,
+        id: JobId,
+        step: &str,
+        action: &OperatorRequest,
+    ) -> Result<JobView> {
         let url = self.url(&["v1", "jobs", &id.to_string(), "steps", step, "retry"]);
-        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+        self.call_ok(Method::POST, url, &[], Some(action), REQUEST_TIMEOUT)
             .await
     }
 
     /// `POST /v1/jobs/{id}/steps/{step}/skip`: operator action on a failed or blocked step.
-    pub async fn skip_step(&self, id: JobId, step: &str) -> Result<JobView> {
+    pub async fn skip_step(
+        &self,
+        id: JobId,
+        step: &str,
+        action: &OperatorRequest,
+    ) -> Result<JobView> {
         let url = self.url(&["v1", "jobs", &id.to_string(), "steps", step, "skip"]);
-        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+        self.call_ok(Method::POST, url, &[], Some(action), REQUEST_TIMEOUT)
             .await
     }
 
     /// `POST /v1/jobs/{id}/resume`: resumes a blocked job.
-    pub async fn resume(&self, id: JobId) -> Result<JobView> {
+    pub async fn resume(&self, id: JobId, action: &OperatorRequest) -> Result<JobView> {
         let url = self.url(&["v1", "jobs", &id.to_string(), "resume"]);
-        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+        self.call_ok(Method::POST, url, &[], Some(action), REQUEST_TIMEOUT)
             .await
     }
 
@@ -460,7 +462,8 @@ mod tests {
             "http://example.test/v1/jobs:batch"
         );
         assert!(Client::new("ftp://example.test", None).is_err());
-        assert!(Client::new("https://example.test", None).is_err());
+        assert!(Client::new("https://example.test", None).is_ok());
+        assert!(Client::new("ftp://example.test", None).is_err());
         let shown = format!(
             "{:?}",
             Client::new("http://h", Some("s3cret".into())).unwrap()

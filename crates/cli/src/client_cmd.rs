@@ -152,6 +152,12 @@ fn render_job(job: &JobView) -> String {
         out.push_str(&format!(" (desired: {})", job.desired_state));
     }
     out.push('\n');
+    if let Some(reason) = &job.blocked_reason {
+        out.push_str(&format!("blocked: {reason}\n"));
+    }
+    if !job.compensated.is_empty() {
+        out.push_str(&format!("compensated: {}\n", job.compensated.join(", ")));
+    }
     out.push_str(&format!("created {}", job.created_at));
     if let Some(f) = job.finished_at {
         out.push_str(&format!("  finished {f}"));
@@ -171,7 +177,10 @@ fn render_job(job: &JobView) -> String {
             "{:<20} {:<14} {:<12} {:>7}  {:<24} {:<24}\n",
             s.name,
             s.agent,
-            s.state.as_str(),
+            match s.comp_phase {
+                Some(phase) => format!("undo:{phase}"),
+                None => s.state.as_str().to_string(),
+            },
             attempts,
             s.started_at.map(|t| t.to_string()).unwrap_or_default(),
             s.finished_at.map(|t| t.to_string()).unwrap_or_default(),
@@ -243,6 +252,49 @@ pub async fn cancel(remote: &Remote, raw: &str, output: Output) -> anyhow::Resul
                 );
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Who acts and why, recorded in the job's history.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Action {
+    /// Why (kept in the job's history).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who is acting (default: $USER).
+    #[arg(long, env = "USER")]
+    pub by: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+pub enum Op {
+    Retry(String),
+    Skip(String),
+    Resume,
+}
+
+pub async fn operator(
+    remote: &Remote,
+    raw: &str,
+    op: Op,
+    action: Action,
+) -> anyhow::Result<ExitCode> {
+    let id = parse_job(raw)?;
+    let client = connect(remote)?;
+    let req = overseer_core::wire::OperatorRequest {
+        by: action.by,
+        reason: action.reason,
+    };
+    let job = match &op {
+        Op::Retry(step) => client.retry_step(id, step, &req).await?,
+        Op::Skip(step) => client.skip_step(id, step, &req).await?,
+        Op::Resume => client.resume(id, &req).await?,
+    };
+    match action.output {
+        Output::Json => print_json(&job)?,
+        Output::Human => print!("{}", render_job(&job)),
     }
     Ok(ExitCode::SUCCESS)
 }

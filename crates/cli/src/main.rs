@@ -95,6 +95,32 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Give a failed step (or its failed compensation) of a blocked job a fresh attempt budget.
+    Retry {
+        job: String,
+        step: String,
+        #[command(flatten)]
+        action: client_cmd::Action,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Mark a failed step (or its failed compensation) of a blocked job as skipped.
+    Skip {
+        job: String,
+        step: String,
+        #[command(flatten)]
+        action: client_cmd::Action,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Resume a blocked job: every failed step and compensation gets a fresh budget.
+    Resume {
+        job: String,
+        #[command(flatten)]
+        action: client_cmd::Action,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Run a command agent: each lease of AGENT runs CMD with the lease JSON on stdin.
     Agent(agent_cmd::AgentArgs),
 }
@@ -139,6 +165,23 @@ fn main() -> ExitCode {
                 output,
                 remote,
             } => client_cmd::cancel(&remote, &job, output).await,
+            Cmd::Retry {
+                job,
+                step,
+                action,
+                remote,
+            } => client_cmd::operator(&remote, &job, client_cmd::Op::Retry(step), action).await,
+            Cmd::Skip {
+                job,
+                step,
+                action,
+                remote,
+            } => client_cmd::operator(&remote, &job, client_cmd::Op::Skip(step), action).await,
+            Cmd::Resume {
+                job,
+                action,
+                remote,
+            } => client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await,
             Cmd::Agent(args) => agent_cmd::run(args).await,
         }
     });

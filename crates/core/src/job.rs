@@ -60,6 +60,16 @@ impl JobState {
 }
 
 string_enum! {
+    /// Where a `compensating` step's undo action is.
+    CompPhase {
+        Waiting => "waiting",
+        Ready => "ready",
+        Running => "running",
+        Failed => "failed",
+    }
+}
+
+string_enum! {
     /// Where the client wants the job to end.
     DesiredState {
         Succeeded => "succeeded",
@@ -119,6 +129,8 @@ pub struct Job {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub finished_at: Option<Timestamp>,
+    /// Why the job is `blocked`, for the operator.
+    pub blocked_reason: Option<String>,
     pub steps: Vec<Step>,
 }
 
@@ -135,9 +147,18 @@ pub struct Step {
     pub backoff: Backoff,
     pub compensate: Option<CompensateSpec>,
     pub state: StepState,
-    /// Leases handed out so far; the current lease's fencing token.
+    /// Leases handed out so far, for the step's work and its compensation alike: the current
+    /// lease's fencing token.
     pub attempt: u32,
     pub failures: u32,
+    /// Attempts before this one do not count against `max_attempts` (an operator's retry gives
+    /// a fresh budget).
+    pub budget_from: u32,
+    /// Where the undo action is while the step is `compensating`.
+    pub comp_phase: Option<CompPhase>,
+    pub comp_attempts: u32,
+    pub comp_failures: u32,
+    pub comp_budget_from: u32,
     pub lease_id: Option<LeaseId>,
     pub worker: Option<String>,
     pub created_at: Timestamp,
@@ -169,6 +190,11 @@ impl Job {
                 state: StepState::Waiting,
                 attempt: 0,
                 failures: 0,
+                budget_from: 0,
+                comp_phase: None,
+                comp_attempts: 0,
+                comp_failures: 0,
+                comp_budget_from: 0,
                 lease_id: None,
                 worker: None,
                 created_at: now,
@@ -190,12 +216,19 @@ impl Job {
             run_at: spec.run_at,
             ordering_key: spec.ordering_key.clone(),
             callback_url: spec.callback_url.clone(),
-            on_failure: spec.on_failure.unwrap_or(OnFailure::Fail),
+            on_failure: spec.on_failure.unwrap_or(
+                if spec.steps.iter().any(|s| s.compensate.is_some()) {
+                    OnFailure::Compensate
+                } else {
+                    OnFailure::Fail
+                },
+            ),
             state: JobState::Pending,
             desired_state: DesiredState::Succeeded,
             created_at: now,
             updated_at: now,
             finished_at: None,
+            blocked_reason: None,
             steps,
         }
     }
@@ -204,9 +237,15 @@ impl Job {
         self.steps.iter().position(|s| s.name == name)
     }
 
-    /// The results of a step's dependencies, by dependency name.
+    /// The results of a step's dependencies, by dependency name. A compensation gets the result
+    /// of the step it undoes, under that step's name.
     pub fn inputs_of(&self, step: usize) -> serde_json::Map<String, Value> {
         let mut inputs = serde_json::Map::new();
+        let s = &self.steps[step];
+        if s.is_compensating() {
+            inputs.insert(s.name.clone(), s.result.clone().unwrap_or(Value::Null));
+            return inputs;
+        }
         for dep in &self.steps[step].depends_on {
             if let Some(d) = self.steps.iter().find(|s| &s.name == dep) {
                 inputs.insert(dep.clone(), d.result.clone().unwrap_or(Value::Null));
@@ -215,9 +254,81 @@ impl Job {
         inputs
     }
 
-    /// The stable key a step's remote effects can be deduplicated by, the same for every attempt.
+    /// The stable key a step's remote effects can be deduplicated by, the same for every attempt;
+    /// its compensation has its own (`…/compensate`).
     pub fn step_idempotency_key(&self, step: usize) -> String {
-        format!("{}/{}", self.id, self.steps[step].name)
+        let s = &self.steps[step];
+        if s.state == StepState::Compensating {
+            format!("{}/{}/compensate", self.id, s.name)
+        } else {
+            format!("{}/{}", self.id, s.name)
+        }
+    }
+
+    /// Names of the steps whose compensation ran to completion.
+    pub fn compensated_steps(&self) -> Vec<String> {
+        self.steps
+            .iter()
+            .filter(|s| s.state == StepState::Compensated)
+            .map(|s| s.name.clone())
+            .collect()
+    }
+}
+
+impl Step {
+    /// The agent name that may lease this step now (its own, or its compensation's), if any.
+    /// Backends index claimable steps by this.
+    pub fn claim_agent(&self) -> Option<&str> {
+        match (self.state, self.comp_phase) {
+            (StepState::Ready, _) => Some(&self.agent),
+            (StepState::Compensating, Some(CompPhase::Ready)) => {
+                self.compensate.as_ref().map(|c| c.agent.as_str())
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a lease on this step (work or compensation) is live or may still be reported.
+    pub fn is_leased(&self) -> bool {
+        self.state == StepState::Running
+            || (self.state == StepState::Compensating
+                && self.comp_phase == Some(CompPhase::Running))
+    }
+
+    /// Whether the current or next lease is for the compensation.
+    pub fn is_compensating(&self) -> bool {
+        self.state == StepState::Compensating
+    }
+
+    /// The agent name the current or last lease was handed to (the compensate agent for an undo).
+    pub fn claim_agent_of_lease(&self) -> &str {
+        match (&self.compensate, self.is_compensating()) {
+            (Some(c), true) => &c.agent,
+            _ => &self.agent,
+        }
+    }
+
+    /// The payload the current or next lease carries.
+    pub fn lease_payload(&self) -> &Value {
+        match (&self.compensate, self.is_compensating()) {
+            (Some(c), true) => &c.payload,
+            _ => &self.payload,
+        }
+    }
+
+    /// The timeout of the current or next lease.
+    pub fn lease_timeout(&self) -> Span {
+        match (&self.compensate, self.is_compensating()) {
+            (Some(c), true) => c.timeout.unwrap_or(self.timeout),
+            _ => self.timeout,
+        }
+    }
+
+    pub fn comp_max_attempts(&self) -> u32 {
+        self.compensate
+            .as_ref()
+            .and_then(|c| c.max_attempts)
+            .unwrap_or(DEFAULT_MAX_ATTEMPTS)
     }
 }
 

@@ -8,12 +8,13 @@ pub mod backoff;
 pub mod id;
 pub mod job;
 pub mod machine;
+pub mod outbox;
 pub mod spec;
 pub mod time;
 pub mod wire;
 
 pub use id::{JobId, LeaseId};
-pub use job::{DesiredState, Event, Job, JobState, NewEvent, Step, StepState};
+pub use job::{CompPhase, DesiredState, Event, Job, JobState, NewEvent, Step, StepState};
 pub use machine::{apply, Command, Effect, Rejection, Reply, Transition};
 pub use spec::{JobSpec, Limits, SpecError, StepSpec};
 pub use time::{Span, Timestamp};

@@ -2,8 +2,14 @@
 //!
 //! [`apply`] takes a job as stored, a command and the current time, and returns the job's next
 //! state together with the history to append, the effects to carry out (wake agents, wake
-//! waiters) and the answer for whoever sent the command. It never reads a clock or a random
-//! number: the caller passes `now` and any jitter. An illegal command is a typed [`Rejection`].
+//! waiters, raise alerts, call back) and the answer for whoever sent the command. It never reads
+//! a clock or a random number: the caller passes `now` and any jitter. An illegal command is a
+//! typed [`Rejection`].
+//!
+//! When a step fails for good, the job's `on_failure` decides: `fail` ends the job at once;
+//! `hold` blocks it for an operator; `compensate` undoes every succeeded step that declares a
+//! `compensate` action, in reverse dependency order, each undo being its own leased, fenced and
+//! retried unit of work. A cancel compensates the same way once no step is running.
 //!
 //! ```mermaid
 //! stateDiagram-v2
@@ -13,8 +19,18 @@
 //!         pending --> running: run_at reached
 //!         pending --> cancelled: cancel
 //!         running --> succeeded: every step succeeded or skipped
-//!         running --> failed: a step failed permanently
-//!         running --> cancelled: cancel, once no step is running
+//!         running --> failed: a step failed for good (fail, or compensate with nothing to undo)
+//!         running --> blocked: a step failed for good (hold)
+//!         running --> compensating: a step failed for good (compensate), or cancelled
+//!         running --> cancelled: cancel, once no step runs, nothing to undo
+//!         blocked --> running: operator retry, skip or resume
+//!         blocked --> succeeded: operator skip of the last step not done
+//!         blocked --> compensating: cancel once no step runs; operator retry or skip of a failed undo
+//!         blocked --> cancelled: cancel, nothing to undo; operator skip of the last failed undo
+//!         compensating --> blocked: an undo failed for good
+//!         compensating --> failed: every undo done, after a failure
+//!         compensating --> cancelled: every undo done, after a cancel
+//!         blocked --> failed: operator skip of the last failed undo
 //!     }
 //!     state "Step" as step {
 //!         [*] --> waiting
@@ -25,23 +41,37 @@
 //!         running --> ready: fail (retryable) / lease expired, attempts left
 //!         running --> failed: fail (fatal) / attempts exhausted
 //!         running --> cancelled: report or expiry after the job stopped wanting it
-//!         waiting --> cancelled: job cancelled or failed
-//!         ready --> cancelled: job cancelled or failed
+//!         waiting --> cancelled: job cancelled, failed or compensating
+//!         ready --> cancelled: job cancelled, failed or compensating
+//!         failed --> ready: operator retry
+//!         failed --> skipped: operator skip
+//!         succeeded --> compensating: the job unwinds and the step declares compensate
+//!         compensating --> compensating: undo leased, retried, or failed for good
+//!         compensating --> compensated: undo completed
+//!         compensating --> skipped: operator skip of a failed undo
 //!     }
 //! ```
+//!
+//! A `compensating` step carries a [`CompPhase`]: `waiting` until every succeeded step that
+//! depended on it was undone, `ready` to lease, `running` under a lease, `failed` when its undo
+//! ran out of attempts (the job is then `blocked`).
 
 use serde_json::{json, Value};
 
 use crate::id::LeaseId;
-use crate::job::{DesiredState, Job, JobState, NewEvent, StepState};
+use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, StepState};
+use crate::spec::OnFailure;
 use crate::time::{Span, Timestamp};
+
+/// A step that has failed this many times raises a "poisoned" alert, even if it may retry more.
+pub const POISON_FAILURES: u32 = 3;
 
 /// Something that happens to a job.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     /// The job's `run_at` has come.
     Activate,
-    /// An agent takes a lease on a ready step.
+    /// An agent takes a lease on a claimable step (its work, or its compensation).
     Claim {
         step: usize,
         lease_id: LeaseId,
@@ -71,6 +101,26 @@ pub enum Command {
     },
     /// A client wants the job stopped.
     Cancel,
+    /// An operator gives a failed step (or a failed undo) of a blocked job a fresh budget.
+    Retry {
+        step: usize,
+        by: Option<String>,
+        reason: Option<String>,
+    },
+    /// An operator marks a failed step (or a failed undo) of a blocked job as skipped.
+    Skip {
+        step: usize,
+        by: Option<String>,
+        reason: Option<String>,
+    },
+    /// An operator resumes a blocked job: every failed step and undo gets a fresh budget.
+    Resume {
+        by: Option<String>,
+        reason: Option<String>,
+    },
+    /// The supervisor re-derives what the job's steps call for (ready dependants, the job's own
+    /// state), healing a job left inconsistent by a fault. A no-op on a consistent job.
+    Repair,
 }
 
 impl Command {
@@ -83,6 +133,10 @@ impl Command {
             Command::Fail { .. } => "fail",
             Command::Expire { .. } => "expire",
             Command::Cancel => "cancel",
+            Command::Retry { .. } => "retry",
+            Command::Skip { .. } => "skip",
+            Command::Resume { .. } => "resume",
+            Command::Repair => "repair",
         }
     }
 }
@@ -96,6 +150,9 @@ pub enum Rejection {
     /// The job is already finished; there is nothing to cancel.
     #[error("job is already {state}")]
     JobTerminal { state: JobState },
+    /// An operator action that does not fit the job or step as they are.
+    #[error("{reason}")]
+    NotAllowed { reason: String },
     /// The step cannot be claimed now (someone else took it, or it is not due).
     #[error("step is not claimable")]
     NotClaimable,
@@ -131,6 +188,21 @@ pub enum Effect {
     ReadyAt { agent: String, at: Timestamp },
     /// The job reached a terminal state: wake its waiters.
     Finished { state: JobState },
+    /// Something needs a human's attention. Backends record it durably for delivery.
+    Alert {
+        kind: &'static str,
+        step: Option<String>,
+        message: String,
+    },
+    /// The job reached a terminal state and has a `callback_url`. Recorded durably for delivery.
+    Callback { state: JobState },
+}
+
+impl Effect {
+    /// Whether the effect must survive a crash (it is stored with the transition).
+    pub fn is_durable(&self) -> bool {
+        matches!(self, Effect::Alert { .. } | Effect::Callback { .. })
+    }
 }
 
 /// The outcome of a command: the job's next state and what follows from it.
@@ -180,36 +252,15 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             lease_id,
             worker,
         } => {
-            let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
-            let claimable = w.job.state == JobState::Running
-                && w.job.desired_state == DesiredState::Succeeded
-                && s.state == StepState::Ready
-                && s.next_attempt_at.is_none_or(|t| t <= now);
-            if !claimable {
-                return Err(Rejection::NotClaimable);
-            }
-            let s = &mut w.job.steps[step];
-            s.attempt += 1;
-            s.state = StepState::Running;
-            s.lease_id = Some(lease_id);
-            s.worker = Some(worker.clone());
-            s.started_at = Some(now);
-            s.lease_expires_at = Some(now.plus(s.timeout));
-            s.next_attempt_at = None;
-            let (attempt, expires) = (s.attempt, s.lease_expires_at);
-            w.event(
-                "step_leased",
-                Some(step),
-                Some(attempt),
-                Some(json!({ "worker": worker, "lease_expires_at": expires })),
-            );
+            w.claim(step, lease_id, worker)?;
             Reply::Done
         }
         Command::Heartbeat { step, attempt } => {
             w.check_live(step, attempt)?;
-            let cancel = !w.wants_work();
+            // An undo is never told to stop: it is how a stopping job cleans up.
+            let cancel = !w.job.steps[step].is_compensating() && !w.wants_work();
             let s = &mut w.job.steps[step];
-            let expires = now.plus(s.timeout);
+            let expires = now.plus(s.lease_timeout());
             s.lease_expires_at = Some(expires);
             Reply::Heartbeat {
                 lease_expires_at: expires,
@@ -222,7 +273,11 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             result,
         } => {
             w.check_live(step, attempt)?;
-            if !w.wants_work() {
+            if w.job.steps[step].is_compensating() {
+                w.undo_done(step, attempt, result);
+                w.settle();
+                Reply::Done
+            } else if !w.wants_work() {
                 w.cancel_step(step, "its result arrived after the job stopped");
                 w.settle();
                 Reply::Refused(Rejection::LeaseLost {
@@ -248,13 +303,7 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             jitter,
         } => {
             w.check_live(step, attempt)?;
-            w.job.steps[step].last_error = Some(error.clone());
-            if !w.wants_work() {
-                w.cancel_step(step, "it stopped after the job stopped");
-            } else {
-                w.failed_attempt(step, &error, retryable, jitter);
-            }
-            w.settle();
+            w.report_failure(step, attempt, &error, retryable, jitter, "");
             Reply::Done
         }
         Command::Expire {
@@ -263,21 +312,20 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             jitter,
         } => {
             let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
-            let expired = s.state == StepState::Running
+            let expired = s.is_leased()
                 && s.attempt == attempt
                 && s.lease_expires_at.is_some_and(|t| t <= now);
             if !expired {
                 return Err(Rejection::NotExpired);
             }
-            let error = "lease expired: no report before complete_by".to_string();
-            w.event("step_lease_expired", Some(step), Some(attempt), None);
-            w.job.steps[step].last_error = Some(error.clone());
-            if !w.wants_work() {
-                w.cancel_step(step, "its lease expired after the job stopped");
+            let kind = if s.is_compensating() {
+                "compensation_lease_expired"
             } else {
-                w.failed_attempt(step, &error, true, jitter);
-            }
-            w.settle();
+                "step_lease_expired"
+            };
+            w.event(kind, Some(step), Some(attempt), None);
+            let error = "lease expired: no report before complete_by";
+            w.report_failure(step, attempt, error, true, jitter, "expired");
             Reply::Done
         }
         Command::Cancel => {
@@ -289,8 +337,92 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             }
             w.job.desired_state = DesiredState::Cancelled;
             w.event("cancel_requested", None, None, None);
-            w.cancel_unstarted("the job was cancelled");
+            if w.job.state == JobState::Pending {
+                w.cancel_unstarted("the job was cancelled");
+                w.finish_job(JobState::Cancelled, None);
+            } else if w.job.state != JobState::Compensating {
+                w.cancel_unstarted("the job was cancelled");
+                w.settle();
+            }
+            Reply::Done
+        }
+        Command::Retry { step, by, reason } => {
+            w.require_blocked("retry a step")?;
+            let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
+            let detail = json!({ "by": by, "reason": reason });
+            let unwinding = w.unwinding();
+            if s.state == StepState::Failed {
+                w.check_work_wanted(step, true)?;
+                w.retry_step(step, detail);
+            } else if s.comp_phase == Some(CompPhase::Failed) {
+                w.retry_undo(step, detail);
+            } else {
+                return Err(Rejection::NotAllowed {
+                    reason: format!(
+                        "step `{}` is {}; only a failed step or a failed undo can be retried",
+                        s.name, s.state
+                    ),
+                });
+            }
+            w.unblock(unwinding);
+            Reply::Done
+        }
+        Command::Skip { step, by, reason } => {
+            w.require_blocked("skip a step")?;
+            let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
+            let detail = json!({ "by": by, "reason": reason });
+            let unwinding = w.unwinding();
+            let kind = if s.state == StepState::Failed {
+                w.check_work_wanted(step, false)?;
+                "step_skipped"
+            } else if s.comp_phase == Some(CompPhase::Failed) {
+                "compensation_skipped"
+            } else {
+                return Err(Rejection::NotAllowed {
+                    reason: format!(
+                        "step `{}` is {}; only a failed step or a failed undo can be skipped",
+                        s.name, s.state
+                    ),
+                });
+            };
+            let s = &mut w.job.steps[step];
+            s.state = StepState::Skipped;
+            s.comp_phase = None;
+            s.finished_at = Some(now);
+            w.event(kind, Some(step), None, Some(detail));
+            w.unblock(unwinding);
+            Reply::Done
+        }
+        Command::Resume { by, reason } => {
+            w.require_blocked("resume")?;
+            let detail = json!({ "by": by, "reason": reason });
+            w.event("job_resumed", None, None, Some(detail.clone()));
+            let unwinding = w.unwinding();
+            // An unwinding or cancelled job has given its failed work up: only its undos resume.
+            let retry_work = !unwinding && w.wants_work();
+            for i in 0..w.job.steps.len() {
+                if w.job.steps[i].state == StepState::Failed && retry_work {
+                    w.retry_step(i, detail.clone());
+                } else if w.job.steps[i].comp_phase == Some(CompPhase::Failed) {
+                    w.retry_undo(i, detail.clone());
+                }
+            }
+            w.unblock(unwinding);
+            Reply::Done
+        }
+        Command::Repair => {
+            let before = w.events.len();
+            w.promote();
             w.settle();
+            if w.events.len() > before {
+                let healed: Vec<Value> = w.events[before..].iter().map(|e| json!(e.kind)).collect();
+                w.event(
+                    "job_repaired",
+                    None,
+                    None,
+                    Some(json!({ "applied": healed })),
+                );
+            }
             Reply::Done
         }
     };
@@ -331,16 +463,61 @@ impl Work {
         });
     }
 
-    /// Whether the job still wants its steps' work: not cancelled, not finished.
+    fn alert(&mut self, kind: &'static str, step: Option<usize>, message: String) {
+        let step = step.map(|i| self.job.steps[i].name.clone());
+        self.effects.push(Effect::Alert {
+            kind,
+            step,
+            message,
+        });
+    }
+
+    /// Whether the job still wants its steps' work: not cancelled, not unwinding, not finished.
     fn wants_work(&self) -> bool {
-        self.job.desired_state == DesiredState::Succeeded && !self.job.state.is_terminal()
+        self.job.desired_state == DesiredState::Succeeded
+            && matches!(self.job.state, JobState::Running | JobState::Blocked)
     }
 
     fn stop_reason(&self) -> &'static str {
-        if self.job.state.is_terminal() {
-            self.job.state.as_str()
+        match self.job.state {
+            JobState::Compensating => "compensating",
+            s if s.is_terminal() => s.as_str(),
+            _ => "being cancelled",
+        }
+    }
+
+    /// Whether an unwind is under way: some step is being undone (or waits to be).
+    fn unwinding(&self) -> bool {
+        self.job
+            .steps
+            .iter()
+            .any(|s| s.state == StepState::Compensating)
+    }
+
+    /// A failed step's work may be retried or skipped only while the job has not given it up:
+    /// not once the job unwinds, and (for a retry) not once it is being cancelled.
+    fn check_work_wanted(&self, step: usize, retry: bool) -> Result<(), Rejection> {
+        let name = &self.job.steps[step].name;
+        let reason = if self.unwinding() {
+            format!("the job is unwinding: step `{name}` stays failed; retry or skip its failed undos instead")
+        } else if retry && !self.wants_work() {
+            format!("the job is being cancelled: step `{name}` cannot be retried")
         } else {
-            "being cancelled"
+            return Ok(());
+        };
+        Err(Rejection::NotAllowed { reason })
+    }
+
+    fn require_blocked(&self, what: &str) -> Result<(), Rejection> {
+        if self.job.state == JobState::Blocked {
+            Ok(())
+        } else {
+            Err(Rejection::NotAllowed {
+                reason: format!(
+                    "the job is {}; only a blocked job lets an operator {what}",
+                    self.job.state
+                ),
+            })
         }
     }
 
@@ -349,7 +526,7 @@ impl Work {
         let s = self.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
         let reason = if s.attempt != attempt {
             format!("attempt {attempt} was superseded by attempt {}", s.attempt)
-        } else if s.state != StepState::Running {
+        } else if !s.is_leased() {
             format!("the step is {}", s.state)
         } else if s.lease_expires_at.is_none_or(|t| t <= self.now) {
             "the lease expired".to_string()
@@ -359,12 +536,55 @@ impl Work {
         Err(Rejection::LeaseLost { reason })
     }
 
+    fn claim(&mut self, step: usize, lease_id: LeaseId, worker: String) -> Result<(), Rejection> {
+        let now = self.now;
+        let s = self.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
+        let due = s.next_attempt_at.is_none_or(|t| t <= now);
+        let undo = s.state == StepState::Compensating && s.comp_phase == Some(CompPhase::Ready);
+        let work = s.state == StepState::Ready;
+        let claimable = due
+            && if undo {
+                self.job.state == JobState::Compensating
+            } else {
+                work && self.job.state == JobState::Running
+                    && self.job.desired_state == DesiredState::Succeeded
+            };
+        if !claimable {
+            return Err(Rejection::NotClaimable);
+        }
+        let s = &mut self.job.steps[step];
+        s.attempt += 1;
+        let timeout = s.lease_timeout();
+        if undo {
+            s.comp_phase = Some(CompPhase::Running);
+            s.comp_attempts += 1;
+        } else {
+            s.state = StepState::Running;
+            s.started_at = Some(now);
+        }
+        s.lease_id = Some(lease_id);
+        s.worker = Some(worker.clone());
+        s.lease_expires_at = Some(now.plus(timeout));
+        s.next_attempt_at = None;
+        let (attempt, expires) = (s.attempt, s.lease_expires_at);
+        let kind = if undo {
+            "compensation_leased"
+        } else {
+            "step_leased"
+        };
+        self.event(
+            kind,
+            Some(step),
+            Some(attempt),
+            Some(json!({ "worker": worker, "lease_expires_at": expires })),
+        );
+        Ok(())
+    }
+
     fn start(&mut self) {
         self.job.state = JobState::Running;
         self.event("job_started", None, None, None);
         self.promote();
-        // A job whose steps were all skipped is done at once (not possible at submit today,
-        // but the rule belongs here).
         self.settle();
     }
 
@@ -408,16 +628,44 @@ impl Work {
         }
     }
 
-    /// Counts a failed attempt and either schedules a retry or fails the step for good.
+    /// A failed attempt, reported or found expired, of the step's work or of its undo.
+    fn report_failure(
+        &mut self,
+        step: usize,
+        attempt: u32,
+        error: &str,
+        retryable: bool,
+        jitter: f64,
+        how: &str,
+    ) {
+        self.job.steps[step].last_error = Some(error.to_string());
+        if self.job.steps[step].is_compensating() {
+            self.undo_failed(step, attempt, error, retryable, jitter);
+        } else if !self.wants_work() {
+            let why = if how == "expired" {
+                "its lease expired after the job stopped"
+            } else {
+                "it stopped after the job stopped"
+            };
+            self.cancel_step(step, why);
+        } else {
+            self.failed_attempt(step, error, retryable, jitter);
+        }
+        self.settle();
+    }
+
+    /// Counts a failed attempt of a step's work and either schedules a retry or fails the step.
     fn failed_attempt(&mut self, step: usize, error: &str, retryable: bool, jitter: f64) {
         let now = self.now;
         let s = &mut self.job.steps[step];
         s.failures += 1;
         s.lease_expires_at = None;
         let attempt = s.attempt;
-        let attempts_left = s.max_attempts == 0 || s.attempt < s.max_attempts;
+        let used = s.attempt - s.budget_from.min(s.attempt);
+        let attempts_left = s.max_attempts == 0 || used < s.max_attempts;
+        let failures = s.failures;
         if retryable && attempts_left {
-            let delay: Span = s.backoff.delay(s.failures, jitter);
+            let delay: Span = s.backoff.delay(failures, jitter);
             let at = now.plus(delay);
             s.state = StepState::Ready;
             s.ready_at = Some(now);
@@ -429,10 +677,14 @@ impl Work {
                 Some(attempt),
                 Some(json!({ "error": error, "delay": delay, "next_attempt_at": at })),
             );
-            if delay == Span::ZERO {
-                self.wake(agent);
-            } else {
-                self.effects.push(Effect::ReadyAt { agent, at });
+            self.wake_at(agent, delay, at);
+            if failures == POISON_FAILURES {
+                let name = self.job.steps[step].name.clone();
+                self.alert(
+                    "step_poisoned",
+                    Some(step),
+                    format!("step `{name}` has failed {failures} times; last error: {error}"),
+                );
             }
         } else {
             s.state = StepState::Failed;
@@ -448,19 +700,140 @@ impl Work {
                 Some(attempt),
                 Some(json!({ "error": error, "reason": reason })),
             );
-            self.fail_job(step);
+            self.step_poisoned(step, error);
         }
     }
 
-    fn fail_job(&mut self, step: usize) {
-        self.job.state = JobState::Failed;
-        self.job.finished_at = Some(self.now);
+    fn wake_at(&mut self, agent: String, delay: Span, at: Timestamp) {
+        if delay == Span::ZERO {
+            self.wake(agent);
+        } else {
+            self.effects.push(Effect::ReadyAt { agent, at });
+        }
+    }
+
+    /// A step failed for good: the job's `on_failure` decides what follows.
+    fn step_poisoned(&mut self, step: usize, error: &str) {
         let name = self.job.steps[step].name.clone();
-        self.event("job_failed", None, None, Some(json!({ "step": name })));
-        self.cancel_unstarted("the job failed");
-        self.effects.push(Effect::Finished {
-            state: JobState::Failed,
+        if self.job.state != JobState::Running {
+            // Already blocked by another step (hold): this one waits for the operator too.
+            return;
+        }
+        match self.job.on_failure {
+            OnFailure::Fail => {
+                self.cancel_unstarted("the job failed");
+                let detail = json!({ "step": name, "error": error });
+                self.finish_job(JobState::Failed, Some(detail));
+            }
+            OnFailure::Hold => {
+                let reason = format!("step `{name}` failed: {error}");
+                self.block(reason);
+            }
+            OnFailure::Compensate => {
+                self.cancel_unstarted("the job is compensating");
+                self.event(
+                    "job_compensating",
+                    None,
+                    None,
+                    Some(json!({ "step": name, "error": error })),
+                );
+                self.begin_unwind();
+            }
+        }
+    }
+
+    fn block(&mut self, reason: String) {
+        self.job.state = JobState::Blocked;
+        // Nothing new starts while blocked: ready work and ready undos wait again (and are made
+        // ready anew when the job is unblocked), so they are neither claimable nor woken.
+        for s in &mut self.job.steps {
+            if s.state == StepState::Ready {
+                s.state = StepState::Waiting;
+                s.next_attempt_at = None;
+            } else if s.comp_phase == Some(CompPhase::Ready) {
+                s.comp_phase = Some(CompPhase::Waiting);
+                s.next_attempt_at = None;
+            }
+        }
+        self.event("job_blocked", None, None, Some(json!({ "reason": reason })));
+        self.alert(
+            "job_blocked",
+            None,
+            format!("job {} is blocked: {reason}", self.job.id),
+        );
+        self.job.blocked_reason = Some(reason);
+    }
+
+    /// Leaves `blocked` once nothing is left for the operator: no failed undo and, unless the
+    /// job unwinds (its failed work is given up and stays failed), no failed step. `unwinding`
+    /// is taken before the operator's action: skipping the last failed undo leaves no step
+    /// compensating, yet the unwind must still be finished.
+    fn unblock(&mut self, unwinding: bool) {
+        if self.job.state != JobState::Blocked {
+            return;
+        }
+        let still_failed = self.job.steps.iter().any(|s| {
+            s.comp_phase == Some(CompPhase::Failed) || (!unwinding && s.state == StepState::Failed)
         });
+        if still_failed {
+            return;
+        }
+        self.job.blocked_reason = None;
+        self.job.state = if unwinding {
+            JobState::Compensating
+        } else {
+            JobState::Running
+        };
+        self.event(
+            "job_unblocked",
+            None,
+            None,
+            Some(json!({ "state": self.job.state })),
+        );
+        self.promote();
+        self.settle();
+    }
+
+    fn retry_step(&mut self, step: usize, detail: Value) {
+        let now = self.now;
+        let s = &mut self.job.steps[step];
+        s.state = StepState::Ready;
+        s.budget_from = s.attempt;
+        s.ready_at = Some(now);
+        s.next_attempt_at = Some(now);
+        s.finished_at = None;
+        let agent = s.agent.clone();
+        self.event("step_retried", Some(step), None, Some(detail));
+        // A step whose dependencies are not all done goes back to waiting, not ready.
+        let deps_done = {
+            let s = &self.job.steps[step];
+            s.depends_on.iter().all(|d| {
+                self.job
+                    .steps
+                    .iter()
+                    .any(|x| &x.name == d && x.state.satisfies_dependants())
+            })
+        };
+        if !deps_done {
+            let s = &mut self.job.steps[step];
+            s.state = StepState::Waiting;
+            s.next_attempt_at = None;
+        } else {
+            self.wake(agent);
+        }
+    }
+
+    fn retry_undo(&mut self, step: usize, detail: Value) {
+        let now = self.now;
+        let s = &mut self.job.steps[step];
+        s.comp_phase = Some(CompPhase::Ready);
+        s.comp_budget_from = s.comp_attempts;
+        s.next_attempt_at = Some(now);
+        let agent = s.compensate.as_ref().map(|c| c.agent.clone());
+        self.event("compensation_retried", Some(step), None, Some(detail));
+        if let Some(agent) = agent {
+            self.wake(agent);
+        }
     }
 
     fn cancel_step(&mut self, step: usize, why: &str) {
@@ -491,34 +864,217 @@ impl Work {
         }
     }
 
-    /// Moves the job to the terminal state its steps call for, if any.
-    fn settle(&mut self) {
-        if self.job.state.is_terminal() {
+    /// Starts undoing: every succeeded step that declares `compensate` will be undone.
+    fn begin_unwind(&mut self) {
+        self.job.state = JobState::Compensating;
+        self.job.blocked_reason = None;
+        for i in 0..self.job.steps.len() {
+            let s = &mut self.job.steps[i];
+            if s.state == StepState::Succeeded && s.compensate.is_some() {
+                s.state = StepState::Compensating;
+                s.comp_phase = Some(CompPhase::Waiting);
+                s.lease_id = None;
+                s.worker = None;
+            }
+        }
+        self.advance_unwind();
+    }
+
+    /// Readies every undo whose dependants are all undone (or never need undoing), once no
+    /// step's work is still running; finishes the job when nothing is left to undo.
+    fn advance_unwind(&mut self) {
+        if self.job.state != JobState::Compensating {
             return;
         }
         let steps = &self.job.steps;
-        let next = if self.job.desired_state == DesiredState::Cancelled {
-            steps
-                .iter()
-                .all(|s| s.state != StepState::Running)
-                .then_some(JobState::Cancelled)
-        } else if self.job.state == JobState::Running
-            && steps.iter().all(|s| s.state.satisfies_dependants())
-        {
-            Some(JobState::Succeeded)
-        } else {
-            None
-        };
-        if let Some(state) = next {
-            self.job.state = state;
-            self.job.finished_at = Some(self.now);
-            let kind = if state == JobState::Succeeded {
-                "job_succeeded"
+        if steps.iter().any(|s| s.state == StepState::Running) {
+            return;
+        }
+        let n = steps.len();
+        // dependants[i]: every step that depends on step i, directly or not.
+        let mut eligible = Vec::new();
+        for i in 0..n {
+            if steps[i].state != StepState::Compensating
+                || steps[i].comp_phase != Some(CompPhase::Waiting)
+            {
+                continue;
+            }
+            let mut stack = vec![i];
+            let mut seen = vec![false; n];
+            let mut blocked = false;
+            while let Some(x) = stack.pop() {
+                for (j, sj) in steps.iter().enumerate() {
+                    if !seen[j] && sj.depends_on.iter().any(|d| d == &steps[x].name) {
+                        seen[j] = true;
+                        if matches!(sj.state, StepState::Running | StepState::Compensating) {
+                            blocked = true;
+                        }
+                        stack.push(j);
+                    }
+                }
+            }
+            if !blocked {
+                eligible.push(i);
+            }
+        }
+        for i in eligible {
+            let now = self.now;
+            let s = &mut self.job.steps[i];
+            s.comp_phase = Some(CompPhase::Ready);
+            s.next_attempt_at = Some(now);
+            s.ready_at = Some(now);
+            let agent = s.compensate.as_ref().map(|c| c.agent.clone());
+            self.event("compensation_ready", Some(i), None, None);
+            if let Some(agent) = agent {
+                self.wake(agent);
+            }
+        }
+        let done = self
+            .job
+            .steps
+            .iter()
+            .all(|s| !matches!(s.state, StepState::Compensating | StepState::Running));
+        if done {
+            let undone = self.job.compensated_steps();
+            let state = if self.job.desired_state == DesiredState::Cancelled {
+                JobState::Cancelled
             } else {
-                "job_cancelled"
+                JobState::Failed
             };
-            self.event(kind, None, None, None);
-            self.effects.push(Effect::Finished { state });
+            self.finish_job(state, Some(json!({ "compensated": undone })));
+        }
+    }
+
+    fn undo_done(&mut self, step: usize, attempt: u32, result: Value) {
+        let now = self.now;
+        let s = &mut self.job.steps[step];
+        s.state = StepState::Compensated;
+        s.comp_phase = None;
+        s.finished_at = Some(now);
+        s.lease_expires_at = None;
+        self.event(
+            "step_compensated",
+            Some(step),
+            Some(attempt),
+            Some(json!({ "result": result })),
+        );
+    }
+
+    fn undo_failed(
+        &mut self,
+        step: usize,
+        attempt: u32,
+        error: &str,
+        retryable: bool,
+        jitter: f64,
+    ) {
+        let now = self.now;
+        let s = &mut self.job.steps[step];
+        s.comp_failures += 1;
+        s.lease_expires_at = None;
+        let max = s.comp_max_attempts();
+        let used = s.comp_attempts - s.comp_budget_from.min(s.comp_attempts);
+        if retryable && (max == 0 || used < max) {
+            let delay = s.backoff.delay(s.comp_failures, jitter);
+            let at = now.plus(delay);
+            s.comp_phase = Some(CompPhase::Ready);
+            s.next_attempt_at = Some(at);
+            let agent = s
+                .compensate
+                .as_ref()
+                .map(|c| c.agent.clone())
+                .unwrap_or_default();
+            self.event(
+                "compensation_retry_scheduled",
+                Some(step),
+                Some(attempt),
+                Some(json!({ "error": error, "delay": delay, "next_attempt_at": at })),
+            );
+            self.wake_at(agent, delay, at);
+        } else {
+            s.comp_phase = Some(CompPhase::Failed);
+            let name = s.name.clone();
+            let reason = if retryable {
+                "attempts exhausted"
+            } else {
+                "fatal error"
+            };
+            self.event(
+                "compensation_failed",
+                Some(step),
+                Some(attempt),
+                Some(json!({ "error": error, "reason": reason })),
+            );
+            self.block(format!("compensation of step `{name}` failed: {error}"));
+        }
+    }
+
+    fn finish_job(&mut self, state: JobState, detail: Option<Value>) {
+        self.job.state = state;
+        self.job.finished_at = Some(self.now);
+        self.job.blocked_reason = None;
+        let kind = match state {
+            JobState::Succeeded => "job_succeeded",
+            JobState::Failed => "job_failed",
+            _ => "job_cancelled",
+        };
+        self.event(kind, None, None, detail);
+        self.effects.push(Effect::Finished { state });
+        if state == JobState::Failed {
+            let id = self.job.id;
+            self.alert("job_failed", None, format!("job {id} failed"));
+        }
+        if self.job.callback_url.is_some() {
+            self.effects.push(Effect::Callback { state });
+        }
+    }
+
+    /// Moves the job on as its steps call for: into unwinding once a cancel has nothing running,
+    /// along its unwinding, or to `succeeded`.
+    fn settle(&mut self) {
+        match self.job.state {
+            JobState::Running | JobState::Blocked => {
+                // Blocked on a failed undo: only an operator moves the job on.
+                if self
+                    .job
+                    .steps
+                    .iter()
+                    .any(|s| s.state == StepState::Compensating)
+                {
+                    return;
+                }
+                if self.job.desired_state == DesiredState::Cancelled {
+                    if self.job.steps.iter().all(|s| s.state != StepState::Running) {
+                        self.cancel_unstarted("the job was cancelled");
+                        let to_undo = self
+                            .job
+                            .steps
+                            .iter()
+                            .any(|s| s.state == StepState::Succeeded && s.compensate.is_some());
+                        if to_undo {
+                            self.event(
+                                "job_compensating",
+                                None,
+                                None,
+                                Some(json!({ "cause": "cancel" })),
+                            );
+                            self.begin_unwind();
+                        } else {
+                            self.finish_job(JobState::Cancelled, None);
+                        }
+                    }
+                } else if self.job.state == JobState::Running
+                    && self
+                        .job
+                        .steps
+                        .iter()
+                        .all(|s| s.state.satisfies_dependants())
+                {
+                    self.finish_job(JobState::Succeeded, None);
+                }
+            }
+            JobState::Compensating => self.advance_unwind(),
+            _ => {}
         }
     }
 
@@ -528,7 +1084,8 @@ impl Work {
             .collect();
         let job_fields_changed = self.job.state != before.state
             || self.job.desired_state != before.desired_state
-            || self.job.finished_at != before.finished_at;
+            || self.job.finished_at != before.finished_at
+            || self.job.blocked_reason != before.blocked_reason;
         if job_fields_changed || !self.events.is_empty() {
             self.job.updated_at = self.now;
         }

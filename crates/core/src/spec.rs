@@ -50,13 +50,18 @@ pub struct StepSpec {
     pub compensate: Option<CompensateSpec>,
 }
 
-/// How to undo a step.
+/// How to undo a step. Runs as its own leased, fenced, retried unit of work; `timeout` and
+/// `backoff` default to the step's, `max_attempts` to 5 (0 = retry until it succeeds).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompensateSpec {
     pub agent: String,
     #[serde(default)]
     pub payload: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Span>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
 }
 
 /// What a job does when one of its steps fails permanently.
@@ -246,23 +251,8 @@ impl JobSpec {
                 "ordered keys are not supported by this server version yet",
             ));
         }
-        if self.callback_url.is_some() {
-            return Err(SpecError::unsupported(
-                "callback_url",
-                "job callbacks are not supported by this server version yet",
-            ));
-        }
-        match self.on_failure {
-            None | Some(OnFailure::Fail) => {}
-            Some(other) => {
-                return Err(SpecError::unsupported(
-                    "on_failure",
-                    format!(
-                    "on_failure \"{}\" is not supported by this server version yet (only \"fail\")",
-                    other.as_str()
-                ),
-                ))
-            }
+        if let Some(url) = &self.callback_url {
+            check_url("callback_url", url)?;
         }
         if self.steps.is_empty() {
             return Err(SpecError::new("steps", "a job needs at least one step"));
@@ -332,11 +322,38 @@ impl JobSpec {
                     ));
                 }
             }
-            if step.compensate.is_some() {
-                return Err(SpecError::unsupported(
-                    at("compensate"),
-                    "compensation is not supported by this server version yet",
-                ));
+            if let Some(c) = &step.compensate {
+                check_name(&at("compensate.agent"), &c.agent, limits)?;
+                let len = serde_json::to_vec(&c.payload).map(|v| v.len()).unwrap_or(0);
+                if len > limits.payload_bytes {
+                    return Err(SpecError::new(
+                        at("compensate.payload"),
+                        format!(
+                            "payload is {len} bytes, more than the limit of {}",
+                            limits.payload_bytes
+                        ),
+                    ));
+                }
+                if let Some(t) = c.timeout {
+                    if t < MIN_TIMEOUT || t > limits.timeout_max {
+                        return Err(SpecError::new(
+                            at("compensate.timeout"),
+                            format!(
+                                "timeout must be between {MIN_TIMEOUT} and {}",
+                                limits.timeout_max
+                            ),
+                        ));
+                    }
+                }
+                if c.max_attempts.is_some_and(|n| n > limits.max_attempts) {
+                    return Err(SpecError::new(
+                        at("compensate.max_attempts"),
+                        format!(
+                            "max_attempts must be at most {} (0 means no limit)",
+                            limits.max_attempts
+                        ),
+                    ));
+                }
             }
         }
         for (i, step) in self.steps.iter().enumerate() {
@@ -366,6 +383,26 @@ impl JobSpec {
         }
         Ok(())
     }
+}
+
+/// Callback URLs: absolute http(s), bounded, no white space.
+fn check_url(field: &str, url: &str) -> Result<(), SpecError> {
+    const MAX: usize = 2048;
+    let ok_scheme = url.starts_with("http://") || url.starts_with("https://");
+    let host = url.split("://").nth(1).unwrap_or("");
+    if !ok_scheme || host.is_empty() || host.starts_with('/') {
+        return Err(SpecError::new(
+            field,
+            "must be an absolute http:// or https:// URL",
+        ));
+    }
+    if url.len() > MAX || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(SpecError::new(
+            field,
+            format!("must be at most {MAX} bytes with no white space"),
+        ));
+    }
+    Ok(())
 }
 
 fn check_name(field: &str, value: &str, limits: &Limits) -> Result<(), SpecError> {

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::id::{JobId, LeaseId};
-use crate::job::{DesiredState, Event, Job, JobState, StepState};
-use crate::spec::JobSpec;
+use crate::job::{CompPhase, DesiredState, Event, Job, JobState, StepState};
+use crate::spec::{CompensateSpec, JobSpec};
 use crate::time::{Span, Timestamp};
 
 /// `POST /v1/jobs:batch` body.
@@ -38,6 +38,14 @@ pub struct JobView {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub finished_at: Option<Timestamp>,
+    /// Why the job is `blocked`, when it is.
+    #[serde(default)]
+    pub blocked_reason: Option<String>,
+    /// Steps whose compensation ran to completion.
+    #[serde(default)]
+    pub compensated: Vec<String>,
+    #[serde(default)]
+    pub callback_url: Option<String>,
     pub steps: Vec<StepView>,
 }
 
@@ -62,6 +70,15 @@ pub struct StepView {
     pub next_attempt_at: Option<Timestamp>,
     pub result: Option<Value>,
     pub last_error: Option<String>,
+    #[serde(default)]
+    pub compensate: Option<CompensateSpec>,
+    /// Where the undo is while the step is `compensating`.
+    #[serde(default)]
+    pub comp_phase: Option<CompPhase>,
+    #[serde(default)]
+    pub comp_attempts: u32,
+    #[serde(default)]
+    pub comp_failures: u32,
 }
 
 impl From<&Job> for JobView {
@@ -79,6 +96,9 @@ impl From<&Job> for JobView {
             created_at: job.created_at,
             updated_at: job.updated_at,
             finished_at: job.finished_at,
+            blocked_reason: job.blocked_reason.clone(),
+            compensated: job.compensated_steps(),
+            callback_url: job.callback_url.clone(),
             steps: job
                 .steps
                 .iter()
@@ -101,6 +121,10 @@ impl From<&Job> for JobView {
                     next_attempt_at: s.next_attempt_at,
                     result: s.result.clone(),
                     last_error: s.last_error.clone(),
+                    compensate: s.compensate.clone(),
+                    comp_phase: s.comp_phase,
+                    comp_attempts: s.comp_attempts,
+                    comp_failures: s.comp_failures,
                 })
                 .collect(),
         }
@@ -141,6 +165,9 @@ pub struct LeaseResponse {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Lease {
     pub lease_id: LeaseId,
+    /// `work` for the step itself, `compensate` for undoing it.
+    #[serde(default)]
+    pub kind: LeaseKind,
     pub job_id: JobId,
     pub step: String,
     pub agent: String,
@@ -156,6 +183,27 @@ pub struct Lease {
     pub lease_ms: u64,
     /// The step's timeout: heartbeat every third of it.
     pub timeout_ms: u64,
+}
+
+/// What a lease is for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseKind {
+    #[default]
+    Work,
+    Compensate,
+}
+
+/// `POST /v1/jobs/{id}/steps/{name}/retry|skip` and `/v1/jobs/{id}/resume` body (optional).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorRequest {
+    /// Who acts, recorded in the job's history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// Why, recorded in the job's history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `POST /v1/leases/{id}/heartbeat` body.

@@ -10,8 +10,8 @@ use overseer_core::machine::{admit, Reply};
 use overseer_core::spec::{decode_bytes, JobSpec};
 use overseer_core::wire::{
     AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
-    HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseRequest, LeaseResponse,
-    WorkerView,
+    HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseRequest,
+    LeaseResponse, OperatorRequest, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{Claim, JobQuery, NewJob, Submitted};
@@ -32,9 +32,10 @@ pub fn router(app: App) -> Router {
         .route("/v1/jobs/{id}/events", get(job_events))
         .route("/v1/jobs/{id}/wait", get(wait_job))
         .route("/v1/jobs/{id}/cancel", post(cancel_job))
-        .route("/v1/jobs/{id}/resume", post(not_yet_operator))
-        .route("/v1/jobs/{id}/steps/{name}/retry", post(not_yet_operator))
-        .route("/v1/jobs/{id}/steps/{name}/skip", post(not_yet_operator))
+        .route("/v1/jobs/{id}/resume", post(resume_job))
+        .route("/v1/jobs/{id}/steps/{name}/retry", post(retry_step))
+        .route("/v1/jobs/{id}/steps/{name}/skip", post(skip_step))
+        .route("/metrics", get(metrics))
         .route("/v1/agents", get(list_agents))
         .route("/v1/agents/{agent}/leases", post(take_leases))
         .route("/v1/agents/{agent}/limits", put(not_yet_limits))
@@ -153,10 +154,6 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-async fn not_yet_operator() -> ApiError {
-    ApiError::not_implemented("operator actions (retry, skip, resume)")
-}
-
 async fn not_yet_limits() -> ApiError {
     ApiError::not_implemented("per-agent limits and pausing")
 }
@@ -209,6 +206,7 @@ async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Res
     match submitted.pop() {
         Some(Submitted::Created(t)) => {
             tracing::info!(job = %t.job.id, steps = t.job.steps.len(), "job accepted");
+            app.metrics().jobs_submitted.inc();
             app.committed(&t);
             Ok(job_created(&t.job, true))
         }
@@ -253,6 +251,7 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
         match s {
             Submitted::Created(t) => {
                 created_any = true;
+                app.metrics().jobs_submitted.inc();
                 app.committed(t);
                 jobs.push(JobView::from(&t.job));
             }
@@ -452,16 +451,21 @@ fn lease_of(claimed: &Transition, step: usize, now: overseer_core::Timestamp) ->
     let complete_by = s.lease_expires_at?;
     Some(Lease {
         lease_id: s.lease_id?,
+        kind: if s.is_compensating() {
+            LeaseKind::Compensate
+        } else {
+            LeaseKind::Work
+        },
         job_id: job.id,
         step: s.name.clone(),
-        agent: s.agent.clone(),
+        agent: s.claim_agent_of_lease().to_string(),
         attempt: s.attempt,
-        payload: s.payload.clone(),
+        payload: s.lease_payload().clone(),
         inputs: job.inputs_of(step),
         idempotency_key: job.step_idempotency_key(step),
         complete_by,
         lease_ms: now.until(complete_by).as_millis(),
-        timeout_ms: s.timeout.as_millis(),
+        timeout_ms: s.lease_timeout().as_millis(),
     })
 }
 
@@ -516,6 +520,12 @@ async fn take_leases(
             for c in &claimed {
                 app.committed(&c.transition);
             }
+            app.metrics()
+                .leases_granted
+                .get_or_create(&crate::metrics::AgentLabel {
+                    agent: agent.clone(),
+                })
+                .inc_by(leases.len() as u64);
             return Ok(Json(LeaseResponse { leases }));
         }
         tokio::select! {
@@ -538,10 +548,29 @@ async fn report(
         .lease_find(lease_id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("lease {lease_id} not found")))?;
-    let t = app
+    let command = make(lease.step, lease.attempt);
+    let name = command.name();
+    let t = match app
         .store()
-        .job_apply(lease.job_id, make(lease.step, lease.attempt), app.now())
-        .await?;
+        .job_apply(lease.job_id, command, app.now())
+        .await
+    {
+        Ok(t) => t,
+        Err(e) => {
+            let outcome = match &e {
+                overseer_store::Error::Rejected(_) => "lease_lost",
+                _ => "error",
+            };
+            app.metrics().report(name, outcome);
+            return Err(e.into());
+        }
+    };
+    let outcome = if matches!(t.reply, Reply::Refused(_)) {
+        "lease_lost"
+    } else {
+        "ok"
+    };
+    app.metrics().report(name, outcome);
     app.committed(&t);
     Ok(t)
 }
@@ -632,4 +661,101 @@ async fn fail(
     })
     .await?;
     report_answer(&t, &lease_id)
+}
+
+async fn operator(app: &App, raw_id: &str, command: Command) -> Result<Json<JobView>> {
+    let id = parse_job_id(raw_id)?;
+    let what = command.name();
+    let t = app.store().job_apply(id, command, app.now()).await?;
+    tracing::info!(job = %id, action = what, state = %t.job.state, "operator action");
+    app.committed(&t);
+    Ok(Json(JobView::from(&t.job)))
+}
+
+fn step_index(job: &Job, name: &str) -> Result<usize> {
+    job.step_index(name)
+        .ok_or_else(|| ApiError::not_found(format!("job {} has no step `{name}`", job.id)))
+}
+
+async fn retry_step(
+    State(app): State<App>,
+    Path((id, name)): Path<(String, String)>,
+    OptionalBody(req): OptionalBody<OperatorRequest>,
+) -> Result<Json<JobView>> {
+    let job = app.job(parse_job_id(&id)?).await?;
+    let step = step_index(&job, &name)?;
+    operator(
+        &app,
+        &id,
+        Command::Retry {
+            step,
+            by: req.by,
+            reason: req.reason,
+        },
+    )
+    .await
+}
+
+async fn skip_step(
+    State(app): State<App>,
+    Path((id, name)): Path<(String, String)>,
+    OptionalBody(req): OptionalBody<OperatorRequest>,
+) -> Result<Json<JobView>> {
+    let job = app.job(parse_job_id(&id)?).await?;
+    let step = step_index(&job, &name)?;
+    operator(
+        &app,
+        &id,
+        Command::Skip {
+            step,
+            by: req.by,
+            reason: req.reason,
+        },
+    )
+    .await
+}
+
+async fn resume_job(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    OptionalBody(req): OptionalBody<OperatorRequest>,
+) -> Result<Json<JobView>> {
+    operator(
+        &app,
+        &id,
+        Command::Resume {
+            by: req.by,
+            reason: req.reason,
+        },
+    )
+    .await
+}
+
+/// Prometheus text; store-wide gauges are read at scrape time.
+async fn metrics(State(app): State<App>) -> Result<Response> {
+    let m = app.metrics();
+    let counts = app.store().agents_counts().await?;
+    m.steps_ready.clear();
+    m.steps_running.clear();
+    for c in counts {
+        let label = crate::metrics::AgentLabel { agent: c.agent };
+        m.steps_ready.get_or_create(&label).set(c.ready as i64);
+        m.steps_running.get_or_create(&label).set(c.running as i64);
+    }
+    let (waiting, dead) = app.store().deliveries_counts().await?;
+    m.deliveries_waiting.set(waiting as i64);
+    m.deliveries_dead.set(dead as i64);
+    let text = m.encode().map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "cannot encode metrics",
+        )
+    })?;
+    let mut res = text.into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    Ok(res)
 }

@@ -19,6 +19,15 @@ pub struct Config {
     pub lease_wait_default: Span,
     /// `human` or `json`.
     pub log_format: String,
+    /// Where alerts are POSTed (job blocked or failed, step poisoned). Unset: alerts are only
+    /// logged (at error level) and counted in metrics.
+    pub alert_webhook: Option<String>,
+    /// Delivery attempts for an alert or callback before it is given up (0 = no limit).
+    pub delivery_max_attempts: u32,
+    /// How long one delivery attempt may take.
+    pub delivery_timeout: Span,
+    /// Active jobs the supervisor re-checks for consistency per sweep.
+    pub repair_batch: usize,
     pub limits: Limits,
 }
 
@@ -30,6 +39,10 @@ impl Default for Config {
             sweep_interval: Span::from_secs(1),
             lease_wait_default: Span::from_secs(20),
             log_format: "human".into(),
+            alert_webhook: None,
+            delivery_max_attempts: 20,
+            delivery_timeout: Span::from_secs(10),
+            repair_batch: 200,
             limits: Limits::default(),
         }
     }
@@ -65,6 +78,22 @@ impl Config {
         }
         if !matches!(self.log_format.as_str(), "human" | "json") {
             return Err(invalid("log_format", "must be `human` or `json`"));
+        }
+        if let Some(url) = &self.alert_webhook {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid(
+                    "alert_webhook",
+                    "must be an http:// or https:// URL",
+                ));
+            }
+        }
+        if self.delivery_timeout < Span::from_millis(100)
+            || self.delivery_timeout > Span::from_secs(300)
+        {
+            return Err(invalid("delivery_timeout", "must be between 100ms and 5m"));
+        }
+        if self.repair_batch == 0 || self.repair_batch > 10_000 {
+            return Err(invalid("repair_batch", "must be between 1 and 10000"));
         }
         let l = &self.limits;
         let positive = [

@@ -130,6 +130,7 @@ impl From<Rejection> for ApiError {
                 format!("the job is already {state}; there is nothing to cancel"),
             ),
             Rejection::UnknownStep => ApiError::not_found("no such step"),
+            Rejection::NotAllowed { reason } => ApiError::conflict("not-allowed", reason),
             Rejection::NotClaimable | Rejection::NotExpired | Rejection::NotDue => {
                 ApiError::conflict("conflict", r.to_string())
             }

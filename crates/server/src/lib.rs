@@ -6,14 +6,16 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod deliver;
 pub mod error;
+pub mod metrics;
 pub mod notify;
 pub mod supervisor;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use overseer_core::{Job, Limits, Span, Timestamp, Transition};
+use overseer_core::{Effect, Job, Limits, Span, Timestamp, Transition};
 use overseer_store::{SqliteStore, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -33,6 +35,7 @@ struct Inner {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     notifier: Notifier,
+    metrics: metrics::Metrics,
     limits: Limits,
     lease_wait_default: Span,
     rng: Mutex<StdRng>,
@@ -53,6 +56,7 @@ impl App {
                 store,
                 clock,
                 notifier: Notifier::default(),
+                metrics: metrics::Metrics::default(),
                 limits: config.limits.clone(),
                 lease_wait_default: config.lease_wait_default,
                 rng: Mutex::new(StdRng::from_entropy()),
@@ -74,6 +78,10 @@ impl App {
         &self.inner.notifier
     }
 
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.inner.metrics
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
     }
@@ -93,9 +101,35 @@ impl App {
 
     /// Carries out what a committed transition calls for (wake agents, waiters, the supervisor).
     pub fn committed(&self, transition: &Transition) {
-        self.inner
-            .notifier
-            .apply(transition.job.id, &transition.effects);
+        let job = &transition.job;
+        for effect in &transition.effects {
+            match effect {
+                Effect::Alert {
+                    kind,
+                    step,
+                    message,
+                } => {
+                    tracing::error!(alert = kind, job = %job.id, step = step.as_deref(), "{message}");
+                    self.metrics()
+                        .alerts
+                        .get_or_create(&metrics::KindLabel {
+                            kind: kind.to_string(),
+                        })
+                        .inc();
+                }
+                Effect::Finished { state } => {
+                    tracing::info!(job = %job.id, %state, "job finished");
+                    self.metrics()
+                        .jobs_finished
+                        .get_or_create(&metrics::StateLabel {
+                            state: state.to_string(),
+                        })
+                        .inc();
+                }
+                _ => {}
+            }
+        }
+        self.inner.notifier.apply(job.id, &transition.effects);
     }
 
     fn worker_seen(&self, agent: &str, worker: &str, now: Timestamp) {
@@ -152,13 +186,18 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let app = App::new(store, Arc::new(SystemClock), config, shutdown.clone());
-    let supervisor = supervisor::Supervisor::new(app.clone(), config.sweep_interval);
+    let supervisor = supervisor::Supervisor::new(app.clone(), config.sweep_interval)
+        .with_repair_batch(config.repair_batch);
+    app.metrics().is_leader.set(1);
     let sweeper = tokio::spawn(supervisor.run(shutdown.clone()));
+    let deliverer = deliver::Deliverer::new(app.clone(), deliver::Settings::from_config(config))?;
+    let delivering = tokio::spawn(deliverer.run(shutdown.clone()));
     let router = api::router(app);
     let result = axum::serve(listener, router)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await;
     shutdown.cancel();
     let _ = sweeper.await;
+    let _ = delivering.await;
     result.map_err(Into::into)
 }

@@ -16,6 +16,7 @@ pub struct Notifier {
     /// an earlier one lower it and wake the supervisor.
     next_due: Mutex<Option<Timestamp>>,
     supervisor: Notify,
+    delivery: Notify,
 }
 
 impl Default for Notifier {
@@ -26,6 +27,7 @@ impl Default for Notifier {
             finished,
             next_due: Mutex::new(None),
             supervisor: Notify::new(),
+            delivery: Notify::new(),
         }
     }
 }
@@ -72,6 +74,10 @@ impl Notifier {
         &self.supervisor
     }
 
+    pub fn delivery_wake(&self) -> &Notify {
+        &self.delivery
+    }
+
     /// Carries out the effects of a committed transition.
     pub fn apply(&self, job: JobId, effects: &[Effect]) {
         for effect in effects {
@@ -82,6 +88,7 @@ impl Notifier {
                     // No receivers is fine: nobody is waiting.
                     let _ = self.finished.send(job);
                 }
+                Effect::Alert { .. } | Effect::Callback { .. } => self.delivery.notify_one(),
             }
         }
     }

@@ -16,14 +16,18 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use overseer_core::machine::admit;
+use overseer_core::outbox::{self, DeliveryKind};
 use overseer_core::{
-    Command, Job, JobId, JobSpec, JobState, LeaseId, Rejection, Reply, StepState, Timestamp,
-    Transition,
+    Command, CompPhase, Effect, Job, JobId, JobSpec, JobState, LeaseId, Rejection, Reply,
+    StepState, Timestamp, Transition,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::{AgentCounts, Claim, Claimed, Error, JobQuery, LeaseRef, NewJob, Store, Submitted};
+use crate::{
+    AgentCounts, Claim, Claimed, Delivery, DeliveryOutcome, Error, JobQuery, LeaseRef, NewJob,
+    Store, Submitted,
+};
 
 /// A fresh, empty store for one case, and whatever must live as long as it (a temp dir, a
 /// database handle).
@@ -69,6 +73,14 @@ macro_rules! conformance_tests {
             agents_counts_ready_and_running,
             cancel_settles_steps_and_refuses_late_results,
             unknown_ids_and_event_paging,
+            undo_is_claimed_by_its_compensate_agent,
+            undo_leases_expire_and_backoff_wakes_the_compensate_agent,
+            alerts_and_callbacks_are_recorded_for_delivery,
+            deliveries_are_recorded_once_per_idempotency_key,
+            delivery_updates_retry_deliver_and_give_up,
+            jobs_active_pages_through_unfinished_jobs,
+            new_fields_round_trip_through_hold_retry_resume_skip,
+            repair_heals_an_inconsistent_job,
         );
     };
     (@cases ($make:expr) $($case:ident),+ $(,)?) => {
@@ -1148,4 +1160,685 @@ pub async fn unknown_ids_and_event_paging(f: &Fixture) {
         .await
         .expect("past the end")
         .is_empty());
+}
+
+fn complete(step: usize, attempt: u32, result: Value) -> Command {
+    Command::Complete {
+        step,
+        attempt,
+        result,
+    }
+}
+
+fn fatal(step: usize, attempt: u32, error: &str) -> Command {
+    Command::Fail {
+        step,
+        attempt,
+        error: error.into(),
+        retryable: false,
+        jitter: 0.0,
+    }
+}
+
+/// Two steps, `a` (agent `w`, undone by agent `undo`) then `b` (agent `w`, one attempt), with
+/// `on_failure` and `extra` fields merged into the job body and `a_extra` into step `a`.
+fn undoable(on_failure: &str, a_extra: Value) -> JobSpec {
+    let mut a = json!({"name": "a", "agent": "w",
+        "compensate": {"agent": "undo", "payload": {"refund": 12}}});
+    if let (Some(a), Value::Object(extra)) = (a.as_object_mut(), a_extra) {
+        a.extend(extra);
+    }
+    spec(json!({"on_failure": on_failure, "steps": [
+        a,
+        {"name": "b", "agent": "w", "depends_on": ["a"], "max_attempts": 1}
+    ]}))
+}
+
+/// Submits an [`undoable`] job at `at(0)` and runs it until `b` fails fatally at `at(40)`, `a`
+/// having completed at `at(20)`. Uses lease ids `first_lease` and `first_lease + 1`; no other
+/// job may have `w` steps ready.
+async fn run_until_b_fails(
+    store: &dyn Store,
+    id: JobId,
+    s: &JobSpec,
+    first_lease: u128,
+) -> Transition {
+    submit(store, admitted(id, s, at(0))).await;
+    let a = claim(store, "w", 1, first_lease, at(10)).await;
+    assert_eq!(claimed_jobs(&a), vec![id]);
+    apply(store, id, complete(0, 1, json!({"charged": 12})), at(20)).await;
+    let b = claim(store, "w", 1, first_lease + 1, at(30)).await;
+    assert_eq!(claimed_jobs(&b), vec![id]);
+    apply(store, id, fatal(1, 1, "out of stock"), at(40)).await
+}
+
+// Proves a compensating job's undo is claimable by its compensate agent alone, with the step's
+// attempt bumped, counted under that agent, and fenced: a report for the superseded work
+// attempt is rejected and changes nothing.
+pub async fn undo_is_claimed_by_its_compensate_agent(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let failed = run_until_b_fails(store, id, &undoable("compensate", json!({})), 1).await;
+    assert_eq!(failed.job.state, JobState::Compensating);
+    assert_eq!(failed.job.steps[0].comp_phase, Some(CompPhase::Ready));
+    assert_eq!(get(store, id).await, failed.job);
+    assert_eq!(
+        store.agents_counts().await.expect("counts"),
+        vec![AgentCounts {
+            agent: "undo".into(),
+            ready: 1,
+            running: 0
+        }]
+    );
+
+    assert!(claim(store, "w", 5, 10, at(50)).await.is_empty());
+    let undo = claim(store, "undo", 5, 11, at(50)).await;
+    assert_eq!(undo.len(), 1);
+    assert_eq!((claimed_jobs(&undo), undo[0].step), (vec![id], 0));
+    let s = &undo[0].transition.job.steps[0];
+    assert_eq!(s.attempt, 2, "the undo's lease bumps the step's attempt");
+    assert_eq!(
+        (s.state, s.comp_phase, s.comp_attempts),
+        (StepState::Compensating, Some(CompPhase::Running), 1)
+    );
+    assert_eq!(s.lease_id, Some(lease_id(11)));
+    assert_eq!(s.worker.as_deref(), Some("undo-worker"));
+    assert_eq!(get(store, id).await, undo[0].transition.job);
+    assert!(claim(store, "undo", 5, 12, at(51)).await.is_empty());
+    assert_eq!(
+        store.agents_counts().await.expect("counts"),
+        vec![AgentCounts {
+            agent: "undo".into(),
+            ready: 0,
+            running: 1
+        }]
+    );
+    assert_eq!(
+        store.lease_find(lease_id(11)).await.expect("find"),
+        Some(LeaseRef {
+            lease_id: lease_id(11),
+            job_id: id,
+            step: 0,
+            attempt: 2
+        })
+    );
+
+    let before = get(store, id).await;
+    let history = all_events(store, id).await;
+    match store
+        .job_apply(id, complete(0, 1, json!("stale")), at(60))
+        .await
+    {
+        Err(Error::Rejected(Rejection::LeaseLost { .. })) => {}
+        other => panic!("expected LeaseLost for the superseded attempt, got {other:?}"),
+    }
+    assert_eq!(get(store, id).await, before);
+    assert_eq!(all_events(store, id).await, history);
+
+    let undone = apply(store, id, complete(0, 2, json!("refunded")), at(70)).await;
+    assert_eq!(undone.job.state, JobState::Failed);
+    assert_eq!(undone.job.steps[0].state, StepState::Compensated);
+    assert_eq!(get(store, id).await, undone.job);
+    assert!(store.agents_counts().await.expect("counts").is_empty());
+}
+
+// Proves an undo's lease is found by `leases_expired` from its expiry on (its own timeout), and
+// that once the undo's backoff ends `agents_due` names the compensate agent, `next_due_at` points
+// at it, and only then may it be claimed.
+pub async fn undo_leases_expire_and_backoff_wakes_the_compensate_agent(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let s = undoable(
+        "compensate",
+        json!({"backoff": {"initial": "2s", "factor": 1, "max": "2s"},
+               "compensate": {"agent": "undo", "timeout": "1s", "max_attempts": 3}}),
+    );
+    run_until_b_fails(store, id, &s, 1).await;
+    let undo = claim(store, "undo", 1, 10, at(50)).await;
+    assert_eq!(undo.len(), 1);
+    assert_eq!(
+        undo[0].transition.job.steps[0].lease_expires_at,
+        Some(at(1_050))
+    );
+    assert_eq!(
+        store.next_due_at(at(50)).await.expect("due"),
+        Some(at(1_050))
+    );
+
+    assert!(store
+        .leases_expired(at(1_049), 10)
+        .await
+        .expect("expired")
+        .is_empty());
+    let lease = LeaseRef {
+        lease_id: lease_id(10),
+        job_id: id,
+        step: 0,
+        attempt: 2,
+    };
+    assert_eq!(
+        store.leases_expired(at(1_050), 10).await.expect("expired"),
+        vec![lease]
+    );
+
+    let expired = Command::Expire {
+        step: 0,
+        attempt: 2,
+        jitter: 0.0,
+    };
+    let t = apply(store, id, expired, at(1_050)).await;
+    let stored = get(store, id).await;
+    assert_eq!(stored, t.job);
+    let step = &stored.steps[0];
+    assert_eq!(
+        (step.comp_phase, step.comp_failures, step.next_attempt_at),
+        (Some(CompPhase::Ready), 1, Some(at(3_050)))
+    );
+    assert!(store
+        .leases_expired(at(10_000), 10)
+        .await
+        .expect("expired")
+        .is_empty());
+    assert_eq!(
+        store.next_due_at(at(1_050)).await.expect("due"),
+        Some(at(3_050))
+    );
+
+    assert!(store
+        .agents_due(at(1_050), at(3_049))
+        .await
+        .expect("agents")
+        .is_empty());
+    assert_eq!(
+        store
+            .agents_due(at(3_049), at(3_050))
+            .await
+            .expect("agents"),
+        vec!["undo".to_string()]
+    );
+    assert!(claim(store, "undo", 1, 11, at(3_049)).await.is_empty());
+    let again = claim(store, "undo", 1, 12, at(3_050)).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].transition.job.steps[0].attempt, 3);
+    assert_eq!(again[0].transition.job.steps[0].comp_attempts, 2);
+}
+
+/// The deliveries due at a far-off instant, i.e. every live one.
+async fn live_deliveries(store: &dyn Store) -> Vec<Delivery> {
+    store
+        .deliveries_due(at(1_000_000_000), 1_000)
+        .await
+        .expect("deliveries")
+}
+
+/// The delivery records `t` calls for at `now`, as the core describes them, without row ids.
+fn expected_deliveries(
+    t: &Transition,
+    now: Timestamp,
+) -> Vec<(DeliveryKind, Option<String>, String, Value)> {
+    outbox::outgoing(t, now)
+        .into_iter()
+        .map(|o| (o.kind, o.url, o.idempotency_key, o.body))
+        .collect()
+}
+
+fn delivery_fields(d: &Delivery) -> (DeliveryKind, Option<String>, String, Value) {
+    (
+        d.kind,
+        d.url.clone(),
+        d.idempotency_key.clone(),
+        d.body.clone(),
+    )
+}
+
+// Proves a job with a `callback_url` finishing and a transition raising an alert record their
+// deliveries with the transition, exactly as `outbox::outgoing` describes, due from the
+// transition's time, oldest first, and that transitions without durable effects record none.
+pub async fn alerts_and_callbacks_are_recorded_for_delivery(f: &Fixture) {
+    let store = &*f.store;
+    assert!(live_deliveries(store).await.is_empty());
+    assert_eq!(store.deliveries_counts().await.expect("counts"), (0, 0));
+
+    let url = "https://example.invalid/hooks/done";
+    let called = job_id(1);
+    let with_callback = spec(json!({"callback_url": url, "steps": [{"name": "s", "agent": "w"}]}));
+    submit(store, admitted(called, &with_callback, at(0))).await;
+    claim(store, "w", 1, 1, at(10)).await;
+    assert!(
+        live_deliveries(store).await.is_empty(),
+        "nothing to deliver yet"
+    );
+    let done = apply(store, called, complete(0, 1, json!({"n": 1})), at(20)).await;
+    assert!(done.effects.contains(&Effect::Callback {
+        state: JobState::Succeeded
+    }));
+
+    let held = job_id(2);
+    let hold = spec(json!({"on_failure": "hold", "steps": [{"name": "s", "agent": "h"}]}));
+    submit(store, admitted(held, &hold, at(0))).await;
+    claim(store, "h", 1, 2, at(25)).await;
+    let blocked = apply(store, held, fatal(0, 1, "disk full"), at(30)).await;
+    assert_eq!(blocked.job.state, JobState::Blocked);
+    assert!(blocked.effects.iter().any(|e| matches!(
+        e,
+        Effect::Alert {
+            kind: "job_blocked",
+            ..
+        }
+    )));
+
+    assert!(store
+        .deliveries_due(at(19), 10)
+        .await
+        .expect("due")
+        .is_empty());
+    let first = store.deliveries_due(at(29), 10).await.expect("due");
+    let want_callback = expected_deliveries(&done, at(20));
+    assert_eq!(
+        first.iter().map(delivery_fields).collect::<Vec<_>>(),
+        want_callback
+    );
+    let callback = &first[0];
+    assert_eq!(callback.kind, DeliveryKind::Callback);
+    assert_eq!(callback.job_id, called);
+    assert_eq!(callback.url.as_deref(), Some(url));
+    assert_eq!(callback.body["state"], json!("succeeded"));
+    assert_eq!(
+        (
+            callback.attempts,
+            callback.created_at,
+            callback.next_attempt_at,
+            &callback.last_error
+        ),
+        (0, at(20), at(20), &None)
+    );
+
+    let all = store.deliveries_due(at(30), 10).await.expect("due");
+    let mut want = want_callback;
+    want.extend(expected_deliveries(&blocked, at(30)));
+    assert_eq!(all.iter().map(delivery_fields).collect::<Vec<_>>(), want);
+    let alert = &all[1];
+    assert_eq!(
+        (alert.kind, alert.job_id, alert.url.as_deref()),
+        (DeliveryKind::Alert, held, None)
+    );
+    assert_eq!(alert.body["kind"], json!("job_blocked"));
+    assert_eq!(
+        store.deliveries_due(at(30), 1).await.expect("due"),
+        all[..1]
+    );
+    assert_eq!(store.deliveries_counts().await.expect("counts"), (2, 0));
+}
+
+// Proves a delivery is recorded once per idempotency key: effects repeated within one
+// transition, or raised again by a later transition with the same key, add no second record.
+pub async fn deliveries_are_recorded_once_per_idempotency_key(f: &Fixture) {
+    let store = &*f.store;
+    let url = "https://example.invalid/cb";
+    let id = job_id(1);
+    let body = spec(json!({"callback_url": url, "steps": [{"name": "s", "agent": "w"}]}));
+    // A transition whose durable effects repeat: the same callback twice, and an alert.
+    let mut new = admitted(id, &body, at(0));
+    let succeeded = Effect::Callback {
+        state: JobState::Succeeded,
+    };
+    new.transition.effects.push(succeeded.clone());
+    new.transition.effects.push(succeeded);
+    new.transition.effects.push(Effect::Alert {
+        kind: "test",
+        step: None,
+        message: "recorded with the submit".into(),
+    });
+    let expected = expected_deliveries(&new.transition, at(0));
+    assert_eq!(expected.len(), 3, "the core describes every repeat");
+    submit(store, new).await;
+    let recorded = live_deliveries(store).await;
+    assert_eq!(
+        recorded.iter().map(delivery_fields).collect::<Vec<_>>(),
+        vec![expected[0].clone(), expected[2].clone()]
+    );
+
+    // Resubmitting the same body under the same key stores nothing, deliveries included.
+    let keyed = spec(json!({"idempotency_key": "once", "callback_url": url,
+        "steps": [{"name": "s", "agent": "v"}]}));
+    let mut first = admitted(job_id(2), &keyed, at(1));
+    first.transition.effects.push(Effect::Alert {
+        kind: "test",
+        step: None,
+        message: "first".into(),
+    });
+    submit(store, first.clone()).await;
+    assert_eq!(live_deliveries(store).await.len(), 3);
+    match store
+        .jobs_submit(vec![first])
+        .await
+        .expect("resubmit")
+        .as_slice()
+    {
+        [Submitted::Existing(_)] => {}
+        other => panic!("expected the existing job, got {other:?}"),
+    }
+    assert_eq!(live_deliveries(store).await.len(), 3);
+
+    // The job really finishing raises its callback again, under the same key: still one record,
+    // the first one.
+    let before = live_deliveries(store).await;
+    claim(store, "w", 1, 1, at(10)).await;
+    let done = apply(store, id, complete(0, 1, json!(1)), at(20)).await;
+    assert_eq!(
+        expected_deliveries(&done, at(20))
+            .iter()
+            .map(|d| d.2.clone())
+            .collect::<Vec<_>>(),
+        vec![expected[0].2.clone()]
+    );
+    let after = live_deliveries(store).await;
+    assert_eq!(after, before);
+    assert_eq!(after[..2], recorded[..]);
+    let callbacks: Vec<&Delivery> = after
+        .iter()
+        .filter(|d| d.kind == DeliveryKind::Callback && d.job_id == id)
+        .collect();
+    assert_eq!(callbacks.len(), 1);
+    assert_eq!(callbacks[0].created_at, at(0));
+    assert_eq!(store.deliveries_counts().await.expect("counts"), (3, 0));
+}
+
+// Proves `delivery_update` counts each attempt: a retry moves the delivery to its new time with
+// the error, delivered removes it, giving up keeps it as dead and never due; updating a delivery
+// that is gone changes nothing.
+pub async fn delivery_updates_retry_deliver_and_give_up(f: &Fixture) {
+    let store = &*f.store;
+    let url = "https://example.invalid/cb";
+    for n in 1..=3u64 {
+        let body = spec(json!({"callback_url": url, "steps": [{"name": "s", "agent": "w"}]}));
+        submit(store, admitted(job_id(n), &body, at(0))).await;
+        let leased = claim(store, "w", 1, n as u128, at(n as i64)).await;
+        assert_eq!(claimed_jobs(&leased), vec![job_id(n)]);
+        apply(
+            store,
+            job_id(n),
+            complete(0, 1, json!(n)),
+            at(10 * n as i64),
+        )
+        .await;
+    }
+    let due = store.deliveries_due(at(100), 10).await.expect("due");
+    assert_eq!(
+        due.iter().map(|d| d.job_id).collect::<Vec<_>>(),
+        vec![job_id(1), job_id(2), job_id(3)]
+    );
+    let (one, two, three) = (due[0].clone(), due[1].clone(), due[2].clone());
+
+    let retry = DeliveryOutcome::Retry {
+        next_attempt_at: at(5_000),
+        error: "503 Service Unavailable".into(),
+    };
+    store.delivery_update(one.id, retry).await.expect("retry");
+    let due = store.deliveries_due(at(4_999), 10).await.expect("due");
+    assert_eq!(
+        due.iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![two.id, three.id]
+    );
+    let due = store.deliveries_due(at(5_000), 10).await.expect("due");
+    assert_eq!(
+        due.iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![two.id, three.id, one.id],
+        "oldest due first"
+    );
+    let retried = &due[2];
+    assert_eq!(
+        (
+            retried.attempts,
+            retried.next_attempt_at,
+            retried.last_error.as_deref()
+        ),
+        (1, at(5_000), Some("503 Service Unavailable"))
+    );
+    assert_eq!(
+        (retried.created_at, &retried.body, &retried.idempotency_key),
+        (one.created_at, &one.body, &one.idempotency_key)
+    );
+
+    store
+        .delivery_update(two.id, DeliveryOutcome::Delivered)
+        .await
+        .expect("delivered");
+    store
+        .delivery_update(
+            three.id,
+            DeliveryOutcome::GiveUp {
+                error: "410 Gone".into(),
+            },
+        )
+        .await
+        .expect("give up");
+    let due = store.deliveries_due(at(1_000_000), 10).await.expect("due");
+    assert_eq!(due.iter().map(|d| d.id).collect::<Vec<_>>(), vec![one.id]);
+    assert_eq!(store.deliveries_counts().await.expect("counts"), (1, 1));
+
+    // A delivery that is gone (delivered elsewhere) takes any late outcome quietly.
+    store
+        .delivery_update(two.id, DeliveryOutcome::Delivered)
+        .await
+        .expect("gone: delivered");
+    store
+        .delivery_update(
+            two.id,
+            DeliveryOutcome::GiveUp {
+                error: "late".into(),
+            },
+        )
+        .await
+        .expect("gone: give up");
+    assert_eq!(store.deliveries_counts().await.expect("counts"), (1, 1));
+    store
+        .delivery_update(one.id, DeliveryOutcome::Delivered)
+        .await
+        .expect("delivered");
+    assert!(live_deliveries(store).await.is_empty());
+    assert_eq!(store.deliveries_counts().await.expect("counts"), (0, 1));
+}
+
+// Proves `jobs_active` lists exactly the unfinished jobs (pending, running, blocked,
+// compensating) in id order, and paging after the last id visits each once.
+pub async fn jobs_active_pages_through_unfinished_jobs(f: &Fixture) {
+    let store = &*f.store;
+    assert!(store
+        .jobs_active(None, 10)
+        .await
+        .expect("active")
+        .is_empty());
+    let mut active = Vec::new();
+    for n in 1..=12u64 {
+        let body = if n % 4 == 0 {
+            spec(json!({"run_at": at(1_000_000), "steps": [{"name": "s", "agent": "idle"}]}))
+        } else {
+            one_step("idle")
+        };
+        submit(store, admitted(job_id(n), &body, at(n as i64))).await;
+        if n % 3 == 0 {
+            apply(store, job_id(n), Command::Cancel, at(20)).await;
+        } else {
+            active.push(job_id(n));
+        }
+    }
+    // Job 13 succeeds; job 14 is blocked; job 15 is compensating.
+    submit(store, admitted(job_id(13), &one_step("done"), at(0))).await;
+    claim(store, "done", 1, 1, at(30)).await;
+    apply(store, job_id(13), complete(0, 1, json!(1)), at(31)).await;
+    let hold = spec(json!({"on_failure": "hold", "steps": [{"name": "s", "agent": "held"}]}));
+    submit(store, admitted(job_id(14), &hold, at(0))).await;
+    claim(store, "held", 1, 2, at(30)).await;
+    let blocked = apply(store, job_id(14), fatal(0, 1, "no"), at(31)).await;
+    assert_eq!(blocked.job.state, JobState::Blocked);
+    active.push(job_id(14));
+    let unwinding =
+        run_until_b_fails(store, job_id(15), &undoable("compensate", json!({})), 3).await;
+    assert_eq!(unwinding.job.state, JobState::Compensating);
+    active.push(job_id(15));
+
+    assert_eq!(store.jobs_active(None, 100).await.expect("active"), active);
+    assert!(store.jobs_active(None, 0).await.expect("active").is_empty());
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.jobs_active(after, 3).await.expect("page");
+        assert!(page.len() <= 3);
+        seen.extend(page.iter().copied());
+        match page.last() {
+            Some(last) if page.len() == 3 => after = Some(*last),
+            _ => break,
+        }
+    }
+    assert_eq!(seen, active);
+    let last = active.last().copied();
+    assert!(store
+        .jobs_active(last, 10)
+        .await
+        .expect("active")
+        .is_empty());
+}
+
+// Proves every new field survives the store: a job with a full compensate spec, `hold` and a
+// callback URL reads back equal; so do `blocked_reason`, `budget_from` and the stored history
+// through the operator's `Retry`, `Resume` and `Skip`, each persisted by `job_apply`.
+pub async fn new_fields_round_trip_through_hold_retry_resume_skip(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let body = spec(json!({
+        "on_failure": "hold",
+        "callback_url": "https://example.invalid/cb?job=1",
+        "steps": [
+            {"name": "a", "agent": "w",
+             "compensate": {"agent": "undo", "payload": {"refund": [1, 2]}, "timeout": "90s",
+                            "max_attempts": 0}},
+            {"name": "b", "agent": "w", "depends_on": ["a"], "max_attempts": 1}
+        ]
+    }));
+    let new = admitted(id, &body, at(0));
+    let expected = new.transition.job.clone();
+    let compensate = expected.steps[0].compensate.clone().expect("compensate");
+    assert_eq!(
+        (compensate.timeout, compensate.max_attempts),
+        (Some(overseer_core::Span::from_millis(90_000)), Some(0))
+    );
+    let submitted = store.jobs_submit(vec![new.clone()]).await.expect("submit");
+    assert!(matches!(submitted.as_slice(), [Submitted::Created(t)] if t.job == expected));
+    assert_eq!(get(store, id).await, expected);
+    // The rest runs on a twin job, as `run_until_b_fails` submits its own; this one steps aside.
+    apply(store, id, Command::Cancel, at(1)).await;
+    let id = job_id(2);
+    let blocked = run_until_b_fails(store, id, &body, 1).await;
+    let stored = get(store, id).await;
+    assert_eq!(stored, blocked.job);
+    assert_eq!(stored.state, JobState::Blocked);
+    assert!(stored
+        .blocked_reason
+        .as_deref()
+        .is_some_and(|r| r.contains("out of stock")));
+
+    let retry = Command::Retry {
+        step: 1,
+        by: Some("ops@example".into()),
+        reason: Some("restocked".into()),
+    };
+    let retried = apply(store, id, retry, at(50)).await;
+    let stored = get(store, id).await;
+    assert_eq!(stored, retried.job);
+    assert_eq!(
+        (stored.state, stored.blocked_reason.as_deref()),
+        (JobState::Running, None)
+    );
+    assert_eq!(
+        (stored.steps[1].state, stored.steps[1].budget_from),
+        (StepState::Ready, 1)
+    );
+    let events = all_events(store, id).await;
+    let retried_event = events
+        .iter()
+        .find(|e| e.kind == "step_retried")
+        .expect("step_retried stored");
+    assert_eq!(
+        retried_event.detail,
+        Some(json!({"by": "ops@example", "reason": "restocked"}))
+    );
+
+    let again = claim(store, "w", 1, 3, at(60)).await;
+    assert_eq!(again[0].transition.job.steps[1].attempt, 2);
+    apply(store, id, fatal(1, 2, "out of stock again"), at(70)).await;
+    let resume = Command::Resume {
+        by: None,
+        reason: Some("try once more".into()),
+    };
+    let resumed = apply(store, id, resume, at(80)).await;
+    assert_eq!(get(store, id).await, resumed.job);
+    assert_eq!(resumed.job.steps[1].budget_from, 2);
+    assert!(all_events(store, id)
+        .await
+        .iter()
+        .any(|e| e.kind == "job_resumed"));
+
+    claim(store, "w", 1, 4, at(90)).await;
+    apply(store, id, fatal(1, 3, "gone for good"), at(100)).await;
+    assert_eq!(get(store, id).await.state, JobState::Blocked);
+    let skip = Command::Skip {
+        step: 1,
+        by: Some("ops@example".into()),
+        reason: None,
+    };
+    let skipped = apply(store, id, skip, at(110)).await;
+    let stored = get(store, id).await;
+    assert_eq!(stored, skipped.job);
+    assert_eq!(stored.steps[1].state, StepState::Skipped);
+    assert_eq!(stored.state, JobState::Succeeded);
+    assert!(live_deliveries(store)
+        .await
+        .iter()
+        .any(|d| d.job_id == id && d.kind == DeliveryKind::Callback));
+}
+
+// Proves `Repair` persists through `job_apply`: a job stored inconsistent (a succeeded step
+// whose dependant still waits) is healed, the dependant becomes claimable, and a repair of a
+// consistent job changes nothing.
+pub async fn repair_heals_an_inconsistent_job(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let chain = spec(json!({"steps": [
+        {"name": "a", "agent": "w"},
+        {"name": "b", "agent": "v", "depends_on": ["a"]}
+    ]}));
+    // What a crash between storing a's result and advancing the job leaves behind.
+    let mut new = admitted(id, &chain, at(0));
+    let a = &mut new.transition.job.steps[0];
+    a.state = StepState::Succeeded;
+    a.attempt = 1;
+    a.result = Some(json!("A"));
+    a.next_attempt_at = None;
+    a.finished_at = Some(at(5));
+    new.transition.effects.clear();
+    submit(store, new).await;
+    assert!(claim(store, "v", 1, 1, at(10)).await.is_empty());
+
+    let repaired = apply(store, id, Command::Repair, at(10)).await;
+    let stored = get(store, id).await;
+    assert_eq!(stored, repaired.job);
+    assert_eq!(stored.steps[1].state, StepState::Ready);
+    let kinds: Vec<String> = all_events(store, id)
+        .await
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.iter().any(|k| k == "job_repaired"), "{kinds:?}");
+
+    let history = all_events(store, id).await;
+    let noop = apply(store, id, Command::Repair, at(20)).await;
+    assert!(noop.is_noop());
+    assert_eq!(get(store, id).await, stored);
+    assert_eq!(all_events(store, id).await, history);
+
+    let b = claim(store, "v", 1, 2, at(30)).await;
+    assert_eq!(claimed_jobs(&b), vec![id]);
+    apply(store, id, complete(1, 1, json!("B")), at(40)).await;
+    assert_eq!(get(store, id).await.state, JobState::Succeeded);
 }

@@ -96,6 +96,36 @@ pub struct LeaseRef {
     pub attempt: u32,
 }
 
+/// A recorded alert or callback waiting to be delivered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delivery {
+    pub id: i64,
+    pub kind: overseer_core::outbox::DeliveryKind,
+    pub job_id: JobId,
+    pub url: Option<String>,
+    pub idempotency_key: String,
+    pub body: serde_json::Value,
+    /// Delivery attempts made so far.
+    pub attempts: u32,
+    pub created_at: Timestamp,
+    pub next_attempt_at: Timestamp,
+    pub last_error: Option<String>,
+}
+
+/// How a delivery attempt went.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeliveryOutcome {
+    /// Acknowledged (2xx): forget it.
+    Delivered,
+    /// Try again at `next_attempt_at`.
+    Retry {
+        next_attempt_at: Timestamp,
+        error: String,
+    },
+    /// The attempt budget is spent: keep it as dead for inspection, never retry.
+    GiveUp { error: String },
+}
+
 /// Ready and running counts of one agent name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentCounts {
@@ -130,28 +160,49 @@ pub trait Store: Send + Sync + 'static {
     /// in one transaction. A rejection changes nothing and comes back as [`Error::Rejected`].
     async fn job_apply(&self, id: JobId, command: Command, now: Timestamp) -> Result<Transition>;
 
-    /// Leases up to `claim.lease_ids.len()` ready steps of `claim.agent` whose
-    /// `next_attempt_at` has come, higher job priority first, then oldest ready first. Each
+    /// Leases up to `claim.lease_ids.len()` claimable steps of `claim.agent` (steps whose
+    /// `Step::claim_agent()` is that agent: ready work, or a ready undo whose compensate agent it
+    /// is) whose `next_attempt_at` has come, higher job priority first, then oldest ready first. Each
     /// claim bumps the step's attempt; no step is handed out twice, however many callers race.
     async fn steps_claim(&self, claim: Claim) -> Result<Vec<Claimed>>;
 
     async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>>;
 
-    /// Running steps whose lease ended at or before `now`, oldest expiry first.
+    /// Leased steps (work or undo: `Step::is_leased()`) whose lease ended at or before `now`,
+    /// oldest expiry first.
     async fn leases_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<LeaseRef>>;
 
     /// Pending jobs whose `run_at` has come, earliest first.
     async fn jobs_due(&self, now: Timestamp, limit: usize) -> Result<Vec<JobId>>;
 
-    /// Agent names with a ready step whose `next_attempt_at` lies in `(after, now]`: retries
-    /// whose backoff just ended, so their long-polls can be woken.
+    /// Agent names with a claimable step (by `Step::claim_agent()`: ready work, or a ready undo
+    /// under its compensate agent) whose `next_attempt_at` lies in `(after, now]`: retries whose
+    /// backoff just ended, so their long-polls can be woken.
     async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>>;
 
     /// The earliest future instant at which something becomes due: a pending `run_at`, a retry's
     /// `next_attempt_at`, or a lease expiry. Lets the supervisor sleep exactly until then.
     async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>>;
 
+    /// Per agent name, for unfinished jobs: `ready` counts claimable steps by the agent that may
+    /// claim them (due or not), `running` counts leased steps by the agent holding the lease (the
+    /// compensate agent for an undo). Agents with neither are left out; sorted by name.
     async fn agents_counts(&self) -> Result<Vec<AgentCounts>>;
+
+    /// Deliveries (alerts, callbacks) due at `now`, oldest due first. Every transition's
+    /// durable effects (`Effect::is_durable`) are recorded by `jobs_submit`, `job_apply` and
+    /// `steps_claim` in the same transaction, as `overseer_core::outbox::outgoing` describes.
+    async fn deliveries_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Delivery>>;
+
+    /// Records how a delivery attempt went (counts the attempt).
+    async fn delivery_update(&self, id: i64, outcome: DeliveryOutcome) -> Result<()>;
+
+    /// Counts of deliveries waiting and given up, for metrics.
+    async fn deliveries_counts(&self) -> Result<(u64, u64)>;
+
+    /// Ids of jobs not yet terminal, in id order after `after`: the supervisor's repair scan
+    /// walks them a page at a time.
+    async fn jobs_active(&self, after: Option<JobId>, limit: usize) -> Result<Vec<JobId>>;
 
     /// Whether the store answers at all (for `/readyz`).
     async fn ping(&self) -> Result<()>;

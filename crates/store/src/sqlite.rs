@@ -4,8 +4,15 @@
 //! whatever is queued in one transaction, so concurrent requests share an fsync. Reads run on a
 //! small pool of read-only connections beside it (WAL lets them see the last commit without
 //! waiting for the writer). What a write does to a job is decided by `overseer_core::apply`; this
-//! module only finds rows, loads jobs, and stores the transitions the core returns.
+//! module only finds rows, loads jobs, and stores the transitions the core returns, together with
+//! the deliveries (alerts, callbacks) their durable effects call for, in the same transaction.
+//!
+//! Claimable and leased steps are found through columns derived from each step as it is written
+//! (`claim_agent`, `lease_agent`, and the core's `lease_expires_at`), so work and undo are found
+//! alike without decoding a step; see the schema's second migration.
 
+#[cfg(any(test, feature = "fault-injection"))]
+mod fault;
 mod rows;
 mod schema;
 mod writer;
@@ -27,7 +34,8 @@ use tokio::sync::{mpsc, Semaphore};
 
 use self::rows::{job_id_text, limit_param, DbResult};
 use crate::{
-    AgentCounts, Claim, Claimed, Error, JobQuery, LeaseRef, NewJob, Result, Store, Submitted,
+    AgentCounts, Claim, Claimed, Delivery, DeliveryOutcome, Error, JobQuery, LeaseRef, NewJob,
+    Result, Store, Submitted,
 };
 
 /// How to open a SQLite store.
@@ -90,6 +98,10 @@ struct Inner {
     readers: Arc<Readers>,
     commits: Arc<AtomicU64>,
     history_per_job: usize,
+    /// Set when the file was opened with `OVERSEER_FAULT=crash-after-step-result`: the flag a
+    /// partial write raises to make the writer abort right after committing it (see `fault`).
+    #[cfg(feature = "fault-injection")]
+    crash_after_step_result: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Drop for Inner {
@@ -173,9 +185,22 @@ impl SqliteStore {
         let commits = Arc::new(AtomicU64::new(0));
         let max_batch = options.max_batch.max(1);
         let thread_commits = commits.clone();
+        #[cfg(feature = "fault-injection")]
+        let crash_after_step_result = fault::armed_from_env();
+        #[cfg(feature = "fault-injection")]
+        let abort_after_commit = crash_after_step_result.clone();
         let handle = std::thread::Builder::new()
             .name("overseer-sqlite-writer".into())
-            .spawn(move || writer::run(conn, receiver, thread_commits, max_batch))
+            .spawn(move || {
+                writer::run(
+                    conn,
+                    receiver,
+                    thread_commits,
+                    max_batch,
+                    #[cfg(feature = "fault-injection")]
+                    abort_after_commit,
+                )
+            })
             .map_err(|e| Error::Unavailable(format!("cannot start the writer thread: {e}")))?;
 
         Ok(SqliteStore {
@@ -186,6 +211,8 @@ impl SqliteStore {
                 readers,
                 commits,
                 history_per_job: options.history_per_job.max(1),
+                #[cfg(feature = "fault-injection")]
+                crash_after_step_result,
             }),
         })
     }
@@ -297,15 +324,22 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     tx.commit().db()
 }
 
-/// Stores what the core decided: the job row, the changed steps, and the new history.
-fn persist(conn: &Connection, t: &Transition, history_per_job: usize) -> Result<()> {
+/// Stores what the core decided at `now`: the job row, the changed steps, the new history, and
+/// the deliveries its durable effects call for, all in the caller's transaction.
+fn persist(
+    conn: &Connection,
+    t: &Transition,
+    now: Timestamp,
+    history_per_job: usize,
+) -> Result<()> {
     if t.job_changed {
         rows::update_job(conn, &t.job)?;
     }
     for &idx in &t.changed_steps {
         rows::write_step(conn, &t.job, idx)?;
     }
-    rows::append_events(conn, t.job.id, &t.events, history_per_job)
+    rows::append_events(conn, t.job.id, &t.events, history_per_job)?;
+    rows::insert_deliveries(conn, t, now)
 }
 
 /// Loads a job, applies a command through the core, and stores the transition. A claim also
@@ -327,7 +361,7 @@ fn apply_command(
         _ => None,
     };
     let t = overseer_core::apply(&job, command, now)?;
-    persist(conn, &t, history_per_job)?;
+    persist(conn, &t, now, history_per_job)?;
     if let Some((step, lease_id, worker)) = claim {
         let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
             Error::Corrupt(format!("claimed step {step} is missing from job {id}"))
@@ -381,6 +415,8 @@ fn submit_jobs(
         }
         rows::insert_job(conn, job)?;
         rows::append_events(conn, job.id, &new.transition.events, history_per_job)?;
+        // An admission has no command time of its own: the job was last updated by it.
+        rows::insert_deliveries(conn, &new.transition, job.updated_at)?;
         out.push(Submitted::Created(new.transition));
     }
     Ok(out)
@@ -396,8 +432,8 @@ fn claim_steps(conn: &Connection, claim: Claim, history_per_job: usize) -> Resul
     let mut skipped: HashSet<(String, i64)> = HashSet::new();
     let mut candidates = conn
         .prepare_cached(
-            "SELECT job_id, idx FROM steps \
-             WHERE state = 'ready' AND agent = ?1 AND next_attempt_at <= ?2 \
+            "SELECT job_id, idx FROM steps INDEXED BY steps_claim \
+             WHERE claim_agent = ?1 AND next_attempt_at <= ?2 \
              ORDER BY priority DESC, next_attempt_at ASC, job_id ASC, idx ASC LIMIT ?3",
         )
         .db()?;
@@ -527,6 +563,12 @@ impl Store for SqliteStore {
 
     async fn job_apply(&self, id: JobId, command: Command, now: Timestamp) -> Result<Transition> {
         let history = self.inner.history_per_job;
+        #[cfg(feature = "fault-injection")]
+        if let Some(crash) = self.inner.crash_after_step_result.clone() {
+            return self
+                .write(move |conn| fault::apply_or_crash(conn, id, command, now, history, &crash))
+                .await;
+        }
         self.write(move |conn| apply_command(conn, id, command, now, history))
             .await
     }
@@ -549,8 +591,8 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT job_id, idx, attempt, lease_id FROM steps \
-                     WHERE state = 'running' AND lease_expires_at <= ?1 \
+                    "SELECT job_id, idx, attempt, lease_id FROM steps INDEXED BY steps_lease_expiry \
+                     WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= ?1 \
                      ORDER BY lease_expires_at, job_id, idx LIMIT ?2",
                 )
                 .db()?;
@@ -562,8 +604,8 @@ impl Store for SqliteStore {
                 // A bad row is logged and passed over so it cannot stop every other expiry.
                 match rows::lease_ref_from_row(row) {
                     Ok(Some(lease)) => out.push(lease),
-                    Ok(None) => tracing::error!("a running step has no lease id; skipping it"),
-                    Err(e) => tracing::error!(error = %e, "skipping an unreadable running step"),
+                    Ok(None) => tracing::error!("a leased step has no lease id; skipping it"),
+                    Err(e) => tracing::error!(error = %e, "skipping an unreadable leased step"),
                 }
             }
             Ok(out)
@@ -598,9 +640,9 @@ impl Store for SqliteStore {
     async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>> {
         self.read(move |conn| {
             conn.prepare_cached(
-                "SELECT DISTINCT agent FROM steps \
-                 WHERE state = 'ready' AND next_attempt_at > ?1 AND next_attempt_at <= ?2 \
-                 ORDER BY agent",
+                "SELECT DISTINCT claim_agent FROM steps INDEXED BY steps_claim_due \
+                 WHERE claim_agent IS NOT NULL AND next_attempt_at > ?1 AND next_attempt_at <= ?2 \
+                 ORDER BY claim_agent",
             )
             .db()?
             .query_map(params![after.as_millis(), now.as_millis()], |r| r.get(0))
@@ -619,9 +661,11 @@ impl Store for SqliteStore {
                        SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_pending_run_at \
                          WHERE state = 'pending' \
                        UNION ALL \
-                       SELECT MIN(next_attempt_at) FROM steps WHERE state = 'ready' AND next_attempt_at > ?1 \
+                       SELECT MIN(next_attempt_at) FROM steps INDEXED BY steps_claim_due \
+                         WHERE claim_agent IS NOT NULL AND next_attempt_at > ?1 \
                        UNION ALL \
-                       SELECT MIN(lease_expires_at) FROM steps WHERE state = 'running')",
+                       SELECT MIN(lease_expires_at) FROM steps INDEXED BY steps_lease_expiry \
+                         WHERE lease_expires_at IS NOT NULL)",
                 )
                 .db()?
                 .query_row([now.as_millis()], |r| r.get(0))
@@ -633,15 +677,21 @@ impl Store for SqliteStore {
 
     async fn agents_counts(&self) -> Result<Vec<AgentCounts>> {
         self.read(move |conn| {
-            // Two arms so each uses its partial index on the step state.
+            // Two arms so each uses its partial index: claimable steps by the agent that may
+            // lease them, leased steps by the agent holding the lease (an undo's compensate
+            // agent). A live lease always has an expiry, so the expiry index finds every one.
             let mut stmt = conn
                 .prepare_cached(
                     "SELECT agent, SUM(ready), SUM(running) FROM ( \
-                       SELECT s.agent, 1 AS ready, 0 AS running FROM steps s JOIN jobs j ON j.id = s.job_id \
-                       WHERE s.state = 'ready' AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
+                       SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
+                       FROM steps s INDEXED BY steps_claim JOIN jobs j ON j.id = s.job_id \
+                       WHERE s.claim_agent IS NOT NULL \
+                         AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
                        UNION ALL \
-                       SELECT s.agent, 0, 1 FROM steps s JOIN jobs j ON j.id = s.job_id \
-                       WHERE s.state = 'running' AND j.state NOT IN ('succeeded', 'failed', 'cancelled')) \
+                       SELECT s.lease_agent, 0, 1 \
+                       FROM steps s INDEXED BY steps_lease_expiry JOIN jobs j ON j.id = s.job_id \
+                       WHERE s.lease_expires_at IS NOT NULL AND s.lease_agent IS NOT NULL \
+                         AND j.state NOT IN ('succeeded', 'failed', 'cancelled')) \
                      GROUP BY agent ORDER BY agent",
                 )
                 .db()?;
@@ -659,6 +709,56 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn deliveries_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Delivery>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| rows::deliveries_due(conn, now, limit))
+            .await
+    }
+
+    async fn delivery_update(&self, id: i64, outcome: DeliveryOutcome) -> Result<()> {
+        self.write(move |conn| rows::delivery_update(conn, id, &outcome))
+            .await
+    }
+
+    async fn deliveries_counts(&self) -> Result<(u64, u64)> {
+        self.read(rows::deliveries_counts).await
+    }
+
+    async fn jobs_active(&self, after: Option<JobId>, limit: usize) -> Result<Vec<JobId>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| {
+            // The WHERE clause repeats the partial index's word for word (see schema V2).
+            let ids: Vec<String> = conn
+                .prepare_cached(
+                    "SELECT id FROM jobs INDEXED BY jobs_active \
+                     WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND id > ?1 \
+                     ORDER BY id LIMIT ?2",
+                )
+                .db()?
+                .query_map(
+                    params![
+                        after.map(job_id_text).unwrap_or_default(),
+                        limit_param(limit)
+                    ],
+                    |r| r.get(0),
+                )
+                .db()?
+                .collect::<rusqlite::Result<_>>()
+                .db()?;
+            ids.into_iter()
+                .map(|id| {
+                    id.parse()
+                        .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
+                })
+                .collect()
+        })
+        .await
+    }
+
     async fn ping(&self) -> Result<()> {
         let writer_up = self.inner.queue.as_ref().is_some_and(|q| !q.is_closed());
         if !writer_up {
@@ -666,5 +766,148 @@ impl Store for SqliteStore {
         }
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).db())
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use overseer_core::{JobState, StepState};
+    use rusqlite::params;
+
+    use super::*;
+
+    const T0: i64 = 1_700_000_000_000;
+    const JOB: &str = "018bcfe5-6801-7000-8000-000000000001";
+
+    /// Writes a file as version 1 of the schema left it: one running job with a ready step `a`,
+    /// a running step `b` whose lease ran out at `T0 + 1000`, and a succeeded step `c` carrying a
+    /// stray expiry.
+    fn write_v1_file(path: &Path) {
+        let conn = Connection::open(path).expect("open");
+        conn.execute_batch(schema::MIGRATIONS[0]).expect("V1");
+        conn.pragma_update(None, "user_version", 1)
+            .expect("version");
+        conn.execute(
+            "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
+             ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
+             finished_at, last_event_seq) \
+             VALUES (?1, NULL, 'fp', '{}', 3, NULL, NULL, NULL, 'fail', 'running', 'succeeded', \
+             ?2, ?2, NULL, 0)",
+            params![JOB, T0],
+        )
+        .expect("job");
+        let step = |idx: i64,
+                    name: &str,
+                    state: &str,
+                    attempt: i64,
+                    lease: Option<&str>,
+                    expires: Option<i64>| {
+            conn.execute(
+                "INSERT INTO steps (job_id, idx, name, agent, payload, depends_on, timeout_ms, \
+                 max_attempts, backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, \
+                 state, attempt, failures, lease_id, worker, created_at, ready_at, started_at, \
+                 finished_at, lease_expires_at, next_attempt_at, result, last_error, priority) \
+                 VALUES (?1, ?2, ?3, 'w', '{\"n\":1}', '[]', 30000, 5, 1000, 2.0, 300000, NULL, \
+                 ?4, ?5, 0, ?6, NULL, ?7, ?7, NULL, NULL, ?8, ?9, NULL, NULL, 3)",
+                params![
+                    JOB,
+                    idx,
+                    name,
+                    state,
+                    attempt,
+                    lease,
+                    T0,
+                    expires,
+                    (state == "ready").then_some(T0),
+                ],
+            )
+            .expect("step");
+        };
+        step(0, "a", "ready", 0, None, None);
+        step(
+            1,
+            "b",
+            "running",
+            1,
+            Some("00000000-0000-0000-0000-00000000000b"),
+            Some(T0 + 1_000),
+        );
+        step(
+            2,
+            "c",
+            "succeeded",
+            1,
+            Some("00000000-0000-0000-0000-00000000000c"),
+            Some(T0 + 5),
+        );
+    }
+
+    // Proves a version 1 file is migrated in place: its rows decode with the new fields at their
+    // defaults, its ready step is claimable and counted under its agent, its running step's
+    // lease is still found when it expires, and a settled step's stray expiry is not.
+    #[tokio::test]
+    async fn a_v1_file_migrates_and_its_ready_step_is_claimable() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("v1.db");
+        write_v1_file(&path);
+
+        let store = SqliteStore::open(SqliteOptions::new(&path)).expect("open migrates");
+        let pragmas = store.writer_pragmas().await.expect("pragmas");
+        assert_eq!(pragmas.user_version, schema::MIGRATIONS.len() as i64);
+        let id: JobId = JOB.parse().expect("id");
+        let job = store.job_get(id).await.expect("get").expect("job");
+        assert_eq!(
+            (job.state, job.blocked_reason.as_deref()),
+            (JobState::Running, None)
+        );
+        for s in &job.steps {
+            assert_eq!((s.budget_from, s.comp_phase, s.comp_attempts), (0, None, 0));
+            assert_eq!((s.comp_failures, s.comp_budget_from), (0, 0));
+        }
+        assert_eq!(
+            job.steps[2].lease_expires_at, None,
+            "the stray expiry was cleared"
+        );
+        assert_eq!(
+            store.agents_counts().await.expect("counts"),
+            vec![AgentCounts {
+                agent: "w".into(),
+                ready: 1,
+                running: 1
+            }]
+        );
+        let expired = store
+            .leases_expired(Timestamp(T0 + 1_000), 10)
+            .await
+            .expect("expired");
+        assert_eq!(
+            expired
+                .iter()
+                .map(|l| (l.step, l.attempt))
+                .collect::<Vec<_>>(),
+            vec![(1, 1)]
+        );
+
+        let lease_id = LeaseId(uuid::Uuid::from_u128(7));
+        let claimed = store
+            .steps_claim(Claim {
+                agent: "w".into(),
+                worker: "w-1".into(),
+                lease_ids: vec![lease_id],
+                now: Timestamp(T0 + 10),
+            })
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].step, 0);
+        let step = &claimed[0].transition.job.steps[0];
+        assert_eq!(
+            (step.state, step.attempt, step.lease_id),
+            (StepState::Running, 1, Some(lease_id))
+        );
+        assert_eq!(
+            store.job_get(id).await.expect("get"),
+            Some(claimed[0].transition.job.clone())
+        );
     }
 }

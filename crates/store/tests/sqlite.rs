@@ -226,3 +226,104 @@ async fn bad_rows_are_corrupt_not_panics() {
         Err(Error::Corrupt(_))
     ));
 }
+
+/// The crash fault end to end, in a child process since it aborts (`fault-injection` builds).
+#[cfg(all(feature = "fault-injection", unix))]
+mod crash_after_step_result {
+    use std::os::unix::process::ExitStatusExt;
+
+    use overseer_core::{Command, JobState, StepState};
+    use overseer_store::conformance::{lease_id, spec};
+    use overseer_store::Claim;
+
+    use super::*;
+
+    const DB_VAR: &str = "OVERSEER_TEST_CRASH_DB";
+
+    fn chain() -> overseer_core::JobSpec {
+        spec(json!({"steps": [
+            {"name": "a", "agent": "w"},
+            {"name": "b", "agent": "w", "depends_on": ["a"]}
+        ]}))
+    }
+
+    // Not a test of its own: the body the parent runs in a child process with the fault armed.
+    #[tokio::test]
+    #[ignore = "run in a child process by `the_process_dies_after_committing_only_the_step`"]
+    async fn child() {
+        let Ok(path) = std::env::var(DB_VAR) else {
+            return;
+        };
+        let store = SqliteStore::open(SqliteOptions::new(path)).expect("open");
+        store
+            .jobs_submit(vec![admitted(job_id(1), &chain(), at(0))])
+            .await
+            .expect("submit");
+        let claim = Claim {
+            agent: "w".into(),
+            worker: "w-1".into(),
+            lease_ids: vec![lease_id(1)],
+            now: at(10),
+        };
+        assert_eq!(store.steps_claim(claim).await.expect("claim").len(), 1);
+        let done = Command::Complete {
+            step: 0,
+            attempt: 1,
+            result: json!("A"),
+        };
+        let answer = store.job_apply(job_id(1), done, at(20)).await;
+        // Reaching this line means the fault did not fire.
+        eprintln!("job_apply answered: {answer:?}");
+        std::process::exit(3);
+    }
+
+    // Proves the armed fault commits a step's result alone and aborts before answering: the
+    // child dies by SIGABRT, and the file then holds the succeeded step with its dependant still
+    // waiting and the job still running, until `Repair` heals it.
+    #[tokio::test]
+    async fn the_process_dies_after_committing_only_the_step() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("crash.db");
+        let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--ignored",
+                "--exact",
+                "crash_after_step_result::child",
+                "--nocapture",
+            ])
+            .env("OVERSEER_FAULT", "crash-after-step-result")
+            .env(DB_VAR, &path)
+            .status()
+            .expect("run the child");
+        assert_eq!(
+            status.signal(),
+            Some(6),
+            "the child aborts (SIGABRT): {status:?}"
+        );
+
+        let store = SqliteStore::open(SqliteOptions::new(&path)).expect("reopen");
+        let job = store.job_get(job_id(1)).await.expect("get").expect("job");
+        assert_eq!(job.steps[0].state, StepState::Succeeded);
+        assert_eq!(job.steps[0].result, Some(json!("A")));
+        assert_eq!(job.steps[1].state, StepState::Waiting);
+        assert_eq!(job.state, JobState::Running);
+        let kinds: Vec<String> = store
+            .job_events(job_id(1), 0, 100)
+            .await
+            .expect("events")
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds.last().map(String::as_str), Some("step_leased"));
+
+        let repaired = store
+            .job_apply(job_id(1), Command::Repair, at(30))
+            .await
+            .expect("repair");
+        assert_eq!(repaired.job.steps[1].state, StepState::Ready);
+        assert_eq!(
+            store.job_get(job_id(1)).await.expect("get"),
+            Some(repaired.job)
+        );
+    }
+}

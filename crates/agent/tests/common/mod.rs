@@ -183,6 +183,7 @@ pub fn lease(step: &str, lease_ms: u64, timeout_ms: u64) -> Lease {
     let job_id = JobId::generate();
     Lease {
         lease_id: LeaseId::generate(),
+        kind: overseer_core::wire::LeaseKind::Work,
         job_id,
         step: step.to_string(),
         agent: "work".to_string(),
@@ -224,6 +225,9 @@ pub fn job_view(key: Option<String>) -> JobView {
         created_at: Timestamp::from_millis(now_ms()),
         updated_at: Timestamp::from_millis(now_ms()),
         finished_at: None,
+        blocked_reason: None,
+        compensated: vec![],
+        callback_url: None,
         steps: vec![],
     }
 }

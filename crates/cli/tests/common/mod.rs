@@ -31,6 +31,7 @@ pub struct Server {
     pub db: PathBuf,
     starts: u32,
     extra: Vec<String>,
+    fault: Option<String>,
 }
 
 impl Server {
@@ -48,9 +49,43 @@ impl Server {
             db: dir.join("overseer.db"),
             starts: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            fault: None,
         };
         s.spawn();
         s
+    }
+
+    /// A server with a fault-injection point armed (`OVERSEER_FAULT`); needs the binary built
+    /// with the `fault-injection` feature.
+    pub fn start_faulty(dir: &Path, fault: &str) -> Server {
+        let port = free_port();
+        let mut s = Server {
+            child: None,
+            port,
+            url: format!("http://127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+            db: dir.join("overseer.db"),
+            starts: 0,
+            extra: Vec::new(),
+            fault: Some(fault.to_string()),
+        };
+        s.spawn();
+        s
+    }
+
+    /// Restarts with no fault armed.
+    pub fn restart_clean(&mut self) {
+        self.fault = None;
+        self.restart();
+    }
+
+    /// Waits for the server process to exit by itself.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let status = wait_child(self.child.as_mut()?, within);
+        if status.is_some() {
+            self.child = None;
+        }
+        status
     }
 
     fn spawn(&mut self) {
@@ -58,7 +93,12 @@ impl Server {
         let ready = self.dir.join(format!("ready-{}", self.starts));
         let log =
             std::fs::File::create(self.dir.join(format!("server-{}.log", self.starts))).unwrap();
-        let child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        match &self.fault {
+            Some(f) => cmd.env("OVERSEER_FAULT", f),
+            None => cmd.env_remove("OVERSEER_FAULT"),
+        };
+        let child = cmd
             .arg("server")
             .arg("--db")
             .arg(format!("sqlite://{}", self.db.display()))

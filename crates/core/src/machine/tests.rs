@@ -1,27 +1,30 @@
 //! Tests of the job and step state machines.
 //!
 //! Every command goes through [`Sim`], which checks the transition against the contract (fencing,
-//! `changed_steps`, `job_changed`, `updated_at`, events, effects) and the job's invariants after
-//! it, and records each state edge taken. On top of that: one table per transition, a property
-//! test over random DAGs and random command sequences, and a test that every edge of the mermaid
-//! diagram in `machine.rs` is exercised and that no other edge ever occurs.
+//! `changed_steps`, `job_changed`, `updated_at`, events, effects), the job's invariants after it,
+//! that `Repair` finds nothing to heal in the state reached, and records each state edge taken.
+//! On top of that: one table per transition, a property test over random DAGs (with random undos
+//! and `on_failure`) and random command sequences (agents and operators), and a test that every
+//! edge of the mermaid diagram in `machine.rs` is exercised and that no other edge ever occurs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{admit, apply, Command, Effect, Rejection, Reply, Transition};
+use super::{admit, apply, Command, Effect, Rejection, Reply, Transition, POISON_FAILURES};
 use crate::backoff::Backoff;
 use crate::id::{JobId, LeaseId};
-use crate::job::{DesiredState, Job, JobState, NewEvent, Step, StepState};
-use crate::spec::{JobSpec, Limits, StepSpec};
+use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, Step, StepState};
+use crate::spec::{CompensateSpec, JobSpec, Limits, OnFailure, StepSpec};
 use crate::time::{Span, Timestamp};
 
 /// Where test time starts: 2026-01-01T00:00:00Z. Every `ms` argument below is an offset from it.
 const T0: i64 = 1_767_225_600_000;
 const TIMEOUT: Span = Span::from_secs(10);
+/// Undo leases last 3 s unless a test says otherwise.
+const UNDO_TIMEOUT: Span = Span::from_secs(3);
 /// Retries wait 1 s, 2 s, 4 s, then 5 s (the cap) before jitter.
 const BACKOFF: Backoff = Backoff {
     initial: Span::from_secs(1),
@@ -41,7 +44,17 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("job", "pending", "cancelled"),
     ("job", "running", "succeeded"),
     ("job", "running", "failed"),
+    ("job", "running", "blocked"),
+    ("job", "running", "compensating"),
     ("job", "running", "cancelled"),
+    ("job", "blocked", "running"),
+    ("job", "blocked", "succeeded"),
+    ("job", "blocked", "compensating"),
+    ("job", "blocked", "cancelled"),
+    ("job", "compensating", "blocked"),
+    ("job", "compensating", "failed"),
+    ("job", "compensating", "cancelled"),
+    ("job", "blocked", "failed"),
     ("step", "[*]", "waiting"),
     ("step", "waiting", "ready"),
     ("step", "ready", "running"),
@@ -52,6 +65,12 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("step", "running", "cancelled"),
     ("step", "waiting", "cancelled"),
     ("step", "ready", "cancelled"),
+    ("step", "failed", "ready"),
+    ("step", "failed", "skipped"),
+    ("step", "succeeded", "compensating"),
+    ("step", "compensating", "compensating"),
+    ("step", "compensating", "compensated"),
+    ("step", "compensating", "skipped"),
 ];
 
 fn at(ms: i64) -> Timestamp {
@@ -71,6 +90,19 @@ fn step(name: &str, agent: &str, deps: &[&str], max_attempts: u32) -> StepSpec {
     }
 }
 
+/// A step (3 attempts) whose undo runs on agent `u` with `undo_attempts` attempts (0: no limit).
+fn undoable(name: &str, agent: &str, deps: &[&str], undo_attempts: u32) -> StepSpec {
+    StepSpec {
+        compensate: Some(CompensateSpec {
+            agent: "u".into(),
+            payload: json!({ "undo": name }),
+            timeout: Some(UNDO_TIMEOUT),
+            max_attempts: Some(undo_attempts),
+        }),
+        ..step(name, agent, deps, 3)
+    }
+}
+
 fn spec(steps: Vec<StepSpec>, run_at: Option<Timestamp>) -> JobSpec {
     JobSpec {
         idempotency_key: None,
@@ -81,6 +113,14 @@ fn spec(steps: Vec<StepSpec>, run_at: Option<Timestamp>) -> JobSpec {
         callback_url: None,
         on_failure: None,
         steps,
+    }
+}
+
+/// A job that starts now with the given `on_failure` (`None`: the default).
+fn job(steps: Vec<StepSpec>, on_failure: Option<OnFailure>) -> JobSpec {
+    JobSpec {
+        on_failure,
+        ..spec(steps, None)
     }
 }
 
@@ -109,6 +149,19 @@ fn forked(max_attempts: u32) -> JobSpec {
     )
 }
 
+/// The issue's chain a → b → c → d: a and b can be undone (2 attempts each), c and d cannot.
+fn chain() -> JobSpec {
+    spec(
+        vec![
+            undoable("a", "x", &[], 2),
+            undoable("b", "x", &["a"], 2),
+            step("c", "x", &["b"], 3),
+            step("d", "x", &["c"], 3),
+        ],
+        None,
+    )
+}
+
 fn start(spec: &JobSpec) -> Sim {
     Sim::admit(spec, at(0)).0
 }
@@ -119,12 +172,20 @@ fn ready(agent: &str) -> Effect {
     }
 }
 
-/// Step states as `name:state` words, e.g. `"a:running b:waiting"`.
+fn finished(state: JobState) -> Effect {
+    Effect::Finished { state }
+}
+
+/// Step states as `name:state` words, e.g. `"a:running b:waiting"`; a compensating step shows its
+/// undo's phase (`a:compensating/ready`).
 fn states(job: &Job) -> String {
     let words: Vec<String> = job
         .steps
         .iter()
-        .map(|s| format!("{}:{}", s.name, s.state))
+        .map(|s| match s.comp_phase {
+            Some(phase) => format!("{}:{}/{}", s.name, s.state, phase),
+            None => format!("{}:{}", s.name, s.state),
+        })
         .collect();
     words.join(" ")
 }
@@ -144,6 +205,41 @@ fn kinds(events: &[NewEvent]) -> Vec<String> {
             text
         })
         .collect()
+}
+
+/// Effects as short words, alert messages left out: `ready x`, `ready x at <t>`,
+/// `finished failed`, `alert job_failed`, `alert step_poisoned a`, `callback failed`.
+fn effect_words(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .map(|e| match e {
+            Effect::Ready { agent } => format!("ready {agent}"),
+            Effect::ReadyAt { agent, at } => format!("ready {agent} at {at}"),
+            Effect::Finished { state } => format!("finished {state}"),
+            Effect::Alert {
+                kind,
+                step,
+                message,
+            } => {
+                assert!(!message.is_empty(), "an alert says something");
+                match step {
+                    Some(step) => format!("alert {kind} {step}"),
+                    None => format!("alert {kind}"),
+                }
+            }
+            Effect::Callback { state } => format!("callback {state}"),
+        })
+        .collect()
+}
+
+/// The detail of the first event of this kind in the transition.
+fn detail(tr: &Transition, kind: &str) -> Option<Value> {
+    tr.events
+        .iter()
+        .find(|e| e.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind} event in {:?}", kinds(&tr.events)))
+        .detail
+        .clone()
 }
 
 /// Brings a table case's job to the state the case is about.
@@ -172,6 +268,7 @@ impl Sim {
             .collect();
         assert_eq!(tr.changed_steps, changed);
         check_job(&tr.job);
+        check_repair_is_noop(&tr.job, now);
         let mut sim = Sim {
             job: tr.job.clone(),
             now,
@@ -218,25 +315,55 @@ impl Sim {
             for (machine, from, to) in taken {
                 self.record(machine, from, to);
             }
+            // No lease on a step's work is granted unless the job is running.
+            if tr.events.iter().any(|e| e.kind == "step_leased") {
+                assert_eq!(self.job.state, JobState::Running, "{command:?}");
+            }
             self.history.extend(tr.events.iter().cloned());
             self.job = tr.job.clone();
             check_job(&self.job);
-            for s in &self.job.steps {
-                let leased = self
-                    .history
-                    .iter()
-                    .filter(|e| {
-                        e.kind == "step_leased" && e.step.as_deref() == Some(s.name.as_str())
-                    })
-                    .count();
-                assert_eq!(
-                    leased, s.attempt as usize,
-                    "step_leased events of {}",
-                    s.name
-                );
-            }
+            self.check_history();
+            check_repair_is_noop(&self.job, self.now);
         }
         result
+    }
+
+    /// What the history says against the steps: every lease is one `*_leased` event, a step is
+    /// compensated at most once, and only a step that succeeded is ever compensated.
+    fn check_history(&self) {
+        let mut count: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        for e in &self.history {
+            if let Some(step) = &e.step {
+                *count.entry((e.kind, step.as_str())).or_default() += 1;
+            }
+        }
+        let n =
+            |kind: &str, step: &Step| count.get(&(kind, step.name.as_str())).copied().unwrap_or(0);
+        for s in &self.job.steps {
+            let ctx = || format!("step {}: {}", s.name, states(&self.job));
+            let work = n("step_leased", s);
+            let undo = n("compensation_leased", s);
+            assert_eq!(work + undo, s.attempt, "leases: {}", ctx());
+            assert_eq!(undo, s.comp_attempts, "undo leases: {}", ctx());
+            assert!(
+                n("step_compensated", s) <= 1,
+                "compensated twice: {}",
+                ctx()
+            );
+            if matches!(s.state, StepState::Compensating | StepState::Compensated) || undo > 0 {
+                assert!(
+                    n("step_succeeded", s) == 1,
+                    "undo of a step that never succeeded: {}",
+                    ctx()
+                );
+            }
+            assert_eq!(
+                n("step_compensated", s),
+                u32::from(s.state == StepState::Compensated),
+                "{}",
+                ctx()
+            );
+        }
     }
 
     fn ok(&mut self, command: Command) -> Transition {
@@ -252,6 +379,10 @@ impl Sim {
     fn set_now(&mut self, t: Timestamp) {
         assert!(t >= self.now, "time only moves forward");
         self.now = t;
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.now = self.now.plus(Span::from_millis(ms));
     }
 
     fn idx(&self, name: &str) -> usize {
@@ -274,6 +405,15 @@ impl Sim {
             step,
             lease_id: LeaseId(Uuid::from_u128(self.leases)),
             worker: "w1".into(),
+        }
+    }
+
+    /// A claim command with a fresh lease id, without needing `&mut` (for tables).
+    fn claim_cmd_peek(&self, step: usize) -> Command {
+        Command::Claim {
+            step,
+            lease_id: LeaseId(Uuid::from_u128(u128::MAX - step as u128)),
+            worker: "w2".into(),
         }
     }
 
@@ -310,6 +450,22 @@ impl Sim {
         }
     }
 
+    fn retry_cmd(&self, name: &str) -> Command {
+        Command::Retry {
+            step: self.idx(name),
+            by: Some("ops".into()),
+            reason: Some("fixed it".into()),
+        }
+    }
+
+    fn skip_cmd(&self, name: &str) -> Command {
+        Command::Skip {
+            step: self.idx(name),
+            by: Some("ops".into()),
+            reason: None,
+        }
+    }
+
     fn claim(&mut self, name: &str) -> Transition {
         let command = self.claim_cmd(self.idx(name));
         self.ok(command)
@@ -332,7 +488,7 @@ impl Sim {
         let expiry = self
             .step(name)
             .lease_expires_at
-            .expect("a running step has a lease");
+            .expect("a leased step has an expiry");
         self.set_now(self.now.max(expiry));
         self.ok(self.expire_cmd(name, self.attempt(name)))
     }
@@ -345,9 +501,69 @@ impl Sim {
         self.claim(name)
     }
 
+    /// Claims and completes a step (its work, or its undo when it is compensating).
+    fn run(&mut self, name: &str) -> Transition {
+        self.claim_when_due(name);
+        self.complete(name)
+    }
+
+    /// Claims a step and fails it for good (fatal).
+    fn run_fatal(&mut self, name: &str) -> Transition {
+        self.claim_when_due(name);
+        self.fail(name, false)
+    }
+
     fn cancel(&mut self) -> Transition {
         self.ok(Command::Cancel)
     }
+
+    fn retry(&mut self, name: &str) -> Transition {
+        self.ok(self.retry_cmd(name))
+    }
+
+    fn skip(&mut self, name: &str) -> Transition {
+        self.ok(self.skip_cmd(name))
+    }
+
+    fn resume(&mut self) -> Transition {
+        self.ok(Command::Resume {
+            by: Some("ops".into()),
+            reason: None,
+        })
+    }
+
+    fn repair(&mut self) -> Transition {
+        self.ok(Command::Repair)
+    }
+}
+
+/// `Repair` heals only what a fault left inconsistent: on any state the machine reaches by
+/// itself it changes nothing and records nothing.
+fn check_repair_is_noop(job: &Job, now: Timestamp) {
+    let tr = apply(job, Command::Repair, now).expect("repair is always accepted");
+    assert!(
+        tr.is_noop() && tr.effects.is_empty() && &tr.job == job,
+        "repair of a reachable state did something: {:?} {:?} on {} ({})",
+        kinds(&tr.events),
+        tr.effects,
+        job.state,
+        states(job)
+    );
+}
+
+/// Every step that depends on step `i`, directly or through others.
+fn dependants_of(job: &Job, i: usize) -> Vec<usize> {
+    let mut seen = vec![false; job.steps.len()];
+    let mut stack = vec![i];
+    while let Some(x) = stack.pop() {
+        for (j, s) in job.steps.iter().enumerate() {
+            if !seen[j] && s.depends_on.contains(&job.steps[x].name) {
+                seen[j] = true;
+                stack.push(j);
+            }
+        }
+    }
+    (0..job.steps.len()).filter(|&j| seen[j]).collect()
 }
 
 /// The invariants of a job at rest.
@@ -360,33 +576,52 @@ fn check_job(job: &Job) {
         "finished_at: {}",
         here()
     );
+    assert_eq!(
+        job.blocked_reason.is_some(),
+        job.state == JobState::Blocked,
+        "blocked_reason: {}",
+        here()
+    );
     assert!(job.updated_at >= job.created_at);
     let has = |st: StepState| job.steps.iter().any(|s| s.state == st);
-    for s in &job.steps {
+    let undo_in = |phase: CompPhase| job.steps.iter().any(|s| s.comp_phase == Some(phase));
+    for (i, s) in job.steps.iter().enumerate() {
         let ctx = || format!("step {}: {} ({:?})", s.name, here(), s);
-        if matches!(s.state, Running | Succeeded) {
+        // A step that ever ran found its dependencies done (they may be undone since).
+        if s.attempt > 0 || matches!(s.state, Running | Succeeded) {
             for d in &s.depends_on {
                 let dep = &job.steps[job.step_index(d).expect("dependencies exist")];
                 assert!(
-                    dep.state.satisfies_dependants(),
+                    matches!(dep.state, Succeeded | Skipped | Compensating | Compensated),
                     "dependency {d} not done: {}",
                     ctx()
                 );
             }
         }
         assert!(s.failures <= s.attempt, "failures > attempt: {}", ctx());
+        assert!(s.comp_failures <= s.comp_attempts, "{}", ctx());
+        assert!(s.comp_attempts <= s.attempt, "{}", ctx());
         assert_eq!(
             s.lease_expires_at.is_some(),
-            s.state == Running,
+            s.is_leased(),
             "lease: {}",
             ctx()
         );
+        // A compensating step keeps the finish time of its work until the undo settles it.
         assert_eq!(
             s.finished_at.is_some(),
-            s.state.is_settled(),
+            s.state.is_settled() || s.state == Compensating,
             "finished_at: {}",
             ctx()
         );
+        assert_eq!(s.comp_phase.is_some(), s.state == Compensating, "{}", ctx());
+        if matches!(s.state, Compensating | Compensated) {
+            assert!(
+                s.compensate.is_some() && s.result.is_some(),
+                "only a succeeded step with an undo is undone: {}",
+                ctx()
+            );
+        }
         match s.state {
             Waiting => assert_eq!(s.attempt, 0, "a waiting step never ran: {}", ctx()),
             Ready => assert!(
@@ -409,10 +644,46 @@ fn check_job(job: &Job) {
             Succeeded => assert!(s.result.is_some(), "{}", ctx()),
             _ => {}
         }
+        match s.comp_phase {
+            Some(CompPhase::Waiting) => {
+                assert!(
+                    s.comp_attempts == 0 && s.next_attempt_at.is_none(),
+                    "{}",
+                    ctx()
+                )
+            }
+            Some(CompPhase::Ready) => assert!(s.next_attempt_at.is_some(), "{}", ctx()),
+            Some(CompPhase::Running) => assert!(
+                s.comp_attempts >= 1
+                    && s.lease_id.is_some()
+                    && s.worker.is_some()
+                    && s.next_attempt_at.is_none(),
+                "{}",
+                ctx()
+            ),
+            Some(CompPhase::Failed) | None => {}
+        }
+        // An undo runs only once nothing that depends on its step runs or awaits its own undo,
+        // and never beside a step's work.
+        if matches!(s.comp_phase, Some(CompPhase::Ready | CompPhase::Running)) {
+            for j in dependants_of(job, i) {
+                let d = &job.steps[j];
+                assert!(
+                    !matches!(d.state, Running | Compensating),
+                    "undo of {} before {} is done: {}",
+                    s.name,
+                    d.name,
+                    here()
+                );
+            }
+            assert!(!has(Running), "an undo beside running work: {}", here());
+        }
     }
+    let unwinding = has(Compensating);
     if job.state.is_terminal() {
+        // A failed job may still have running steps: they learn it from their heartbeat.
         assert!(
-            !has(Waiting) && !has(Ready),
+            !has(Waiting) && !has(Ready) && !unwinding,
             "a finished job has unstarted steps: {}",
             here()
         );
@@ -422,31 +693,57 @@ fn check_job(job: &Job) {
             assert_eq!(job.desired_state, DesiredState::Succeeded, "{}", here());
             assert!(job.steps.iter().all(|s| s.state == Waiting), "{}", here());
         }
-        JobState::Running if job.desired_state == DesiredState::Cancelled => {
-            // Being cancelled: only running steps keep it from being cancelled.
-            assert!(has(Running) && !has(Waiting) && !has(Ready), "{}", here());
-        }
         JobState::Running => {
-            assert!(!has(Failed) && !has(Cancelled), "{}", here());
             assert!(
-                !job.steps.iter().all(|s| s.state.satisfies_dependants()),
+                !unwinding && !has(Compensated) && !has(Failed),
                 "{}",
                 here()
             );
+            if job.desired_state == DesiredState::Cancelled {
+                // Being cancelled: only running steps keep it from being cancelled.
+                assert!(has(Running) && !has(Waiting) && !has(Ready), "{}", here());
+            } else {
+                assert!(!has(Cancelled), "{}", here());
+                assert!(
+                    !job.steps.iter().all(|s| s.state.satisfies_dependants()),
+                    "{}",
+                    here()
+                );
+            }
+        }
+        JobState::Blocked if unwinding => {
+            // Blocked on a failed undo: nothing else runs or waits to.
+            assert!(undo_in(CompPhase::Failed), "{}", here());
+            assert!(!has(Running) && !has(Waiting) && !has(Ready), "{}", here());
+        }
+        JobState::Blocked => {
+            // Held: a step failed for good and waits for an operator.
+            assert!(has(Failed) && !has(Compensated), "{}", here());
+            if job.desired_state == DesiredState::Cancelled {
+                assert!(has(Running) && !has(Waiting) && !has(Ready), "{}", here());
+            }
+        }
+        JobState::Compensating => {
+            assert!(!has(Waiting) && !has(Ready), "{}", here());
+            assert!(!undo_in(CompPhase::Failed), "{}", here());
+            assert!(unwinding || has(Running), "nothing left to do: {}", here());
         }
         JobState::Succeeded => {
+            assert_eq!(job.desired_state, DesiredState::Succeeded, "{}", here());
             assert!(
                 job.steps.iter().all(|s| s.state.satisfies_dependants()),
                 "{}",
                 here()
             );
         }
-        JobState::Failed => assert!(has(Failed), "{}", here()),
+        JobState::Failed => {
+            assert_eq!(job.desired_state, DesiredState::Succeeded, "{}", here());
+            assert!(has(Failed), "{}", here());
+        }
         JobState::Cancelled => {
             assert_eq!(job.desired_state, DesiredState::Cancelled, "{}", here());
             assert!(!has(Running), "{}", here());
         }
-        other => panic!("the machine never enters {other}: {}", here()),
     }
 }
 
@@ -462,59 +759,136 @@ fn check_transition(
         before.state,
         states(before)
     );
-    let wants_work = before.desired_state == DesiredState::Succeeded && !before.state.is_terminal();
+    // Whether the job still wants its steps' work (a report is taken, a heartbeat goes on).
+    let wants_work = before.desired_state == DesiredState::Succeeded
+        && matches!(before.state, JobState::Running | JobState::Blocked);
+    let unwinding = before.steps.iter().any(|s| s.is_compensating());
     let step_of = |i: usize| before.steps.get(i);
+    let refused_as = |expected: Rejection| {
+        if result.is_err() {
+            assert_eq!(result.as_ref().err(), Some(&expected), "{here}");
+        }
+    };
     // Whether the command is acceptable, as the contract states it.
     match command {
         Command::Activate => {
             let due = before.state == JobState::Pending && before.run_at.is_none_or(|t| t <= now);
             assert_eq!(result.is_ok(), due, "{here}");
-            if !due {
-                assert_eq!(result, &Err(Rejection::NotDue), "{here}");
-            }
+            refused_as(Rejection::NotDue);
         }
         Command::Claim { step, .. } => {
-            let claimable = before.state == JobState::Running
-                && before.desired_state == DesiredState::Succeeded
-                && step_of(*step).is_some_and(|s| {
-                    s.state == StepState::Ready && s.next_attempt_at.is_none_or(|t| t <= now)
-                });
+            let claimable = step_of(*step).is_some_and(|s| {
+                let due = s.next_attempt_at.is_none_or(|t| t <= now);
+                let job_takes_it = if s.is_compensating() {
+                    before.state == JobState::Compensating
+                } else {
+                    before.state == JobState::Running
+                        && before.desired_state == DesiredState::Succeeded
+                };
+                s.claim_agent().is_some() && due && job_takes_it
+            });
             assert_eq!(result.is_ok(), claimable, "{here}");
+            if step_of(*step).is_some() {
+                refused_as(Rejection::NotClaimable);
+            } else {
+                refused_as(Rejection::UnknownStep);
+            }
         }
         Command::Heartbeat { step, attempt }
         | Command::Complete { step, attempt, .. }
         | Command::Fail { step, attempt, .. } => {
-            // Fencing: only the current attempt, running, before its expiry, may report.
+            // Fencing: only the current attempt, leased, before its expiry, may report.
             let live = step_of(*step).is_some_and(|s| {
                 s.attempt == *attempt
-                    && s.state == StepState::Running
+                    && s.is_leased()
                     && s.lease_expires_at.is_some_and(|t| t > now)
             });
             assert_eq!(result.is_ok(), live, "{here}");
-            if step_of(*step).is_some_and(|s| s.attempt != *attempt) {
-                assert!(matches!(result, Err(Rejection::LeaseLost { .. })), "{here}");
+            if step_of(*step).is_some() {
+                assert!(
+                    live || matches!(result, Err(Rejection::LeaseLost { .. })),
+                    "{here}"
+                );
+            } else {
+                refused_as(Rejection::UnknownStep);
             }
         }
         Command::Expire { step, attempt, .. } => {
             let expired = step_of(*step).is_some_and(|s| {
                 s.attempt == *attempt
-                    && s.state == StepState::Running
+                    && s.is_leased()
                     && s.lease_expires_at.is_some_and(|t| t <= now)
             });
             assert_eq!(result.is_ok(), expired, "{here}");
+            if step_of(*step).is_some() {
+                refused_as(Rejection::NotExpired);
+            } else {
+                refused_as(Rejection::UnknownStep);
+            }
         }
-        Command::Cancel => assert_eq!(result.is_err(), before.state.is_terminal(), "{here}"),
+        Command::Cancel => {
+            assert_eq!(result.is_err(), before.state.is_terminal(), "{here}");
+            refused_as(Rejection::JobTerminal {
+                state: before.state,
+            });
+        }
+        Command::Retry { step, .. } | Command::Skip { step, .. } => {
+            // An operator may act on a blocked job's failed undo, or on a failed step while the
+            // job is not unwinding (a retry also needs the job to still want the work).
+            let retry = matches!(command, Command::Retry { .. });
+            let allowed = before.state == JobState::Blocked
+                && step_of(*step).is_some_and(|s| {
+                    s.comp_phase == Some(CompPhase::Failed)
+                        || (s.state == StepState::Failed && !unwinding && (wants_work || !retry))
+                });
+            assert_eq!(result.is_ok(), allowed, "{here}");
+            if before.state == JobState::Blocked && step_of(*step).is_none() {
+                refused_as(Rejection::UnknownStep);
+            } else {
+                assert!(
+                    allowed || matches!(result, Err(Rejection::NotAllowed { .. })),
+                    "{here}"
+                );
+            }
+        }
+        Command::Resume { .. } => {
+            assert_eq!(result.is_ok(), before.state == JobState::Blocked, "{here}");
+            assert!(
+                result.is_ok() || matches!(result, Err(Rejection::NotAllowed { .. })),
+                "{here}"
+            );
+        }
+        Command::Repair => assert!(result.is_ok(), "{here}"),
     }
     let Ok(tr) = result else { return };
     let after = &tr.job;
     match (command, &tr.reply) {
-        (Command::Heartbeat { .. }, Reply::Heartbeat { cancel, .. }) => {
-            assert_eq!(*cancel, !wants_work, "{here}")
+        (
+            Command::Heartbeat { step, .. },
+            Reply::Heartbeat {
+                cancel,
+                lease_expires_at,
+            },
+        ) => {
+            // An undo is never told to stop; work is, once the job no longer wants it.
+            let s = &before.steps[*step];
+            assert_eq!(*cancel, !s.is_compensating() && !wants_work, "{here}");
+            assert_eq!(*lease_expires_at, now.plus(s.lease_timeout()), "{here}");
+            assert_eq!(after.steps[*step].lease_expires_at, Some(*lease_expires_at));
         }
-        (Command::Complete { .. }, Reply::Refused(Rejection::LeaseLost { .. })) => {
-            assert!(!wants_work, "{here}")
+        (Command::Complete { step, .. }, Reply::Refused(Rejection::LeaseLost { .. })) => {
+            assert!(
+                !wants_work && !before.steps[*step].is_compensating(),
+                "{here}"
+            );
+            assert_eq!(after.steps[*step].state, StepState::Cancelled, "{here}");
         }
-        (Command::Complete { .. }, Reply::Done) => assert!(wants_work, "{here}"),
+        (Command::Complete { step, .. }, Reply::Done) => {
+            assert!(
+                wants_work || before.steps[*step].is_compensating(),
+                "{here}"
+            )
+        }
         (Command::Heartbeat { .. } | Command::Complete { .. }, _) => panic!("wrong reply: {here}"),
         (_, reply) => assert_eq!(reply, &Reply::Done, "{here}"),
     }
@@ -528,8 +902,26 @@ fn check_transition(
             "attempt of {}: {here}",
             a.name
         );
+        assert_eq!(
+            a.comp_attempts,
+            b.comp_attempts + u32::from(claimed && b.is_compensating()),
+            "comp_attempts of {}: {here}",
+            a.name
+        );
         assert!(
             a.failures == b.failures || a.failures == b.failures + 1,
+            "{here}"
+        );
+        assert!(
+            a.comp_failures == b.comp_failures || a.comp_failures == b.comp_failures + 1,
+            "{here}"
+        );
+        assert!(
+            a.budget_from >= b.budget_from && a.budget_from <= a.attempt,
+            "{here}"
+        );
+        assert!(
+            a.comp_budget_from >= b.comp_budget_from && a.comp_budget_from <= a.comp_attempts,
             "{here}"
         );
         let fixed = |s: &Step| {
@@ -557,7 +949,8 @@ fn check_transition(
     // Of the job's own fields only these may change, and job_changed says whether they did.
     let fields_moved = after.state != before.state
         || after.desired_state != before.desired_state
-        || after.finished_at != before.finished_at;
+        || after.finished_at != before.finished_at
+        || after.blocked_reason != before.blocked_reason;
     assert_eq!(
         tr.job_changed,
         fields_moved || after.updated_at != before.updated_at,
@@ -568,11 +961,15 @@ fn check_transition(
     rest.state = before.state;
     rest.desired_state = before.desired_state;
     rest.finished_at = before.finished_at;
+    rest.blocked_reason = before.blocked_reason.clone();
     rest.updated_at = before.updated_at;
     assert_eq!(
         &rest, before,
         "a job field changed that never should: {here}"
     );
+    if after.finished_at != before.finished_at {
+        assert_eq!(after.finished_at, Some(now), "{here}");
+    }
     // updated_at moves exactly when the job records something.
     let moved = fields_moved || !tr.events.is_empty();
     assert_eq!(
@@ -580,7 +977,9 @@ fn check_transition(
         if moved { now } else { before.updated_at },
         "updated_at: {here}"
     );
-    // Events happen now, name real steps, and every state change has one.
+    // Events happen now and name real steps; every change of a step's state or of its undo's
+    // phase has one naming the step, except a step that starts waiting for its undo, which
+    // the job's `job_compensating` announces.
     for e in &tr.events {
         assert_eq!(e.at, now, "{here}");
         if let Some(name) = &e.step {
@@ -588,12 +987,16 @@ fn check_transition(
         }
     }
     for &i in &changed {
-        let name = after.steps[i].name.as_str();
-        if after.steps[i].state != before.steps[i].state {
+        let (b, a) = (&before.steps[i], &after.steps[i]);
+        let name = a.name.as_str();
+        let named = tr.events.iter().any(|e| e.step.as_deref() == Some(name));
+        if a.comp_phase == Some(CompPhase::Waiting) && b.state == StepState::Succeeded {
             assert!(
-                tr.events.iter().any(|e| e.step.as_deref() == Some(name)),
-                "no event for {name}: {here}"
+                tr.events.iter().any(|e| e.kind == "job_compensating"),
+                "{here}"
             );
+        } else if a.state != b.state || a.comp_phase != b.comp_phase {
+            assert!(named, "no event for {name}: {here}");
         }
     }
     if after.state != before.state {
@@ -605,51 +1008,85 @@ fn check_transition(
     if tr.is_noop() {
         assert_eq!(after, before, "{here}");
     }
-    // Effects: Finished exactly when the job finishes now; every step that became ready wakes
-    // its agent (now, or at its next attempt), and nothing else does.
-    let finished: Vec<&Effect> = tr
-        .effects
-        .iter()
-        .filter(|e| matches!(e, Effect::Finished { .. }))
-        .collect();
-    if after.state.is_terminal() && !before.state.is_terminal() {
-        assert_eq!(
-            finished,
-            [&Effect::Finished { state: after.state }],
-            "{here}"
-        );
-    } else {
-        assert!(finished.is_empty(), "{here}");
-    }
+    // Effects: Finished exactly when the job finishes now; every step or undo that became
+    // ready wakes its agent (now, or at its next attempt), and nothing else does; alerts for a
+    // failed or blocked job and for a step reaching POISON_FAILURES failures while it still
+    // retries; a callback when a job with a callback_url finishes.
     let mut expected = Vec::new();
-    for (b, a) in before.steps.iter().zip(&after.steps) {
-        if a.state == StepState::Ready && b.state != StepState::Ready {
-            let due = a.next_attempt_at.expect("a ready step has a next attempt");
-            let effect = if due <= now {
-                ready(&a.agent)
-            } else {
-                Effect::ReadyAt {
-                    agent: a.agent.clone(),
-                    at: due,
-                }
-            };
-            if !expected.contains(&effect) {
-                expected.push(effect);
-            }
+    let became_terminal = after.state.is_terminal() && !before.state.is_terminal();
+    if became_terminal {
+        expected.push(finished(after.state));
+        if after.state == JobState::Failed {
+            expected.push(Effect::Alert {
+                kind: "job_failed",
+                step: None,
+                message: String::new(),
+            });
+        }
+        if after.callback_url.is_some() {
+            expected.push(Effect::Callback { state: after.state });
         }
     }
-    let wakes: Vec<Effect> = tr
-        .effects
+    for e in tr.events.iter().filter(|e| e.kind == "job_blocked") {
+        assert!(
+            e.detail.as_ref().is_some_and(|d| d["reason"].is_string()),
+            "{here}"
+        );
+        expected.push(Effect::Alert {
+            kind: "job_blocked",
+            step: None,
+            message: String::new(),
+        });
+    }
+    let mut wakes = Vec::new();
+    for (b, a) in before.steps.iter().zip(&after.steps) {
+        let work_ready = a.state == StepState::Ready && b.state != StepState::Ready;
+        let undo_ready =
+            a.comp_phase == Some(CompPhase::Ready) && b.comp_phase != Some(CompPhase::Ready);
+        let agent = if work_ready {
+            a.agent.clone()
+        } else if undo_ready {
+            a.compensate
+                .as_ref()
+                .expect("an undo has an agent")
+                .agent
+                .clone()
+        } else {
+            continue;
+        };
+        let due = a.next_attempt_at.expect("a ready step has a next attempt");
+        let effect = if due <= now {
+            ready(&agent)
+        } else {
+            Effect::ReadyAt { agent, at: due }
+        };
+        if !wakes.contains(&effect) {
+            wakes.push(effect);
+        }
+        if work_ready && a.failures == POISON_FAILURES && b.failures == POISON_FAILURES - 1 {
+            expected.push(Effect::Alert {
+                kind: "step_poisoned",
+                step: Some(a.name.clone()),
+                message: String::new(),
+            });
+        }
+    }
+    expected.extend(wakes);
+    let mut got = effect_words(&tr.effects);
+    let mut want: Vec<String> = expected
         .iter()
-        .filter(|e| !matches!(e, Effect::Finished { .. }))
-        .cloned()
+        .map(|e| match e {
+            Effect::Alert { kind, step, .. } => match step {
+                Some(step) => format!("alert {kind} {step}"),
+                None => format!("alert {kind}"),
+            },
+            other => effect_words(std::slice::from_ref(other))[0].clone(),
+        })
         .collect();
-    let mut sorted_wakes = wakes.clone();
-    sorted_wakes.sort_by_key(|e| format!("{e:?}"));
-    expected.sort_by_key(|e| format!("{e:?}"));
-    assert_eq!(sorted_wakes, expected, "wake effects: {here}");
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "effects: {here}");
 }
-
 // Proves admit starts a job at once unless its run_at is ahead: roots ready, the rest waiting.
 #[test]
 fn admit_starts_now_or_waits_for_run_at() {
@@ -1140,13 +1577,12 @@ fn retryable_failure_schedules_the_next_attempt() {
         );
         let detail = json!({ "error": "boom", "delay": Span::from_millis(delay_ms), "next_attempt_at": next });
         assert_eq!(tr.events[0].detail, Some(detail));
-        assert_eq!(
-            tr.effects,
-            [Effect::ReadyAt {
-                agent: "x".into(),
-                at: next
-            }]
-        );
+        // The third failure also raises the step_poisoned alert: the step is retried anyway.
+        let mut effects = vec![format!("ready x at {next}")];
+        if attempt == POISON_FAILURES {
+            effects.push("alert step_poisoned a".into());
+        }
+        assert_eq!(effect_words(&tr.effects), effects, "attempt {attempt}");
         assert_eq!(
             (tr.job.state, tr.changed_steps.as_slice(), tr.job.updated_at),
             (JobState::Running, &[0][..], now)
@@ -1201,9 +1637,10 @@ fn retry_delay_honours_jitter_and_zero_backoff() {
     }
 }
 
-// Proves a permanent failure (retryable on the last attempt, or fatal) fails the step and the
-// job, cancels waiting and ready siblings, and leaves a running sibling running: its heartbeat
-// says cancel, and its late report (complete is refused) or expiry settles it to cancelled.
+// Proves a permanent failure (retryable on the last attempt, or fatal) under `on_failure: fail`
+// (the default without undos) fails the step and the job at once with a job_failed alert,
+// cancels waiting and ready siblings, and leaves a running sibling running: its heartbeat says
+// cancel, and its late report (complete is refused) or expiry settles it to cancelled.
 #[test]
 fn permanent_failure_fails_the_job_and_stops_siblings() {
     // (what, max_attempts of a, retryable failures before the last one, last retryable, reason)
@@ -1279,9 +1716,9 @@ fn permanent_failure_fails_the_job_and_stops_siblings() {
             );
             let expected = [
                 format!("step_failed a#{attempt}"),
-                "job_failed".into(),
                 "step_cancelled c".into(),
                 "step_cancelled d".into(),
+                "job_failed".into(),
             ];
             assert_eq!(kinds(&tr.events), expected, "{what}");
             assert_eq!(
@@ -1289,12 +1726,14 @@ fn permanent_failure_fails_the_job_and_stops_siblings() {
                 Some(json!({ "error": "boom", "reason": reason })),
                 "{what}"
             );
-            assert_eq!(tr.events[1].detail, Some(json!({ "step": "a" })), "{what}");
             assert_eq!(
-                tr.effects,
-                [Effect::Finished {
-                    state: JobState::Failed
-                }],
+                detail(&tr, "job_failed"),
+                Some(json!({ "step": "a", "error": "boom" })),
+                "{what}"
+            );
+            assert_eq!(
+                effect_words(&tr.effects),
+                ["finished failed", "alert job_failed"],
                 "{what}"
             );
             assert_eq!(
@@ -1358,10 +1797,10 @@ fn expiry_counts_a_failed_attempt() {
     let fail: &[&str] = &[
         "step_lease_expired a#1",
         "step_failed a#1",
-        "job_failed",
         "step_cancelled b",
         "step_cancelled c",
         "step_cancelled d",
+        "job_failed",
     ];
     // (max_attempts, step states after, events, job state after)
     let cases: &[(u32, &str, &[&str], JobState)] = &[
@@ -1409,10 +1848,8 @@ fn expiry_counts_a_failed_attempt() {
             );
         } else {
             assert_eq!(
-                tr.effects,
-                [Effect::Finished {
-                    state: JobState::Failed
-                }]
+                effect_words(&tr.effects),
+                ["finished failed", "alert job_failed"]
             );
             assert_eq!(
                 tr.events[1].detail.as_ref().unwrap()["reason"],
@@ -1818,13 +2255,1269 @@ fn updated_at_moves_only_on_change() {
     }
 }
 
+// Proves `on_failure` defaults to `compensate` when any step declares an undo, else to `fail`,
+// and that an explicit choice wins.
+#[test]
+fn on_failure_defaults_by_undos() {
+    // (steps, on_failure asked, on_failure kept)
+    let cases = [
+        (forked(3).steps, None, OnFailure::Fail),
+        (chain().steps, None, OnFailure::Compensate),
+        (chain().steps, Some(OnFailure::Hold), OnFailure::Hold),
+        (chain().steps, Some(OnFailure::Fail), OnFailure::Fail),
+        (
+            forked(3).steps,
+            Some(OnFailure::Compensate),
+            OnFailure::Compensate,
+        ),
+    ];
+    for (steps, asked, kept) in cases {
+        let sim = start(&job(steps, asked));
+        assert_eq!(sim.job.on_failure, kept, "{asked:?}");
+    }
+}
+
+// Proves `hold` blocks the job when a step fails for good: the reason is kept and alerted,
+// waiting and ready steps stay as they are but cannot be claimed, and a running sibling goes on
+// (its heartbeat does not say cancel) and its result is recorded without promoting dependants.
+#[test]
+fn hold_blocks_the_job_and_lets_running_siblings_finish() {
+    let steps = vec![
+        step("a", "x", &[], 3),
+        step("b", "y", &[], 3),
+        step("c", "x", &["a"], 3),
+        step("d", "y", &["b"], 3),
+        step("e", "y", &[], 3),
+    ];
+    let mut sim = start(&job(steps, Some(OnFailure::Hold)));
+    sim.claim("a");
+    sim.claim("b");
+    sim.set_time(1_000);
+    let tr = sim.fail("a", false);
+    assert_eq!(kinds(&tr.events), ["step_failed a#1", "job_blocked"]);
+    assert_eq!(
+        detail(&tr, "job_blocked"),
+        Some(json!({ "reason": "step `a` failed: boom" }))
+    );
+    assert_eq!(effect_words(&tr.effects), ["alert job_blocked"]);
+    assert_eq!(tr.job.state, JobState::Blocked);
+    assert_eq!(
+        tr.job.blocked_reason.as_deref(),
+        Some("step `a` failed: boom")
+    );
+    assert_eq!(tr.job.finished_at, None);
+    assert_eq!(
+        states(&tr.job),
+        "a:failed b:running c:waiting d:waiting e:ready"
+    );
+    let e = sim.idx("e");
+    assert_eq!(
+        sim.send(sim.claim_cmd_peek(e)),
+        Err(Rejection::NotClaimable)
+    );
+    let hb = sim.heartbeat("b");
+    assert!(matches!(hb.reply, Reply::Heartbeat { cancel: false, .. }));
+    let tr = sim.complete("b");
+    assert_eq!(kinds(&tr.events), ["step_succeeded b#1"]);
+    assert!(tr.effects.is_empty());
+    assert_eq!(
+        states(&tr.job),
+        "a:failed b:succeeded c:waiting d:waiting e:ready"
+    );
+    assert_eq!(tr.job.state, JobState::Blocked);
+}
+
+// Proves an operator's Retry of the failed step of a held job readies it with a wake, unblocks
+// the job (promoting what finished meanwhile) and lets it finish `succeeded`.
+#[test]
+fn hold_then_retry_finishes_succeeded() {
+    let steps = vec![
+        step("a", "x", &[], 1),
+        step("b", "y", &[], 3),
+        step("c", "x", &["a"], 3),
+        step("d", "y", &["b"], 3),
+    ];
+    let mut sim = start(&job(steps, Some(OnFailure::Hold)));
+    sim.claim("a");
+    sim.claim("b");
+    sim.fail("a", true);
+    sim.complete("b");
+    sim.set_time(5_000);
+    let tr = sim.retry("a");
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_retried a", "job_unblocked", "step_ready d"]
+    );
+    assert_eq!(
+        detail(&tr, "step_retried"),
+        Some(json!({ "by": "ops", "reason": "fixed it" }))
+    );
+    assert_eq!(
+        detail(&tr, "job_unblocked"),
+        Some(json!({ "state": "running" }))
+    );
+    assert_eq!(tr.effects, [ready("x"), ready("y")]);
+    assert_eq!(
+        (tr.job.state, tr.job.blocked_reason.clone()),
+        (JobState::Running, None)
+    );
+    let a = sim.step("a");
+    assert_eq!(
+        (a.state, a.budget_from, a.next_attempt_at, a.finished_at),
+        (StepState::Ready, 1, Some(at(5_000)), None)
+    );
+    for name in ["a", "c", "d"] {
+        sim.run(name);
+    }
+    assert_eq!(sim.job.state, JobState::Succeeded);
+    assert_eq!(sim.step("a").attempt, 2);
+}
+
+// Proves a retried step's attempts count from the retry (`budget_from`): with max_attempts 2
+// it gets two more attempts, then blocks the job again.
+#[test]
+fn retry_gives_a_fresh_budget() {
+    let mut sim = start(&job(vec![step("a", "x", &[], 2)], Some(OnFailure::Hold)));
+    // (step state after each retryable failure, job state)
+    let table = [
+        (StepState::Ready, JobState::Running),
+        (StepState::Failed, JobState::Blocked),
+        (StepState::Ready, JobState::Running),
+        (StepState::Failed, JobState::Blocked),
+    ];
+    for (n, (step_state, job_state)) in table.into_iter().enumerate() {
+        if sim.job.state == JobState::Blocked {
+            sim.retry("a");
+        }
+        sim.claim_when_due("a");
+        let tr = sim.fail("a", true);
+        assert_eq!(
+            (tr.job.steps[0].state, tr.job.state),
+            (step_state, job_state),
+            "failure {n}"
+        );
+    }
+    assert_eq!(sim.step("a").budget_from, 2);
+    sim.retry("a");
+    assert_eq!(sim.step("a").budget_from, 4);
+    sim.run("a");
+    assert_eq!(sim.job.state, JobState::Succeeded);
+}
+
+// Proves Skip of a held job's failed step marks it skipped and lets its dependants run.
+#[test]
+fn skip_lets_dependants_run() {
+    let mut sim = start(&job(forked(3).steps, Some(OnFailure::Hold)));
+    sim.run_fatal("a");
+    sim.set_time(2_000);
+    let tr = sim.skip("a");
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_skipped a", "job_unblocked", "step_ready c"]
+    );
+    assert_eq!(
+        detail(&tr, "step_skipped"),
+        Some(json!({ "by": "ops", "reason": null }))
+    );
+    assert_eq!(tr.effects, [ready("x")]);
+    let a = sim.step("a");
+    assert_eq!(
+        (a.state, a.finished_at),
+        (StepState::Skipped, Some(at(2_000)))
+    );
+    sim.run("b");
+    sim.run("c");
+    assert_eq!(sim.job.state, JobState::Succeeded);
+}
+
+// Proves skipping the only step left undone finishes the held job `succeeded` at once.
+#[test]
+fn skip_of_the_last_step_succeeds_the_job() {
+    let steps = vec![step("a", "x", &[], 3), step("b", "x", &["a"], 3)];
+    let mut sim = start(&job(steps, Some(OnFailure::Hold)));
+    sim.run("a");
+    sim.run_fatal("b");
+    let tr = sim.skip("b");
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_skipped b", "job_unblocked", "job_succeeded"]
+    );
+    assert_eq!(tr.effects, [finished(JobState::Succeeded)]);
+    assert_eq!(tr.job.state, JobState::Succeeded);
+}
+
+// Proves a second step failing for good in a held job keeps it blocked (no second alert), a
+// Retry of one leaves it blocked while the other is still failed, and Resume retries them all.
+#[test]
+fn resume_retries_every_failed_step() {
+    let mut sim = start(&job(forked(3).steps, Some(OnFailure::Hold)));
+    sim.claim("a");
+    sim.claim("b");
+    sim.fail("a", false);
+    let tr = sim.fail("b", false);
+    assert_eq!(kinds(&tr.events), ["step_failed b#1"]);
+    assert!(tr.effects.is_empty());
+    assert_eq!(tr.job.state, JobState::Blocked);
+    // One retry is not enough while another step is still failed.
+    let mut one = Sim {
+        job: sim.job.clone(),
+        now: sim.now,
+        edges: BTreeSet::new(),
+        history: sim.history.clone(),
+        leases: sim.leases,
+    };
+    let tr = one.retry("a");
+    assert_eq!(kinds(&tr.events), ["step_retried a"]);
+    assert_eq!(tr.job.state, JobState::Blocked);
+    assert_eq!(
+        one.send(one.claim_cmd_peek(0)),
+        Err(Rejection::NotClaimable)
+    );
+    let tr = one.retry("b");
+    assert_eq!(kinds(&tr.events), ["step_retried b", "job_unblocked"]);
+    // Resume does both at once.
+    let tr = sim.resume();
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "job_resumed",
+            "step_retried a",
+            "step_retried b",
+            "job_unblocked"
+        ]
+    );
+    assert_eq!(tr.effects, [ready("x"), ready("y")]);
+    for name in ["a", "b", "c"] {
+        sim.run(name);
+    }
+    assert_eq!(sim.job.state, JobState::Succeeded);
+}
+
+// Proves operator commands are refused (changing nothing) unless the job is blocked and the
+// step is a failed one or a failed undo; while the job unwinds or is being cancelled its failed
+// work can no longer be retried (nor skipped while unwinding).
+#[test]
+fn operator_commands_need_a_blocked_job_and_a_failed_step() {
+    fn held(sim: &mut Sim) {
+        sim.run("d");
+        sim.run_fatal("a");
+    }
+    fn unwind_blocked(sim: &mut Sim) {
+        sim.run("a");
+        sim.run("b");
+        sim.run_fatal("c");
+        sim.run_fatal("b");
+    }
+    fn cancel_pending(sim: &mut Sim) {
+        sim.claim("d");
+        sim.run_fatal("a");
+        sim.cancel();
+    }
+    type Case = (
+        &'static str,
+        Option<OnFailure>,
+        Setup,
+        fn(&Sim) -> Command,
+        bool,
+    );
+    let hold = Some(OnFailure::Hold);
+    let cases: &[Case] = &[
+        (
+            "retry in a running job",
+            hold,
+            |s| {
+                s.claim("a");
+            },
+            |s| s.retry_cmd("a"),
+            false,
+        ),
+        (
+            "skip in a running job",
+            hold,
+            |_| {},
+            |s| s.skip_cmd("a"),
+            false,
+        ),
+        (
+            "resume of a running job",
+            hold,
+            |_| {},
+            |_| Command::Resume {
+                by: None,
+                reason: None,
+            },
+            false,
+        ),
+        (
+            "retry in a failed job",
+            None,
+            |s| {
+                s.run_fatal("a");
+            },
+            |s| s.retry_cmd("a"),
+            false,
+        ),
+        (
+            "skip in a compensating job",
+            None,
+            |s| {
+                s.run("a");
+                s.run("b");
+                s.run_fatal("c");
+            },
+            |s| s.skip_cmd("c"),
+            false,
+        ),
+        (
+            "resume of a succeeded job",
+            hold,
+            |s| {
+                for n in ["a", "b", "c", "d"] {
+                    s.run(n);
+                }
+            },
+            |_| Command::Resume {
+                by: None,
+                reason: None,
+            },
+            false,
+        ),
+        (
+            "retry of a succeeded step",
+            hold,
+            held,
+            |s| s.retry_cmd("d"),
+            false,
+        ),
+        (
+            "skip of a waiting step",
+            hold,
+            held,
+            |s| s.skip_cmd("b"),
+            false,
+        ),
+        (
+            "retry of an unknown step",
+            hold,
+            held,
+            |_| Command::Retry {
+                step: 9,
+                by: None,
+                reason: None,
+            },
+            true,
+        ),
+        (
+            "skip of an undo that only waits",
+            None,
+            unwind_blocked,
+            |s| s.skip_cmd("a"),
+            false,
+        ),
+        (
+            "retry of the failed work while unwinding",
+            None,
+            unwind_blocked,
+            |s| s.retry_cmd("c"),
+            false,
+        ),
+        (
+            "skip of the failed work while unwinding",
+            None,
+            unwind_blocked,
+            |s| s.skip_cmd("c"),
+            false,
+        ),
+        (
+            "retry of a failed step after a cancel",
+            hold,
+            cancel_pending,
+            |s| s.retry_cmd("a"),
+            false,
+        ),
+    ];
+    for (what, on_failure, setup, command, unknown) in cases {
+        let steps = vec![
+            undoable("a", "x", &[], 2),
+            undoable("b", "y", &["a"], 1),
+            step("c", "x", &["b"], 1),
+            step("d", "y", &[], 3),
+        ];
+        let mut sim = start(&job(steps, *on_failure));
+        setup(&mut sim);
+        let before = sim.job.clone();
+        let result = sim.send(command(&sim));
+        if *unknown {
+            assert_eq!(result, Err(Rejection::UnknownStep), "{what}");
+        } else {
+            assert!(
+                matches!(result, Err(Rejection::NotAllowed { .. })),
+                "{what}: {result:?}"
+            );
+        }
+        assert_eq!(sim.job, before, "{what}");
+    }
+}
+
+// Proves the issue's scenario: in a → b → c → d where a and b declare undos and c fails for
+// good, d is cancelled, the job compensates, b's undo is ready first (a's only once b is
+// compensated), each undo is leased (same fencing counter), heartbeated without cancel and run
+// exactly once, with its own idempotency key and the step's result as input, and the job ends
+// `failed` listing both in `compensated`.
+#[test]
+fn compensation_undoes_in_reverse_dependency_order() {
+    let mut sim = start(&chain());
+    sim.run("a");
+    sim.run("b");
+    sim.claim("c");
+    sim.set_time(1_000);
+    let tr = sim.fail("c", false);
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "step_failed c#1",
+            "step_cancelled d",
+            "job_compensating",
+            "compensation_ready b"
+        ]
+    );
+    assert_eq!(
+        detail(&tr, "job_compensating"),
+        Some(json!({ "step": "c", "error": "boom" }))
+    );
+    assert_eq!(tr.effects, [ready("u")]);
+    assert_eq!(
+        states(&tr.job),
+        "a:compensating/waiting b:compensating/ready c:failed d:cancelled"
+    );
+    assert_eq!(tr.job.state, JobState::Compensating);
+    // Only b's undo can be claimed, and only by its own agent's lease.
+    let a = sim.idx("a");
+    assert_eq!(
+        sim.send(sim.claim_cmd_peek(a)),
+        Err(Rejection::NotClaimable)
+    );
+    assert_eq!(sim.step("a").claim_agent(), None);
+    assert_eq!(sim.step("b").claim_agent(), Some("u"));
+    let b = sim.idx("b");
+    assert_eq!(
+        sim.job.step_idempotency_key(b),
+        format!("{}/b/compensate", sim.job.id)
+    );
+    assert_eq!(sim.job.step_idempotency_key(2), format!("{}/c", sim.job.id));
+    let inputs = sim.job.inputs_of(b);
+    assert_eq!(Value::Object(inputs), json!({ "b": { "done": "b" } }));
+    assert_eq!(sim.step("b").lease_payload(), &json!({ "undo": "b" }));
+    sim.set_time(2_000);
+    let tr = sim.claim("b");
+    assert_eq!(kinds(&tr.events), ["compensation_leased b#2"]);
+    let s = &tr.job.steps[b];
+    assert_eq!(
+        (s.comp_phase, s.attempt, s.comp_attempts, s.lease_expires_at),
+        (Some(CompPhase::Running), 2, 1, Some(at(5_000)))
+    );
+    // The work's old lease is superseded by the undo's.
+    assert!(matches!(
+        sim.send(sim.complete_cmd("b", 1)),
+        Err(Rejection::LeaseLost { .. })
+    ));
+    sim.set_time(2_500);
+    let hb = sim.heartbeat("b");
+    assert_eq!(
+        hb.reply,
+        Reply::Heartbeat {
+            lease_expires_at: at(5_500),
+            cancel: false
+        }
+    );
+    assert_eq!(
+        sim.send(sim.claim_cmd_peek(a)),
+        Err(Rejection::NotClaimable)
+    );
+    let tr = sim.complete("b");
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_compensated b#2", "compensation_ready a"]
+    );
+    assert_eq!(
+        detail(&tr, "step_compensated"),
+        Some(json!({ "result": { "done": "b" } }))
+    );
+    assert_eq!(tr.effects, [ready("u")]);
+    sim.claim("a");
+    let tr = sim.complete("a");
+    assert_eq!(kinds(&tr.events), ["step_compensated a#2", "job_failed"]);
+    assert_eq!(
+        detail(&tr, "job_failed"),
+        Some(json!({ "compensated": ["a", "b"] }))
+    );
+    assert_eq!(
+        effect_words(&tr.effects),
+        ["finished failed", "alert job_failed"]
+    );
+    assert_eq!(
+        states(&tr.job),
+        "a:compensated b:compensated c:failed d:cancelled"
+    );
+    assert_eq!(tr.job.compensated_steps(), ["a", "b"]);
+    // Each undo ran exactly once: b's before a's.
+    let undos: Vec<String> = kinds(&sim.history)
+        .into_iter()
+        .filter(|k| k.starts_with("compensation_") || k.starts_with("step_compensated"))
+        .collect();
+    assert_eq!(
+        undos,
+        [
+            "compensation_ready b",
+            "compensation_leased b#2",
+            "step_compensated b#2",
+            "compensation_ready a",
+            "compensation_leased a#2",
+            "step_compensated a#2"
+        ]
+    );
+}
+
+// Proves undos follow dependants transitively (through a step without an undo) and that
+// independent undos are ready together.
+#[test]
+fn undos_wait_for_every_dependant() {
+    // a → b → c → d: a and c have undos, b none; d fails.
+    let steps = vec![
+        undoable("a", "x", &[], 2),
+        step("b", "x", &["a"], 3),
+        undoable("c", "x", &["b"], 2),
+        step("d", "x", &["c"], 1),
+    ];
+    let mut sim = start(&spec(steps, None));
+    for name in ["a", "b", "c"] {
+        sim.run(name);
+    }
+    sim.run_fatal("d");
+    assert_eq!(
+        states(&sim.job),
+        "a:compensating/waiting b:succeeded c:compensating/ready d:failed"
+    );
+    let tr = sim.run("c");
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_compensated c#2", "compensation_ready a"]
+    );
+    sim.run("a");
+    assert_eq!(sim.job.state, JobState::Failed);
+    assert_eq!(sim.job.compensated_steps(), ["a", "c"]);
+    // Two independent roots with undos, and c after both fails: both undos are ready at once.
+    let steps = vec![
+        undoable("a", "x", &[], 2),
+        undoable("b", "y", &[], 2),
+        step("c", "x", &["a", "b"], 1),
+    ];
+    let mut sim = start(&spec(steps, None));
+    sim.run("a");
+    sim.run("b");
+    let tr = sim.run_fatal("c");
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "step_failed c#1",
+            "job_compensating",
+            "compensation_ready a",
+            "compensation_ready b"
+        ]
+    );
+    assert_eq!(tr.effects, [ready("u")]);
+    sim.claim("a");
+    sim.claim("b");
+    sim.complete("b");
+    sim.complete("a");
+    assert_eq!(sim.job.state, JobState::Failed);
+}
+
+// Proves nothing is undone while a step's work still runs: the running step is told to cancel,
+// its late report (complete refused, fail, or expiry) cancels it, and only then is the undo
+// ready.
+#[test]
+fn compensation_waits_for_running_work() {
+    type Ending = (
+        &'static str,
+        fn(&mut Sim) -> Transition,
+        bool,
+        &'static [&'static str],
+    );
+    let endings: &[Ending] = &[
+        (
+            "complete",
+            |s| s.complete("b"),
+            true,
+            &["step_cancelled b#1", "compensation_ready a"],
+        ),
+        (
+            "fail",
+            |s| s.fail("b", true),
+            false,
+            &["step_cancelled b#1", "compensation_ready a"],
+        ),
+        (
+            "expire",
+            |s| s.expire("b"),
+            false,
+            &[
+                "step_lease_expired b#1",
+                "step_cancelled b#1",
+                "compensation_ready a",
+            ],
+        ),
+    ];
+    for (ending, end, refused, events) in endings {
+        let steps = vec![
+            undoable("a", "x", &[], 2),
+            step("b", "y", &[], 3),
+            step("c", "x", &["a"], 1),
+        ];
+        let mut sim = start(&spec(steps, None));
+        sim.claim("b");
+        sim.run("a");
+        let tr = sim.run_fatal("c");
+        assert_eq!(
+            kinds(&tr.events),
+            ["step_failed c#1", "job_compensating"],
+            "{ending}"
+        );
+        assert!(tr.effects.is_empty(), "{ending}");
+        assert_eq!(
+            states(&tr.job),
+            "a:compensating/waiting b:running c:failed",
+            "{ending}"
+        );
+        assert_eq!(
+            sim.send(sim.claim_cmd_peek(0)),
+            Err(Rejection::NotClaimable)
+        );
+        let hb = sim.heartbeat("b");
+        assert!(
+            matches!(hb.reply, Reply::Heartbeat { cancel: true, .. }),
+            "{ending}"
+        );
+        let tr = end(&mut sim);
+        assert_eq!(kinds(&tr.events), *events, "{ending}");
+        assert_eq!(
+            matches!(tr.reply, Reply::Refused(Rejection::LeaseLost { .. })),
+            *refused,
+            "{ending}"
+        );
+        assert_eq!(tr.effects, [ready("u")], "{ending}");
+        sim.run("a");
+        assert_eq!(sim.job.state, JobState::Failed, "{ending}");
+        assert_eq!(sim.step("b").state, StepState::Cancelled, "{ending}");
+    }
+}
+
+// Proves `compensate` with nothing to undo fails the job at once, listing no compensation.
+#[test]
+fn compensation_with_nothing_to_undo_fails_at_once() {
+    let mut sim = start(&job(forked(3).steps, Some(OnFailure::Compensate)));
+    let tr = sim.run_fatal("a");
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "step_failed a#1",
+            "step_cancelled b",
+            "step_cancelled c",
+            "job_compensating",
+            "job_failed"
+        ]
+    );
+    assert_eq!(
+        detail(&tr, "job_failed"),
+        Some(json!({ "compensated": [] }))
+    );
+    assert_eq!(tr.job.state, JobState::Failed);
+}
+
+// Proves the issue's cancel scenario: cancel during a long-running step tells it to cancel on
+// its heartbeat, refuses its late complete (the step is cancelled), then undoes what succeeded
+// and ends `cancelled` listing it, with a callback and no failure alert.
+#[test]
+fn cancel_during_a_running_step_unwinds_then_cancels() {
+    let steps = vec![
+        undoable("a", "x", &[], 2),
+        step("b", "x", &["a"], 3),
+        step("c", "x", &["b"], 3),
+    ];
+    let mut with_callback = spec(steps, None);
+    with_callback.callback_url = Some("https://example.com/done".into());
+    let mut sim = start(&with_callback);
+    sim.run("a");
+    sim.claim("b");
+    sim.set_time(1_000);
+    let tr = sim.cancel();
+    assert_eq!(kinds(&tr.events), ["cancel_requested", "step_cancelled c"]);
+    assert_eq!(
+        (tr.job.state, tr.job.desired_state),
+        (JobState::Running, DesiredState::Cancelled)
+    );
+    sim.set_time(2_000);
+    let hb = sim.heartbeat("b");
+    assert!(matches!(hb.reply, Reply::Heartbeat { cancel: true, .. }));
+    let tr = sim.complete("b");
+    assert!(matches!(
+        tr.reply,
+        Reply::Refused(Rejection::LeaseLost { .. })
+    ));
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "step_cancelled b#1",
+            "job_compensating",
+            "compensation_ready a"
+        ]
+    );
+    assert_eq!(
+        detail(&tr, "job_compensating"),
+        Some(json!({ "cause": "cancel" }))
+    );
+    assert_eq!(tr.job.state, JobState::Compensating);
+    assert_eq!(
+        sim.step("b").result,
+        None,
+        "a refused result is not recorded"
+    );
+    sim.claim("a");
+    let hb = sim.heartbeat("a");
+    assert!(matches!(hb.reply, Reply::Heartbeat { cancel: false, .. }));
+    let tr = sim.complete("a");
+    assert_eq!(kinds(&tr.events), ["step_compensated a#2", "job_cancelled"]);
+    assert_eq!(
+        detail(&tr, "job_cancelled"),
+        Some(json!({ "compensated": ["a"] }))
+    );
+    assert_eq!(
+        effect_words(&tr.effects),
+        ["finished cancelled", "callback cancelled"]
+    );
+    assert_eq!(states(&tr.job), "a:compensated b:cancelled c:cancelled");
+}
+
+// Proves a cancel while the job compensates only records the wish: the unwind goes on and the
+// job ends `cancelled` instead of `failed`; a second cancel is a no-op.
+#[test]
+fn cancel_while_compensating_ends_cancelled() {
+    let mut sim = start(&chain());
+    sim.run("a");
+    sim.run("b");
+    sim.run_fatal("c");
+    sim.claim("b");
+    let tr = sim.cancel();
+    assert_eq!(kinds(&tr.events), ["cancel_requested"]);
+    assert!(tr.effects.is_empty() && tr.changed_steps.is_empty());
+    assert_eq!(
+        (tr.job.state, tr.job.desired_state),
+        (JobState::Compensating, DesiredState::Cancelled)
+    );
+    assert!(sim.cancel().is_noop());
+    let hb = sim.heartbeat("b");
+    assert!(matches!(hb.reply, Reply::Heartbeat { cancel: false, .. }));
+    sim.complete("b");
+    let tr = sim.run("a");
+    assert_eq!(kinds(&tr.events), ["step_compensated a#2", "job_cancelled"]);
+    assert_eq!(tr.effects, [finished(JobState::Cancelled)]);
+}
+
+// Proves cancelling a blocked job: a held one with nothing running is cancelled at once (or
+// unwinds first if something can be undone); with a running sibling it stays blocked until the
+// sibling reports; one blocked on a failed undo stays blocked until an operator acts.
+#[test]
+fn cancel_of_a_blocked_job() {
+    // Held, nothing running, nothing to undo.
+    let mut sim = start(&job(forked(3).steps, Some(OnFailure::Hold)));
+    sim.run_fatal("a");
+    let tr = sim.cancel();
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "cancel_requested",
+            "step_cancelled b",
+            "step_cancelled c",
+            "job_cancelled"
+        ]
+    );
+    assert_eq!(tr.effects, [finished(JobState::Cancelled)]);
+    assert_eq!(
+        (tr.job.state, tr.job.blocked_reason.clone()),
+        (JobState::Cancelled, None)
+    );
+    // Held with an undoable step done: it unwinds, then ends cancelled.
+    let steps = vec![undoable("a", "x", &[], 2), step("b", "x", &["a"], 1)];
+    let mut sim = start(&job(steps, Some(OnFailure::Hold)));
+    sim.run("a");
+    sim.run_fatal("b");
+    let tr = sim.cancel();
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "cancel_requested",
+            "job_compensating",
+            "compensation_ready a"
+        ]
+    );
+    assert_eq!(
+        (tr.job.state, tr.job.blocked_reason.clone()),
+        (JobState::Compensating, None)
+    );
+    let tr = sim.run("a");
+    assert_eq!(tr.job.state, JobState::Cancelled);
+    // Held with a running sibling: blocked until it reports.
+    let mut sim = start(&job(forked(3).steps, Some(OnFailure::Hold)));
+    sim.claim("b");
+    sim.run_fatal("a");
+    let tr = sim.cancel();
+    assert_eq!(kinds(&tr.events), ["cancel_requested", "step_cancelled c"]);
+    assert_eq!(
+        (tr.job.state, tr.job.desired_state),
+        (JobState::Blocked, DesiredState::Cancelled)
+    );
+    let hb = sim.heartbeat("b");
+    assert!(matches!(hb.reply, Reply::Heartbeat { cancel: true, .. }));
+    let tr = sim.complete("b");
+    assert!(matches!(
+        tr.reply,
+        Reply::Refused(Rejection::LeaseLost { .. })
+    ));
+    assert_eq!(kinds(&tr.events), ["step_cancelled b#1", "job_cancelled"]);
+    assert_eq!(tr.job.blocked_reason, None);
+    // Blocked on a failed undo: still blocked after the cancel, until the operator retries it.
+    let mut sim = start(&chain());
+    sim.run("a");
+    sim.run("b");
+    sim.run_fatal("c");
+    sim.run_fatal("b");
+    let tr = sim.cancel();
+    assert_eq!(kinds(&tr.events), ["cancel_requested"]);
+    assert_eq!(tr.job.state, JobState::Blocked);
+    let tr = sim.retry("b");
+    assert_eq!(
+        kinds(&tr.events),
+        ["compensation_retried b", "job_unblocked"]
+    );
+    assert_eq!(tr.job.state, JobState::Compensating);
+    sim.run("b");
+    let tr = sim.run("a");
+    assert_eq!(tr.job.state, JobState::Cancelled);
+    assert_eq!(
+        detail(&tr, "job_cancelled"),
+        Some(json!({ "compensated": ["a", "b"] }))
+    );
+}
+
+// Proves a failing undo retries with the step's backoff (counted on its own failures), that an
+// expired undo lease counts as a failure, that running out of attempts blocks the job with a
+// reason and an alert, and that the operator's Retry (fresh budget) lets the unwind finish with
+// the job `failed`.
+#[test]
+fn failing_undo_blocks_until_retried() {
+    let steps = vec![undoable("a", "x", &[], 2), step("b", "x", &["a"], 1)];
+    let mut sim = start(&spec(steps, None));
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.set_time(1_000);
+    sim.claim("a");
+    let tr = sim.fail("a", true);
+    assert_eq!(kinds(&tr.events), ["compensation_retry_scheduled a#2"]);
+    let next = at(2_000);
+    assert_eq!(
+        detail(&tr, "compensation_retry_scheduled"),
+        Some(json!({ "error": "boom", "delay": Span::from_secs(1), "next_attempt_at": next }))
+    );
+    assert_eq!(effect_words(&tr.effects), [format!("ready u at {next}")]);
+    assert_eq!(
+        sim.send(sim.claim_cmd_peek(0)),
+        Err(Rejection::NotClaimable),
+        "not before its backoff"
+    );
+    sim.claim_when_due("a");
+    let tr = sim.expire("a");
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "compensation_lease_expired a#3",
+            "compensation_failed a#3",
+            "job_blocked"
+        ]
+    );
+    assert_eq!(
+        detail(&tr, "compensation_failed"),
+        Some(
+            json!({ "error": "lease expired: no report before complete_by", "reason": "attempts exhausted" })
+        )
+    );
+    assert_eq!(effect_words(&tr.effects), ["alert job_blocked"]);
+    assert_eq!(
+        tr.job.blocked_reason.as_deref(),
+        Some("compensation of step `a` failed: lease expired: no report before complete_by")
+    );
+    assert_eq!(states(&tr.job), "a:compensating/failed b:failed");
+    let a = sim.step("a");
+    assert_eq!(
+        (a.attempt, a.comp_attempts, a.comp_failures, a.failures),
+        (3, 2, 2, 0)
+    );
+    let tr = sim.retry("a");
+    assert_eq!(
+        kinds(&tr.events),
+        ["compensation_retried a", "job_unblocked"]
+    );
+    assert_eq!(
+        detail(&tr, "job_unblocked"),
+        Some(json!({ "state": "compensating" }))
+    );
+    assert_eq!(tr.effects, [ready("u")]);
+    assert_eq!(sim.step("a").comp_budget_from, 2);
+    let tr = sim.run("a");
+    assert_eq!(kinds(&tr.events), ["step_compensated a#4", "job_failed"]);
+    assert_eq!(
+        detail(&tr, "job_failed"),
+        Some(json!({ "compensated": ["a"] }))
+    );
+}
+
+// Proves an undo with max_attempts 0 retries forever with the step's backoff (1, 2, 4, 5, 5 s).
+#[test]
+fn undo_with_no_attempt_limit_retries_forever() {
+    let steps = vec![undoable("a", "x", &[], 0), step("b", "x", &["a"], 1)];
+    let mut sim = start(&spec(steps, None));
+    sim.run("a");
+    sim.run_fatal("b");
+    for delay in [1_000, 2_000, 4_000, 5_000, 5_000] {
+        sim.claim_when_due("a");
+        let now = sim.now;
+        let tr = sim.fail("a", true);
+        assert_eq!(
+            tr.job.steps[0].next_attempt_at,
+            Some(now.plus(Span::from_millis(delay)))
+        );
+        assert_eq!(tr.job.state, JobState::Compensating);
+    }
+    sim.run("a");
+    assert_eq!(sim.job.state, JobState::Failed);
+}
+
+// Proves an undo failing for good blocks the job while a sibling undo still runs: the sibling
+// may finish (its heartbeat does not say cancel) and nothing else is claimable until the
+// operator acts; then the unwind finishes.
+#[test]
+fn a_sibling_undo_finishes_while_blocked() {
+    let steps = vec![
+        undoable("a", "x", &[], 1),
+        undoable("b", "y", &[], 1),
+        step("c", "x", &["a", "b"], 1),
+    ];
+    let mut sim = start(&spec(steps, None));
+    sim.run("a");
+    sim.run("b");
+    sim.run_fatal("c");
+    sim.claim("a");
+    sim.claim("b");
+    let tr = sim.fail("a", false);
+    assert_eq!(
+        kinds(&tr.events),
+        ["compensation_failed a#2", "job_blocked"]
+    );
+    assert_eq!(
+        detail(&tr, "compensation_failed"),
+        Some(json!({ "error": "boom", "reason": "fatal error" }))
+    );
+    let hb = sim.heartbeat("b");
+    assert!(matches!(hb.reply, Reply::Heartbeat { cancel: false, .. }));
+    let tr = sim.complete("b");
+    assert_eq!(kinds(&tr.events), ["step_compensated b#2"]);
+    assert_eq!(tr.job.state, JobState::Blocked);
+    let tr = sim.resume();
+    assert_eq!(
+        kinds(&tr.events),
+        ["job_resumed", "compensation_retried a", "job_unblocked"]
+    );
+    assert_eq!(tr.job.state, JobState::Compensating);
+    let tr = sim.run("a");
+    assert_eq!(
+        detail(&tr, "job_failed"),
+        Some(json!({ "compensated": ["a", "b"] }))
+    );
+}
+
+// Proves Skip of a failed undo finishes the unwind: with another undo still to run the job
+// goes back to compensating and readies it; when it was the last, the job ends at once.
+#[test]
+fn skip_of_a_failed_undo_finishes_the_unwind() {
+    let mut sim = start(&chain());
+    sim.run("a");
+    sim.run("b");
+    sim.run_fatal("c");
+    sim.run_fatal("b");
+    let tr = sim.skip("b");
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "compensation_skipped b",
+            "job_unblocked",
+            "compensation_ready a"
+        ]
+    );
+    assert_eq!(tr.job.state, JobState::Compensating);
+    assert_eq!(
+        states(&tr.job),
+        "a:compensating/ready b:skipped c:failed d:cancelled"
+    );
+    let tr = sim.run("a");
+    assert_eq!(
+        detail(&tr, "job_failed"),
+        Some(json!({ "compensated": ["a"] }))
+    );
+    // The last undo skipped: the job is failed (or cancelled, after a cancel) at once.
+    for cancelled in [false, true] {
+        let steps = vec![undoable("a", "x", &[], 1), step("b", "x", &["a"], 1)];
+        let mut sim = start(&spec(steps, None));
+        sim.run("a");
+        sim.run_fatal("b");
+        sim.run_fatal("a");
+        if cancelled {
+            sim.cancel();
+        }
+        let tr = sim.skip("a");
+        let (state, end) = if cancelled {
+            (JobState::Cancelled, "job_cancelled")
+        } else {
+            (JobState::Failed, "job_failed")
+        };
+        assert_eq!(
+            kinds(&tr.events),
+            ["compensation_skipped a", "job_unblocked", end],
+            "cancelled: {cancelled}"
+        );
+        assert_eq!(tr.job.state, state);
+        assert_eq!(detail(&tr, end), Some(json!({ "compensated": [] })));
+        assert_eq!(states(&tr.job), "a:skipped b:failed");
+    }
+}
+
+// Proves claims of undos are refused unless the job compensates and the undo is ready and due,
+// and claims of work are refused while the job is blocked or compensating.
+#[test]
+fn claims_follow_the_job_state() {
+    type Case = (&'static str, Setup, &'static str);
+    let cases: &[Case] = &[
+        (
+            "a ready step of a held job",
+            |s| {
+                s.run_fatal("a");
+            },
+            "d",
+        ),
+        (
+            "a waiting undo",
+            |s| {
+                s.run("a");
+                s.run("b");
+                s.run_fatal("c");
+            },
+            "a",
+        ),
+        (
+            "a ready undo of a job blocked on another undo (forged)",
+            |s| {
+                s.run("a");
+                s.run("b");
+                s.run_fatal("c");
+                s.run_fatal("b");
+                s.job.steps[0].comp_phase = Some(CompPhase::Ready);
+                s.job.steps[0].next_attempt_at = Some(s.now);
+            },
+            "a",
+        ),
+        (
+            "a succeeded step that has nothing to undo",
+            |s| {
+                s.run("a");
+                s.run("b");
+                s.run("d");
+                s.run_fatal("c");
+            },
+            "d",
+        ),
+        (
+            "an undo waiting for its retry",
+            |s| {
+                s.run("a");
+                s.run("b");
+                s.run_fatal("c");
+                s.claim("b");
+                s.fail("b", true);
+            },
+            "b",
+        ),
+        (
+            "a compensated step",
+            |s| {
+                s.run("a");
+                s.run("b");
+                s.run("d");
+                s.run_fatal("c");
+                s.run("b");
+            },
+            "b",
+        ),
+    ];
+    for (what, setup, name) in cases {
+        let steps = vec![
+            undoable("a", "x", &[], 2),
+            undoable("b", "y", &["a"], 2),
+            step("c", "x", &["b"], 1),
+            step("d", "y", &[], 3),
+        ];
+        let on_failure = if what.contains("held") {
+            Some(OnFailure::Hold)
+        } else {
+            None
+        };
+        let mut sim = start(&job(steps, on_failure));
+        setup(&mut sim);
+        let before = sim.job.clone();
+        let result = apply(&before, sim.claim_cmd_peek(sim.idx(name)), sim.now);
+        assert_eq!(result, Err(Rejection::NotClaimable), "{what}");
+    }
+}
+
+// Proves the step_poisoned alert is raised once, on the POISON_FAILURES-th failure, and only
+// when the step will still retry.
+#[test]
+fn poisoned_alert_on_the_third_failure_that_retries() {
+    // (max_attempts, failure that alerts, if any)
+    let cases = [(5, Some(3)), (0, Some(3)), (3, None), (2, None)];
+    for (max_attempts, alerting) in cases {
+        let mut sim = start(&spec(vec![step("a", "x", &[], max_attempts)], None));
+        for n in 1..=4u32 {
+            if sim.job.state.is_terminal() {
+                break;
+            }
+            sim.claim_when_due("a");
+            let tr = if n % 2 == 0 {
+                sim.expire("a")
+            } else {
+                sim.fail("a", true)
+            };
+            let alerted = effect_words(&tr.effects).contains(&"alert step_poisoned a".to_string());
+            assert_eq!(
+                alerted,
+                alerting == Some(n),
+                "max {max_attempts}, failure {n}"
+            );
+        }
+    }
+}
+
+// Proves Repair changes nothing on consistent jobs, and heals hand-broken ones (a dependant
+// left waiting, a finished job left running, an undo left waiting) recording `job_repaired`.
+#[test]
+fn repair_heals_only_inconsistent_jobs() {
+    // Consistent states: running, held, compensating, blocked on an undo, finished.
+    let mut sim = start(&chain());
+    sim.run("a");
+    for _ in 0..5 {
+        let tr = sim.repair();
+        assert!(tr.is_noop() && tr.effects.is_empty());
+        sim.run_when_possible();
+    }
+    // (what, break it, events, effects, job state after)
+    type Case = (
+        &'static str,
+        Setup,
+        &'static [&'static str],
+        &'static [&'static str],
+        JobState,
+    );
+    let cases: &[Case] = &[
+        (
+            "a dependant left waiting",
+            |s| {
+                s.claim("a");
+                let a = &mut s.job.steps[0];
+                a.state = StepState::Succeeded;
+                a.result = Some(json!("lost"));
+                a.finished_at = Some(s.now);
+                a.lease_expires_at = None;
+            },
+            &["step_ready b", "job_repaired"],
+            &["ready x"],
+            JobState::Running,
+        ),
+        (
+            "every step succeeded, the job still running",
+            |s| {
+                for st in &mut s.job.steps {
+                    st.state = StepState::Succeeded;
+                    st.result = Some(json!("done"));
+                    st.finished_at = Some(s.now);
+                    st.next_attempt_at = None;
+                }
+            },
+            &["job_succeeded", "job_repaired"],
+            &["finished succeeded"],
+            JobState::Succeeded,
+        ),
+        (
+            "an undo left waiting after its dependant's undo",
+            |s| {
+                s.run("a");
+                s.run("b");
+                s.run_fatal("c");
+                s.run("b");
+                let a = &mut s.job.steps[0];
+                a.comp_phase = Some(CompPhase::Waiting);
+                a.next_attempt_at = None;
+            },
+            &["compensation_ready a", "job_repaired"],
+            &["ready u"],
+            JobState::Compensating,
+        ),
+    ];
+    for (what, break_it, events, effects, state) in cases {
+        let mut sim = start(&chain());
+        break_it(&mut sim);
+        let tr = sim.repair();
+        assert_eq!(kinds(&tr.events), *events, "{what}");
+        let applied: Vec<&str> = events[..events.len() - 1]
+            .iter()
+            .map(|e| e.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(
+            detail(&tr, "job_repaired"),
+            Some(json!({ "applied": applied })),
+            "{what}"
+        );
+        assert_eq!(effect_words(&tr.effects), *effects, "{what}");
+        assert_eq!(tr.job.state, *state, "{what}");
+        assert!(sim.repair().is_noop(), "{what}: a second repair");
+    }
+}
+
 impl Sim {
-    /// A claim command with a fresh lease id, without needing `&mut` (for tables).
-    fn claim_cmd_peek(&self, step: usize) -> Command {
-        Command::Claim {
-            step,
-            lease_id: LeaseId(Uuid::from_u128(u128::MAX - step as u128)),
-            worker: "w2".into(),
+    /// Moves the job one step on: completes a leased step, or claims a claimable one, or fails
+    /// the step `c` for good when it is leased (so the job of `chain()` goes through its unwind).
+    fn run_when_possible(&mut self) {
+        if let Some(i) = self.job.steps.iter().position(|s| s.is_leased()) {
+            let name = self.job.steps[i].name.clone();
+            if name == "c" && !self.job.steps[i].is_compensating() {
+                self.fail(&name, false);
+            } else {
+                self.complete(&name);
+            }
+        } else if let Some(i) = self
+            .job
+            .steps
+            .iter()
+            .position(|s| s.claim_agent().is_some())
+        {
+            let name = self.job.steps[i].name.clone();
+            self.claim_when_due(&name);
         }
     }
 }
@@ -1867,6 +3560,52 @@ fn edge_scenarios() -> Vec<Sim> {
     sim.cancel();
     sim.complete("a");
     all.push(sim);
+    // Held: blocked, retried back to running; then blocked again and the last step skipped.
+    let mut sim = start(&job(vec![step("a", "x", &[], 1)], Some(OnFailure::Hold)));
+    sim.run_fatal("a");
+    sim.retry("a");
+    sim.run_fatal("a");
+    sim.skip("a");
+    all.push(sim);
+    // Held, then cancelled: once with nothing to undo, once with an undo to run first.
+    let mut sim = start(&job(forked(3).steps, Some(OnFailure::Hold)));
+    sim.run_fatal("a");
+    sim.cancel();
+    all.push(sim);
+    let steps = vec![undoable("a", "x", &[], 2), step("b", "x", &["a"], 1)];
+    let mut sim = start(&job(steps, Some(OnFailure::Hold)));
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.cancel();
+    sim.run("a");
+    all.push(sim);
+    // Compensation with an undo heartbeat, a failing undo retried by the operator, to failed.
+    let mut sim = start(&chain());
+    sim.run("a");
+    sim.run("b");
+    sim.run_fatal("c");
+    sim.claim("b");
+    sim.heartbeat("b");
+    sim.complete("b");
+    sim.run_fatal("a");
+    sim.retry("a");
+    sim.run("a");
+    all.push(sim);
+    // The last failed undo skipped: blocked straight to failed.
+    let steps = vec![undoable("a", "x", &[], 1), step("b", "x", &["a"], 1)];
+    let mut sim = start(&spec(steps, None));
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.run_fatal("a");
+    sim.skip("a");
+    all.push(sim);
+    // Cancelled while running with an undo to run: compensating, then cancelled.
+    let steps = vec![undoable("a", "x", &[], 1), step("b", "x", &["a"], 1)];
+    let mut sim = start(&spec(steps, None));
+    sim.run("a");
+    sim.cancel();
+    sim.run("a");
+    all.push(sim);
     all
 }
 
@@ -1901,7 +3640,8 @@ fn parse_diagram() -> BTreeSet<(String, String, String)> {
     edges
 }
 
-// Proves the hard-coded edge list is exactly the diagram drawn in machine.rs.
+// Proves the hard-coded edge list is exactly the diagram drawn in machine.rs (17 job edges,
+// 16 step edges).
 #[test]
 fn edge_list_matches_the_diagram() {
     let listed: BTreeSet<(String, String, String)> = DIAGRAM_EDGES
@@ -1914,6 +3654,8 @@ fn edge_list_matches_the_diagram() {
         "duplicate edges in DIAGRAM_EDGES"
     );
     assert_eq!(parse_diagram(), listed);
+    let jobs = DIAGRAM_EDGES.iter().filter(|e| e.0 == "job").count();
+    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (17, 16));
 }
 
 // Proves every edge of the diagram is taken by the scenarios (and `Sim` proves no edge outside
@@ -1931,23 +3673,31 @@ fn every_diagram_edge_is_exercised() {
     assert!(missing.is_empty(), "edges never exercised: {missing:?}");
 }
 
-/// One step of a random DAG: dependencies on earlier steps (by flag), attempts, agent, timeout.
+/// One step of a random DAG: dependencies on earlier steps (by flag), attempts, agent, timeout,
+/// and maybe an undo (its max_attempts, and whether it has its own timeout).
 #[derive(Clone, Debug)]
 struct RandomStep {
     deps: Vec<bool>,
     max_attempts: u32,
     agent: bool,
     timeout_ms: u64,
+    undo: Option<(u32, bool)>,
 }
 
-/// A command in the abstract: `pick` chooses among the steps it makes sense for (running steps
-/// for reports, ready ones for claims, any step if there are none), `skew` shifts the attempt
-/// reported away from the current one, `when_due` first moves the clock to the step's due time.
+/// A command in the abstract: `pick` chooses among the steps it makes sense for (leased steps
+/// for reports, claimable ones for claims, compensating ones for undo claims, failed steps and
+/// undos for operators when `right`; any step if there are none, or when not `right`), `skew`
+/// shifts the attempt reported away from the current one, `when_due` first moves the clock to
+/// the step's due time.
 #[derive(Clone, Debug)]
 enum Op {
     Activate,
     Cancel,
     Claim {
+        pick: usize,
+        when_due: bool,
+    },
+    ClaimUndo {
         pick: usize,
         when_due: bool,
     },
@@ -1971,12 +3721,26 @@ enum Op {
         when_due: bool,
         jitter: f64,
     },
+    Retry {
+        pick: usize,
+        right: bool,
+    },
+    Skip {
+        pick: usize,
+        right: bool,
+    },
+    Resume,
+    Repair,
 }
 
 #[derive(Clone, Debug)]
 struct Plan {
     steps: Vec<RandomStep>,
     run_at_ms: Option<i64>,
+    on_failure: Option<OnFailure>,
+    callback: bool,
+    /// Whether the operator of the final drain unblocks jobs by Skip (else by Resume).
+    drain_by_skip: bool,
     /// Milliseconds to move the clock forward, then the command.
     ops: Vec<(u64, Op)>,
 }
@@ -1987,74 +3751,123 @@ fn plan() -> impl Strategy<Value = Plan> {
         0u32..=3,
         any::<bool>(),
         1u64..=5,
+        prop::option::weighted(0.5, (0u32..=2, any::<bool>())),
     )
-        .prop_map(|(deps, max_attempts, agent, secs)| RandomStep {
+        .prop_map(|(deps, max_attempts, agent, secs, undo)| RandomStep {
             deps,
             max_attempts,
             agent,
             timeout_ms: secs * 1_000,
+            undo,
         });
     let pick = 0usize..8;
     let skew = prop_oneof![6 => Just(0i64), 1 => Just(-1i64), 1 => Just(1i64), 1 => Just(2i64)];
+    let right = prop::bool::weighted(0.8);
     let op = prop_oneof![
         2 => Just(Op::Activate),
         1 => Just(Op::Cancel),
         12 => (pick.clone(), any::<bool>()).prop_map(|(pick, when_due)| Op::Claim { pick, when_due }),
+        3 => (pick.clone(), any::<bool>()).prop_map(|(pick, when_due)| Op::ClaimUndo { pick, when_due }),
         4 => (pick.clone(), skew.clone()).prop_map(|(pick, skew)| Op::Heartbeat { pick, skew }),
         10 => (pick.clone(), skew.clone()).prop_map(|(pick, skew)| Op::Complete { pick, skew }),
-        5 => (pick.clone(), skew.clone(), prop::bool::weighted(0.75), 0.0..1.0f64)
+        6 => (pick.clone(), skew.clone(), prop::bool::weighted(0.6), 0.0..1.0f64)
             .prop_map(|(pick, skew, retryable, jitter)| Op::Fail { pick, skew, retryable, jitter }),
-        4 => (pick, skew, any::<bool>(), 0.0..1.0f64)
+        4 => (pick.clone(), skew, any::<bool>(), 0.0..1.0f64)
             .prop_map(|(pick, skew, when_due, jitter)| Op::Expire { pick, skew, when_due, jitter }),
+        2 => (pick.clone(), right.clone()).prop_map(|(pick, right)| Op::Retry { pick, right }),
+        2 => (pick, right).prop_map(|(pick, right)| Op::Skip { pick, right }),
+        1 => Just(Op::Resume),
+        1 => Just(Op::Repair),
     ];
     let advance = prop_oneof![3 => Just(0u64), 4 => 1u64..1_500, 1 => 1_500u64..12_000];
+    let on_failure = prop_oneof![
+        Just(None),
+        Just(Some(OnFailure::Fail)),
+        Just(Some(OnFailure::Hold)),
+        Just(Some(OnFailure::Compensate)),
+    ];
     (
         prop::collection::vec(random_step, 1..=8),
         prop::option::of(0i64..4_000),
-        prop::collection::vec((advance, op), 0..60),
+        on_failure,
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec((advance, op), 0..80),
     )
-        .prop_map(|(steps, run_at_ms, ops)| Plan {
-            steps,
-            run_at_ms,
-            ops,
-        })
+        .prop_map(
+            |(steps, run_at_ms, on_failure, callback, drain_by_skip, ops)| Plan {
+                steps,
+                run_at_ms,
+                on_failure,
+                callback,
+                drain_by_skip,
+                ops,
+            },
+        )
+}
+
+/// The first step (by `pick`, cyclically) that fits, or `pick` itself when none does.
+fn pick_where(job: &Job, pick: usize, fits: impl Fn(&Step) -> bool) -> usize {
+    let fitting: Vec<usize> = (0..job.steps.len())
+        .filter(|&i| fits(&job.steps[i]))
+        .collect();
+    if fitting.is_empty() {
+        pick % job.steps.len()
+    } else {
+        fitting[pick % fitting.len()]
+    }
+}
+
+/// Whether the operator has something to retry or skip on this step.
+fn operator_target(s: &Step) -> bool {
+    s.state == StepState::Failed || s.comp_phase == Some(CompPhase::Failed)
 }
 
 impl Sim {
     /// Turns an abstract op into a command on the current job, moving the clock if it asks.
     fn command_for(&mut self, op: &Op) -> Command {
-        let pick_in = |job: &Job, pick: usize, state: StepState| {
-            let fitting: Vec<usize> = (0..job.steps.len())
-                .filter(|&i| job.steps[i].state == state)
-                .collect();
-            if fitting.is_empty() {
-                pick % job.steps.len()
-            } else {
-                fitting[pick % fitting.len()]
-            }
-        };
         let attempt = |job: &Job, step: usize, skew: i64| {
             (i64::from(job.steps[step].attempt) + skew).max(0) as u32
+        };
+        let leased = |job: &Job, pick: usize| pick_where(job, pick, Step::is_leased);
+        let operator = |job: &Job, pick: usize, right: bool| {
+            if right {
+                pick_where(job, pick, operator_target)
+            } else {
+                pick % (job.steps.len() + 1)
+            }
+        };
+        let claim = |sim: &mut Sim, step: usize, when_due: bool| {
+            if let (true, Some(due)) = (when_due, sim.job.steps[step].next_attempt_at) {
+                sim.now = sim.now.max(due);
+            }
+            sim.claim_cmd(step)
         };
         match *op {
             Op::Activate => Command::Activate,
             Op::Cancel => Command::Cancel,
+            Op::Resume => Command::Resume {
+                by: None,
+                reason: None,
+            },
+            Op::Repair => Command::Repair,
             Op::Claim { pick, when_due } => {
-                let step = pick_in(&self.job, pick, StepState::Ready);
-                if let (true, Some(due)) = (when_due, self.job.steps[step].next_attempt_at) {
-                    self.now = self.now.max(due);
-                }
-                self.claim_cmd(step)
+                let step = pick_where(&self.job, pick, |s| s.claim_agent().is_some());
+                claim(self, step, when_due)
+            }
+            Op::ClaimUndo { pick, when_due } => {
+                let step = pick_where(&self.job, pick, Step::is_compensating);
+                claim(self, step, when_due)
             }
             Op::Heartbeat { pick, skew } => {
-                let step = pick_in(&self.job, pick, StepState::Running);
+                let step = leased(&self.job, pick);
                 Command::Heartbeat {
                     step,
                     attempt: attempt(&self.job, step, skew),
                 }
             }
             Op::Complete { pick, skew } => {
-                let step = pick_in(&self.job, pick, StepState::Running);
+                let step = leased(&self.job, pick);
                 let result = json!({ "n": self.history.len() });
                 Command::Complete {
                     step,
@@ -2068,7 +3881,7 @@ impl Sim {
                 retryable,
                 jitter,
             } => {
-                let step = pick_in(&self.job, pick, StepState::Running);
+                let step = leased(&self.job, pick);
                 let error = format!("error {}", self.history.len());
                 Command::Fail {
                     step,
@@ -2084,7 +3897,7 @@ impl Sim {
                 when_due,
                 jitter,
             } => {
-                let step = pick_in(&self.job, pick, StepState::Running);
+                let step = leased(&self.job, pick);
                 if let (true, Some(expiry)) = (when_due, self.job.steps[step].lease_expires_at) {
                     self.now = self.now.max(expiry);
                 }
@@ -2094,23 +3907,39 @@ impl Sim {
                     jitter,
                 }
             }
+            Op::Retry { pick, right } => Command::Retry {
+                step: operator(&self.job, pick, right),
+                by: Some("prop".into()),
+                reason: None,
+            },
+            Op::Skip { pick, right } => Command::Skip {
+                step: operator(&self.job, pick, right),
+                by: None,
+                reason: Some("prop".into()),
+            },
         }
     }
 
     /// Drives the job to its end as a healthy fleet would (activate when due, claim when due,
-    /// complete live leases, expire dead ones) and checks that it ends with every step settled.
-    fn drain(&mut self) -> Vec<Result<Transition, Rejection>> {
+    /// complete live leases, expire dead ones) with an operator who unblocks a blocked job by
+    /// `Skip` of a failed undo or step (or by `Resume`), and checks that it ends with every step
+    /// settled.
+    fn drain(&mut self, by_skip: bool) -> Vec<Result<Transition, Rejection>> {
         let mut out = Vec::new();
-        for _ in 0..100 {
+        for _ in 0..300 {
             let job = &self.job;
-            let running = job.steps.iter().position(|s| s.state == StepState::Running);
-            let ready = job.steps.iter().position(|s| s.state == StepState::Ready);
+            let leased = job.steps.iter().position(Step::is_leased);
+            let claimable = job.steps.iter().position(|s| match s.claim_agent() {
+                None => false,
+                Some(_) if s.is_compensating() => job.state == JobState::Compensating,
+                Some(_) => job.state == JobState::Running,
+            });
             let command = if job.state == JobState::Pending {
                 if let Some(t) = job.run_at {
                     self.now = self.now.max(t);
                 }
                 Command::Activate
-            } else if let Some(i) = running {
+            } else if let Some(i) = leased {
                 let s = &job.steps[i];
                 let result = json!("drained");
                 match s.lease_expires_at {
@@ -2125,7 +3954,28 @@ impl Sim {
                         result,
                     },
                 }
-            } else if let Some(i) = ready {
+            } else if job.state == JobState::Blocked {
+                if by_skip {
+                    // A failed undo first: while the job unwinds its failed work stays failed.
+                    let undo = job
+                        .steps
+                        .iter()
+                        .position(|s| s.comp_phase == Some(CompPhase::Failed));
+                    let step = undo
+                        .or_else(|| job.steps.iter().position(|s| s.state == StepState::Failed))
+                        .expect("a blocked job has a failed step or undo");
+                    Command::Skip {
+                        step,
+                        by: None,
+                        reason: None,
+                    }
+                } else {
+                    Command::Resume {
+                        by: None,
+                        reason: None,
+                    }
+                }
+            } else if let Some(i) = claimable {
                 if let Some(due) = job.steps[i].next_attempt_at {
                     self.now = self.now.max(due);
                 }
@@ -2134,8 +3984,19 @@ impl Sim {
                 break;
             };
             let shown = format!("{command:?}");
+            let state = self.job.state;
             let result = self.send(command);
             assert!(result.is_ok(), "draining: {shown} was rejected: {result:?}");
+            if state == JobState::Blocked
+                && !shown.starts_with("Complete")
+                && !shown.starts_with("Expire")
+            {
+                assert_ne!(
+                    self.job.state,
+                    JobState::Blocked,
+                    "the operator's {shown} left the job blocked"
+                );
+            }
             out.push(result);
         }
         assert!(
@@ -2176,33 +4037,45 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                     factor: 2.0,
                     max: Span::from_secs(4),
                 }),
-                compensate: None,
+                compensate: r.undo.map(|(max_attempts, own_timeout)| CompensateSpec {
+                    agent: "u".into(),
+                    payload: json!({ "undo": i }),
+                    timeout: own_timeout.then_some(Span::from_secs(2)),
+                    max_attempts: Some(max_attempts),
+                }),
             }
         })
         .collect();
-    let job_spec = spec(steps, plan.run_at_ms.map(at));
+    let mut job_spec = job(steps, plan.on_failure);
+    job_spec.run_at = plan.run_at_ms.map(at);
+    if plan.callback {
+        job_spec.callback_url = Some("https://example.com/hook".into());
+    }
     job_spec
         .validate(&Limits::default())
         .expect("generated specs are valid");
     let (mut sim, first) = Sim::admit(&job_spec, at(0));
     let mut outcomes = vec![Ok(first)];
     for (advance, op) in &plan.ops {
-        sim.now = sim.now.plus(Span::from_millis(*advance));
+        sim.advance(*advance);
         let command = sim.command_for(op);
         outcomes.push(sim.send(command));
     }
-    outcomes.extend(sim.drain());
+    outcomes.extend(sim.drain(plan.drain_by_skip));
     (outcomes, sim)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    // Proves, for random DAGs and random command sequences (right and wrong attempts, moving
-    // time, cancels), that every transition obeys the contract and leaves the job consistent
-    // (checked by `Sim` after each command), that only diagram edges are taken, that every job
-    // can still be driven to an end with all its steps settled, and that a replay of the same
-    // sequence gives identical transitions. Proptest prints the minimal failing plan.
+    // Proves, for random DAGs with random undos and `on_failure`, and random command sequences
+    // (right and wrong attempts and steps, moving time, cancels, undo claims, operator retries,
+    // skips, resumes and repairs), that every transition obeys the contract and leaves the job
+    // consistent (checked by `Sim` after each command: undo order, only succeeded steps undone
+    // and at most once, no work leased unless the job runs, Repair a no-op), that only diagram
+    // edges are taken, that every job can still be driven to an end with all its steps settled,
+    // and that a replay of the same sequence gives identical transitions. Proptest prints the
+    // minimal failing plan.
     #[test]
     fn random_commands_keep_the_invariants(plan in plan()) {
         let (first, sim) = run(&plan);

@@ -4,16 +4,19 @@
 //! panic, so one bad row cannot take a node down.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use overseer_core::backoff::Backoff;
+use overseer_core::outbox::DeliveryKind;
 use overseer_core::spec::{CompensateSpec, OnFailure};
 use overseer_core::{
-    DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState, Timestamp,
+    CompPhase, DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState,
+    Timestamp, Transition,
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use crate::{Error, LeaseRef, Result};
+use crate::{Delivery, DeliveryOutcome, Error, LeaseRef, Result};
 
 /// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
 /// database being unable to serve right now.
@@ -86,12 +89,85 @@ pub(super) fn job_id_text(id: JobId) -> String {
 
 const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
-     callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at";
+     callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
+     blocked_reason";
 
 const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
      lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
-     next_attempt_at, result, last_error";
+     next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
+     comp_budget_from";
+
+/// Everything a step write sets: the job's key and copied priority, the step's own columns, and
+/// the columns derived from the step for the queries that find work (see schema V2).
+const STEP_WRITE_COLUMNS: [&str; 33] = [
+    "job_id",
+    "priority",
+    "idx",
+    "name",
+    "agent",
+    "payload",
+    "depends_on",
+    "timeout_ms",
+    "max_attempts",
+    "backoff_initial_ms",
+    "backoff_factor",
+    "backoff_max_ms",
+    "compensate",
+    "state",
+    "attempt",
+    "failures",
+    "lease_id",
+    "worker",
+    "created_at",
+    "ready_at",
+    "started_at",
+    "finished_at",
+    "lease_expires_at",
+    "next_attempt_at",
+    "result",
+    "last_error",
+    "budget_from",
+    "comp_phase",
+    "comp_attempts",
+    "comp_failures",
+    "comp_budget_from",
+    "claim_agent",
+    "lease_agent",
+];
+
+/// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
+/// numbering can never drift from the column list.
+fn step_upsert_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let columns = STEP_WRITE_COLUMNS.join(", ");
+        let placeholders: Vec<String> = (1..=STEP_WRITE_COLUMNS.len())
+            .map(|i| format!("?{i}"))
+            .collect();
+        let updates: Vec<String> = STEP_WRITE_COLUMNS
+            .iter()
+            .filter(|c| !matches!(**c, "job_id" | "idx"))
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        format!(
+            "INSERT INTO steps ({columns}) VALUES ({}) ON CONFLICT (job_id, idx) DO UPDATE SET {}",
+            placeholders.join(", "),
+            updates.join(", ")
+        )
+    })
+}
+
+/// The agent holding the step's live lease: its own for work, its compensate agent for an undo.
+fn lease_agent(s: &Step) -> Option<&str> {
+    if !s.is_leased() {
+        None
+    } else if s.is_compensating() {
+        s.compensate.as_ref().map(|c| c.agent.as_str())
+    } else {
+        Some(&s.agent)
+    }
+}
 
 fn job_from_row(row: &Row<'_>) -> Result<Job> {
     let id: String = row.get(0).db()?;
@@ -116,6 +192,7 @@ fn job_from_row(row: &Row<'_>) -> Result<Job> {
         created_at: Timestamp::from_millis(row.get(11).db()?),
         updated_at: Timestamp::from_millis(row.get(12).db()?),
         finished_at: ts(row.get(13).db()?),
+        blocked_reason: row.get(14).db()?,
         steps: Vec::new(),
     })
 }
@@ -129,6 +206,7 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
     let state: String = row.get(11).db()?;
     let lease_id: Option<String> = row.get(14).db()?;
     let result: Option<String> = row.get(22).db()?;
+    let comp_phase: Option<String> = row.get(25).db()?;
     let step = Step {
         name: row.get(1).db()?,
         agent: row.get(2).db()?,
@@ -161,6 +239,13 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
             .map(|r| parse_json::<Value>("steps.result", &r))
             .transpose()?,
         last_error: row.get(23).db()?,
+        budget_from: to_u32("steps.budget_from", row.get(24).db()?)?,
+        comp_phase: comp_phase
+            .map(|p| CompPhase::parse(&p).ok_or_else(|| corrupt("steps.comp_phase", &p)))
+            .transpose()?,
+        comp_attempts: to_u32("steps.comp_attempts", row.get(26).db()?)?,
+        comp_failures: to_u32("steps.comp_failures", row.get(27).db()?)?,
+        comp_budget_from: to_u32("steps.comp_budget_from", row.get(28).db()?)?,
     };
     Ok((idx, step))
 }
@@ -205,7 +290,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<()> {
     let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
     conn.prepare_cached(&format!(
         "INSERT INTO jobs ({JOB_COLUMNS}) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
     ))
     .db()?
     .execute(params![
@@ -223,6 +308,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<()> {
         job.created_at.as_millis(),
         job.updated_at.as_millis(),
         ms(job.finished_at),
+        job.blocked_reason,
     ])
     .db()?;
     let mut label = conn
@@ -244,7 +330,7 @@ pub(super) fn update_job(conn: &Connection, job: &Job) -> Result<()> {
         .prepare_cached(
             "UPDATE jobs SET fingerprint = ?2, priority = ?3, run_at = ?4, ordering_key = ?5, \
              callback_url = ?6, on_failure = ?7, state = ?8, desired_state = ?9, created_at = ?10, \
-             updated_at = ?11, finished_at = ?12 WHERE id = ?1",
+             updated_at = ?11, finished_at = ?12, blocked_reason = ?13 WHERE id = ?1",
         )
         .db()?
         .execute(params![
@@ -260,6 +346,7 @@ pub(super) fn update_job(conn: &Connection, job: &Job) -> Result<()> {
             job.created_at.as_millis(),
             job.updated_at.as_millis(),
             ms(job.finished_at),
+            job.blocked_reason,
         ])
         .db()?;
     if n != 1 {
@@ -289,51 +376,44 @@ pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()>
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| corrupt("steps.compensate", e))?;
-    conn.prepare_cached(&format!(
-        "INSERT INTO steps (job_id, priority, {STEP_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
-         ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26) \
-         ON CONFLICT (job_id, idx) DO UPDATE SET priority = excluded.priority, name = excluded.name, \
-         agent = excluded.agent, payload = excluded.payload, depends_on = excluded.depends_on, \
-         timeout_ms = excluded.timeout_ms, max_attempts = excluded.max_attempts, \
-         backoff_initial_ms = excluded.backoff_initial_ms, backoff_factor = excluded.backoff_factor, \
-         backoff_max_ms = excluded.backoff_max_ms, compensate = excluded.compensate, \
-         state = excluded.state, attempt = excluded.attempt, failures = excluded.failures, \
-         lease_id = excluded.lease_id, worker = excluded.worker, created_at = excluded.created_at, \
-         ready_at = excluded.ready_at, started_at = excluded.started_at, \
-         finished_at = excluded.finished_at, lease_expires_at = excluded.lease_expires_at, \
-         next_attempt_at = excluded.next_attempt_at, result = excluded.result, \
-         last_error = excluded.last_error"
-    ))
-    .db()?
-    .execute(params![
-        job_id_text(job.id),
-        job.priority,
-        idx as i64,
-        s.name,
-        s.agent,
-        json_text(&s.payload),
-        depends_on,
-        s.timeout.as_millis_i64(),
-        s.max_attempts,
-        s.backoff.initial.as_millis_i64(),
-        s.backoff.factor,
-        s.backoff.max.as_millis_i64(),
-        compensate,
-        s.state.as_str(),
-        s.attempt,
-        s.failures,
-        s.lease_id.map(|l| l.0.to_string()),
-        s.worker,
-        s.created_at.as_millis(),
-        ms(s.ready_at),
-        ms(s.started_at),
-        ms(s.finished_at),
-        ms(s.lease_expires_at),
-        ms(s.next_attempt_at),
-        s.result.as_ref().map(json_text),
-        s.last_error,
-    ])
-    .db()?;
+    conn.prepare_cached(step_upsert_sql())
+        .db()?
+        .execute(params![
+            job_id_text(job.id),
+            job.priority,
+            idx as i64,
+            s.name,
+            s.agent,
+            json_text(&s.payload),
+            depends_on,
+            s.timeout.as_millis_i64(),
+            s.max_attempts,
+            s.backoff.initial.as_millis_i64(),
+            s.backoff.factor,
+            s.backoff.max.as_millis_i64(),
+            compensate,
+            s.state.as_str(),
+            s.attempt,
+            s.failures,
+            s.lease_id.map(|l| l.0.to_string()),
+            s.worker,
+            s.created_at.as_millis(),
+            ms(s.ready_at),
+            ms(s.started_at),
+            ms(s.finished_at),
+            ms(s.lease_expires_at),
+            ms(s.next_attempt_at),
+            s.result.as_ref().map(json_text),
+            s.last_error,
+            s.budget_from,
+            s.comp_phase.map(CompPhase::as_str),
+            s.comp_attempts,
+            s.comp_failures,
+            s.comp_budget_from,
+            s.claim_agent(),
+            lease_agent(s),
+        ])
+        .db()?;
     Ok(())
 }
 
@@ -478,6 +558,125 @@ pub(super) fn lease_ref_from_row(row: &Row<'_>) -> Result<Option<LeaseRef>> {
         step: usize::try_from(step).map_err(|_| corrupt("steps.idx", step))?,
         attempt: to_u32("steps.attempt", attempt)?,
     }))
+}
+
+/// Records the deliveries (alerts, callbacks) a transition calls for, as of `now`. A delivery
+/// whose idempotency key is already recorded is left as it is, so persisting the same effect
+/// twice never sends it twice.
+pub(super) fn insert_deliveries(conn: &Connection, t: &Transition, now: Timestamp) -> Result<()> {
+    if !t.effects.iter().any(|e| e.is_durable()) {
+        return Ok(());
+    }
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO deliveries \
+             (kind, job_id, url, idempotency_key, body, attempts, created_at, next_attempt_at, dead) \
+             VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?6, 0)",
+        )
+        .db()?;
+    for out in overseer_core::outbox::outgoing(t, now) {
+        insert
+            .execute(params![
+                out.kind.as_str(),
+                job_id_text(t.job.id),
+                out.url,
+                out.idempotency_key,
+                json_text(&out.body),
+                now.as_millis(),
+            ])
+            .db()?;
+    }
+    Ok(())
+}
+
+fn delivery_from_row(row: &Row<'_>) -> Result<Delivery> {
+    let kind: String = row.get(1).db()?;
+    let job_id: String = row.get(2).db()?;
+    let body: String = row.get(5).db()?;
+    Ok(Delivery {
+        id: row.get(0).db()?,
+        kind: DeliveryKind::parse(&kind).ok_or_else(|| corrupt("deliveries.kind", &kind))?,
+        job_id: parse_id("deliveries.job_id", &job_id)?,
+        url: row.get(3).db()?,
+        idempotency_key: row.get(4).db()?,
+        body: parse_json("deliveries.body", &body)?,
+        attempts: to_u32("deliveries.attempts", row.get(6).db()?)?,
+        created_at: Timestamp::from_millis(row.get(7).db()?),
+        next_attempt_at: Timestamp::from_millis(row.get(8).db()?),
+        last_error: row.get(9).db()?,
+    })
+}
+
+/// Live deliveries due at `now`, the longest waiting first. A row that does not decode is logged
+/// and passed over, so it cannot hold back every delivery behind it.
+pub(super) fn deliveries_due(
+    conn: &Connection,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<Delivery>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
+             next_attempt_at, last_error FROM deliveries INDEXED BY deliveries_due \
+             WHERE dead = 0 AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2",
+        )
+        .db()?;
+    let mut rows = stmt
+        .query(params![now.as_millis(), limit_param(limit)])
+        .db()?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().db()? {
+        match delivery_from_row(row) {
+            Ok(delivery) => out.push(delivery),
+            Err(e) => tracing::error!(error = %e, "skipping an unreadable delivery"),
+        }
+    }
+    Ok(out)
+}
+
+/// Applies a delivery attempt's outcome. An id that is gone (another node delivered it first)
+/// changes nothing: the outcome no longer matters.
+pub(super) fn delivery_update(conn: &Connection, id: i64, outcome: &DeliveryOutcome) -> Result<()> {
+    match outcome {
+        DeliveryOutcome::Delivered => conn
+            .prepare_cached("DELETE FROM deliveries WHERE id = ?1")
+            .db()?
+            .execute([id]),
+        DeliveryOutcome::Retry {
+            next_attempt_at,
+            error,
+        } => conn
+            .prepare_cached(
+                "UPDATE deliveries SET attempts = attempts + 1, next_attempt_at = ?2, \
+                 last_error = ?3 WHERE id = ?1",
+            )
+            .db()?
+            .execute(params![id, next_attempt_at.as_millis(), error]),
+        DeliveryOutcome::GiveUp { error } => conn
+            .prepare_cached(
+                "UPDATE deliveries SET attempts = attempts + 1, dead = 1, last_error = ?2 \
+                 WHERE id = ?1",
+            )
+            .db()?
+            .execute(params![id, error]),
+    }
+    .db()?;
+    Ok(())
+}
+
+/// Deliveries waiting (live) and given up (dead).
+pub(super) fn deliveries_counts(conn: &Connection) -> Result<(u64, u64)> {
+    let (waiting, dead): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT COALESCE(SUM(dead = 0), 0), COALESCE(SUM(dead <> 0), 0) FROM deliveries",
+        )
+        .db()?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .db()?;
+    Ok((
+        to_u64("deliveries waiting", waiting)?,
+        to_u64("deliveries dead", dead)?,
+    ))
 }
 
 /// SQLite takes `LIMIT` as a signed integer; anything past `i64::MAX` means no limit anyway.

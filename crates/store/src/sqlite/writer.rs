@@ -87,11 +87,17 @@ where
 }
 
 /// The writer thread's loop: runs until every sender is gone, then closes the connection.
+///
+/// With fault injection compiled in, `abort_after_commit` is the flag a write raises to have the
+/// process abort as soon as its batch is committed, before any caller hears back.
 pub(super) fn run(
     mut conn: Connection,
     mut queue: mpsc::Receiver<Box<dyn WriteOp>>,
     commits: Arc<AtomicU64>,
     max_batch: usize,
+    #[cfg(feature = "fault-injection")] abort_after_commit: Option<
+        Arc<std::sync::atomic::AtomicBool>,
+    >,
 ) {
     let mut batch: Vec<Box<dyn WriteOp>> = Vec::with_capacity(max_batch);
     while let Some(first) = queue.blocking_recv() {
@@ -105,6 +111,10 @@ pub(super) fn run(
         let outcome = run_batch(&mut conn, &mut batch);
         if outcome.is_ok() {
             commits.fetch_add(1, Ordering::Relaxed);
+        }
+        #[cfg(feature = "fault-injection")]
+        if let Some(flag) = &abort_after_commit {
+            super::fault::abort_if_raised(flag, outcome.is_ok());
         }
         for op in batch.drain(..) {
             op.answer(outcome.clone());

@@ -1,0 +1,404 @@
+//! When things go wrong, end to end: compensation in reverse dependency order, cancellation with
+//! compensation, operator hold/retry/skip, self-repair after a crash between a step's result and
+//! the job's advance, and alerts and callbacks delivered to a receiver that is down at first.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// A script that records `<tag> <step> <attempt>` in a journal and succeeds.
+fn journaling(journal: &std::path::Path, tag: &str) -> String {
+    format!(
+        "cat >/dev/null; echo \"{tag} $OVERSEER_STEP $OVERSEER_ATTEMPT $OVERSEER_IDEMPOTENCY_KEY\" >> {}; echo '{{\"ok\": true}}'",
+        journal.display()
+    )
+}
+
+fn journal_lines(journal: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(journal)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+// Proves compensation: a 4-step chain whose 3rd step fails for good undoes the two succeeded
+// steps that declare `compensate`, in reverse dependency order, each exactly once, and the job
+// ends `failed` listing them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_failure_compensates_in_reverse_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let journal = dir.path().join("journal");
+    let _work = Agent::start(&server, "work", &journaling(&journal, "do"));
+    let _undo = Agent::start_with(
+        &server,
+        "undo",
+        &["--concurrency", "4"],
+        &["sh", "-c", &journaling(&journal, "undo")],
+    );
+    let _broken = Agent::start_with(
+        &server,
+        "broken",
+        &["--fatal-exit-codes", "3"],
+        &[
+            "sh",
+            "-c",
+            "cat >/dev/null; echo 'card declined' >&2; exit 3",
+        ],
+    );
+    let api = server.api();
+    let id = api
+        .submit(&json!({"steps": [
+            {"name": "reserve", "agent": "work", "compensate": {"agent": "undo", "payload": {"release": true}}},
+            {"name": "charge", "agent": "work", "depends_on": ["reserve"], "compensate": {"agent": "undo"}},
+            {"name": "ship", "agent": "broken", "depends_on": ["charge"]},
+            {"name": "notify", "agent": "work", "depends_on": ["ship"], "compensate": {"agent": "undo"}}
+        ]}))
+        .await;
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(job["compensated"], json!(["reserve", "charge"]), "{job}");
+    assert_eq!(step(&job, "ship")["state"], "failed");
+    assert_eq!(
+        step(&job, "ship")["attempt"],
+        1,
+        "a fatal exit code is not retried"
+    );
+    assert_eq!(step(&job, "notify")["state"], "cancelled");
+    let undos: Vec<String> = journal_lines(&journal)
+        .into_iter()
+        .filter(|l| l.starts_with("undo"))
+        .collect();
+    assert_eq!(undos.len(), 2, "each undo ran exactly once: {undos:?}");
+    assert!(
+        undos[0].starts_with("undo charge") && undos[1].starts_with("undo reserve"),
+        "reverse order: {undos:?}"
+    );
+    assert!(
+        undos[0].ends_with(&format!("{id}/charge/compensate")),
+        "undo idempotency key: {undos:?}"
+    );
+    let events = api.events(&id).await;
+    let failed = events.iter().find(|e| e["kind"] == "job_failed").unwrap();
+    assert_eq!(
+        failed["detail"]["compensated"],
+        json!(["reserve", "charge"])
+    );
+}
+
+// Proves cancellation of a running job: the running step hears `cancel` on its next heartbeat,
+// its late completion gets 409, the succeeded step is compensated, and the job ends `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_compensates_and_refuses_late_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let journal = dir.path().join("journal");
+    let _undo = Agent::start(&server, "undo", &journaling(&journal, "undo"));
+    let api = server.api();
+    let id = api
+        .submit(&json!({"steps": [
+            {"name": "first", "agent": "manual", "compensate": {"agent": "undo"}},
+            {"name": "long", "agent": "manual", "depends_on": ["first"], "timeout": "30s", "compensate": {"agent": "undo"}}
+        ]}))
+        .await;
+    let take = |api: Api| async move {
+        let (status, body) = api
+            .post(
+                "/v1/agents/manual/leases",
+                &json!({"worker": "me", "wait": "10s"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["leases"][0].clone()
+    };
+    let first = take(api.clone()).await;
+    let (status, _) = api
+        .post(
+            &format!(
+                "/v1/leases/{}/complete",
+                first["lease_id"].as_str().unwrap()
+            ),
+            &json!({"result": 1}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let long = take(api.clone()).await;
+    let lid = long["lease_id"].as_str().unwrap().to_string();
+    let (status, _) = api.post(&format!("/v1/jobs/{id}/cancel"), &json!({})).await;
+    assert_eq!(status, 200);
+    let (status, hb) = api
+        .post(&format!("/v1/leases/{lid}/heartbeat"), &json!({}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(hb["cancel"], true, "told on the next heartbeat");
+    let (status, problem) = api
+        .post(
+            &format!("/v1/leases/{lid}/complete"),
+            &json!({"result": "too late"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{problem}");
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "cancelled", "{job}");
+    assert_eq!(
+        job["compensated"],
+        json!(["first"]),
+        "only the succeeded step is undone: {job}"
+    );
+    assert_eq!(step(&job, "long")["state"], "cancelled");
+    assert_eq!(journal_lines(&journal).len(), 1);
+}
+
+// Proves the operator loop: `hold` blocks the job on a poisoned step, `overseer retry` gives it a
+// fresh budget and the job succeeds; in another job `overseer skip` lets the dependants run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_retry_and_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let flag = dir.path().join("fixed");
+    // Fails until the operator "fixes" things by creating the flag file.
+    let _agent = Agent::start(
+        &server,
+        "fragile",
+        &format!(
+            "cat >/dev/null; if [ -e {} ]; then echo '\"ok\"'; else echo 'not yet' >&2; exit 1; fi",
+            flag.display()
+        ),
+    );
+    let _after = Agent::start(&server, "after", "cat >/dev/null; echo '\"after ran\"'");
+    let api = server.api();
+    let spec = json!({"on_failure": "hold", "steps": [
+        {"name": "fragile", "agent": "fragile", "max_attempts": 2, "backoff": {"initial": "100ms"}},
+        {"name": "after", "agent": "after", "depends_on": ["fragile"]}
+    ]});
+    let id = api.submit(&spec).await;
+    let blocked = wait_for("the job to block", || {
+        let (api, id) = (api.clone(), id.clone());
+        async move {
+            let job = api.job(&id).await;
+            (job["state"] == "blocked").then_some(job)
+        }
+    })
+    .await;
+    assert!(
+        blocked["blocked_reason"]
+            .as_str()
+            .unwrap()
+            .contains("fragile"),
+        "{blocked}"
+    );
+    assert_eq!(
+        step(&blocked, "after")["state"],
+        "waiting",
+        "nothing else starts while blocked"
+    );
+    std::fs::write(&flag, "").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "retry",
+            &id,
+            "fragile",
+            "--reason",
+            "disk replaced",
+            "--by",
+            "ops",
+            "--server",
+            &server.url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(step(&job, "fragile")["attempt"], 3);
+    let events = api.events(&id).await;
+    let retried = events.iter().find(|e| e["kind"] == "step_retried").unwrap();
+    assert_eq!(retried["detail"]["by"], "ops");
+    assert_eq!(retried["detail"]["reason"], "disk replaced");
+
+    std::fs::remove_file(&flag).unwrap();
+    let id = api.submit(&spec).await;
+    wait_for("the second job to block", || {
+        let (api, id) = (api.clone(), id.clone());
+        async move { (api.job(&id).await["state"] == "blocked").then_some(()) }
+    })
+    .await;
+    let (status, problem) = api
+        .post(&format!("/v1/jobs/{id}/steps/after/skip"), &json!({}))
+        .await;
+    assert_eq!(status, 409, "only failed steps can be skipped: {problem}");
+    let out = std::process::Command::new(BIN)
+        .args(["skip", &id, "fragile", "--server", &server.url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(step(&job, "fragile")["state"], "skipped");
+    assert_eq!(step(&job, "after")["result"], "after ran");
+}
+
+// Proves self-repair: the server is made to die right after committing a step's result but
+// before advancing the job (a fault-injection point); after a restart the supervisor's repair
+// scan finds the job inconsistent, readies the next step, and the job succeeds.
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_heals_a_job_left_half_advanced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_faulty(dir.path(), "crash-after-step-result");
+    let api = server.api();
+    let id = api
+        .submit(&json!({"steps": [
+            {"name": "a", "agent": "manual"},
+            {"name": "b", "agent": "auto", "depends_on": ["a"]}
+        ]}))
+        .await;
+    let (_, body) = api
+        .post(
+            "/v1/agents/manual/leases",
+            &json!({"worker": "me", "wait": "10s"}),
+        )
+        .await;
+    let lid = body["leases"][0]["lease_id"].as_str().unwrap().to_string();
+    // The server aborts while answering this: the step's result is committed, nothing else.
+    let _ = reqwest::Client::new()
+        .post(format!("{}/v1/leases/{lid}/complete", server.url))
+        .json(&json!({"result": "a done"}))
+        .send()
+        .await;
+    assert!(
+        server.wait_exit(PATIENCE).is_some(),
+        "the fault point killed the server"
+    );
+    server.restart_clean();
+    let _auto = Agent::start(&server, "auto", "cat >/dev/null; echo '\"b done\"'");
+    let job = server.api().wait_terminal(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(step(&job, "a")["result"], "a done");
+    let events = server.api().events(&id).await;
+    assert!(
+        events.iter().any(|e| e["kind"] == "job_repaired"),
+        "{events:?}"
+    );
+}
+
+/// A receiver for webhooks and callbacks that records what it got.
+#[derive(Clone, Default)]
+struct Received(Arc<Mutex<Vec<(String, Option<String>, Value)>>>);
+
+async fn receive(port: u16, got: Received) {
+    use axum::routing::post;
+    let record = |path: &'static str| {
+        let got = got.clone();
+        move |headers: axum::http::HeaderMap, axum::Json(body): axum::Json<Value>| {
+            let got = got.clone();
+            async move {
+                let key = headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .map(String::from);
+                got.0.lock().unwrap().push((path.to_string(), key, body));
+                "ok"
+            }
+        }
+    };
+    let app = axum::Router::new()
+        .route("/alerts", post(record("alerts")))
+        .route("/callback", post(record("callback")));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    axum::serve(listener, app).await.unwrap();
+}
+
+// Proves alerts and callbacks are delivered even when the receiver is down at first: a failed
+// job raises an alert to the webhook and calls its callback URL, both retried until the receiver
+// comes up, each carrying an idempotency key; metrics count them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_and_callbacks_survive_a_down_receiver() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = dir.path().join("overseer.toml");
+    std::fs::write(
+        &config,
+        format!("alert_webhook = \"http://127.0.0.1:{port}/alerts\"\n"),
+    )
+    .unwrap();
+    let server = Server::start_with(dir.path(), &["--config", config.to_str().unwrap()]);
+    let _agent = Agent::start_with(
+        &server,
+        "doomed",
+        &["--fatal-exit-codes", "9"],
+        &["sh", "-c", "cat >/dev/null; exit 9"],
+    );
+    let api = server.api();
+    let id = api
+        .submit(
+            &json!({"callback_url": format!("http://127.0.0.1:{port}/callback"),
+            "steps": [{"name": "x", "agent": "doomed"}]}),
+        )
+        .await;
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "failed");
+    // The receiver is down: let at least one delivery attempt fail before it comes up.
+    wait_for("a failed delivery attempt", || {
+        let api = api.clone();
+        async move {
+            let (_, text) = api.get("/metrics").await;
+            let text = text.as_str().unwrap_or("").to_string();
+            text.contains("outcome=\"retry\"").then_some(())
+        }
+    })
+    .await;
+    let got = Received::default();
+    tokio::spawn(receive(port, got.clone()));
+    let all = wait_for("the alert and the callback", || {
+        let got = got.clone();
+        async move {
+            let v = got.0.lock().unwrap().clone();
+            let alert = v
+                .iter()
+                .any(|(p, _, b)| p == "alerts" && b["kind"] == "job_failed");
+            let callback = v.iter().any(|(p, _, _)| p == "callback");
+            (alert && callback).then_some(v)
+        }
+    })
+    .await;
+    let (_, key, body) = all.iter().find(|(p, _, _)| p == "callback").unwrap();
+    assert_eq!(body["job_id"], id.as_str());
+    assert_eq!(body["state"], "failed");
+    assert_eq!(
+        key.as_deref(),
+        Some(format!("{id}/callback/failed").as_str())
+    );
+    let (_, alert_key, alert) = all
+        .iter()
+        .find(|(p, _, b)| p == "alerts" && b["kind"] == "job_failed")
+        .unwrap();
+    assert!(alert_key.is_some());
+    assert_eq!(alert["job_id"], id.as_str());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let (_, text) = api.get("/metrics").await;
+    let text = text.as_str().unwrap().to_string();
+    assert!(
+        text.contains("overseer_alerts_total{kind=\"job_failed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("overseer_jobs_finished_total{state=\"failed\"} 1"),
+        "{text}"
+    );
+}

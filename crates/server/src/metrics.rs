@@ -1,0 +1,163 @@
+//! Prometheus metrics of one node, served at `GET /metrics`.
+//!
+//! Counters are bumped where things happen; gauges that describe the store (ready and running
+//! steps per agent, deliveries waiting) are read from it when scraped, so they are right for the
+//! whole cluster, not just this node.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AgentLabel {
+    pub agent: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReportLabel {
+    pub report: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeliveryLabel {
+    pub kind: String,
+    pub outcome: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub jobs_submitted: Counter,
+    pub jobs_finished: Family<StateLabel, Counter>,
+    pub leases_granted: Family<AgentLabel, Counter>,
+    pub leases_expired: Counter,
+    pub reports: Family<ReportLabel, Counter>,
+    pub alerts: Family<KindLabel, Counter>,
+    pub deliveries: Family<DeliveryLabel, Counter>,
+    pub repairs: Counter,
+    pub sweeps: Counter,
+    pub steps_ready: Family<AgentLabel, Gauge>,
+    pub steps_running: Family<AgentLabel, Gauge>,
+    pub deliveries_waiting: Gauge,
+    pub deliveries_dead: Gauge,
+    pub is_leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("overseer");
+        let m = Metrics {
+            jobs_submitted: Counter::default(),
+            jobs_finished: Family::default(),
+            leases_granted: Family::default(),
+            leases_expired: Counter::default(),
+            reports: Family::default(),
+            alerts: Family::default(),
+            deliveries: Family::default(),
+            repairs: Counter::default(),
+            sweeps: Counter::default(),
+            steps_ready: Family::default(),
+            steps_running: Family::default(),
+            deliveries_waiting: Gauge::default(),
+            deliveries_dead: Gauge::default(),
+            is_leader: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "jobs_submitted",
+            "Jobs accepted by this node",
+            m.jobs_submitted.clone(),
+        );
+        registry.register(
+            "jobs_finished",
+            "Jobs that reached a terminal state, seen by this node",
+            m.jobs_finished.clone(),
+        );
+        registry.register(
+            "leases_granted",
+            "Leases handed out by this node",
+            m.leases_granted.clone(),
+        );
+        registry.register(
+            "leases_expired",
+            "Leases the supervisor found expired",
+            m.leases_expired.clone(),
+        );
+        registry.register(
+            "reports",
+            "Agent reports by kind and outcome",
+            m.reports.clone(),
+        );
+        registry.register("alerts", "Alerts raised, by kind", m.alerts.clone());
+        registry.register(
+            "deliveries",
+            "Alert and callback delivery attempts, by outcome",
+            m.deliveries.clone(),
+        );
+        registry.register(
+            "repairs",
+            "Jobs the supervisor found inconsistent and repaired",
+            m.repairs.clone(),
+        );
+        registry.register(
+            "sweeps",
+            "Supervisor sweeps run by this node",
+            m.sweeps.clone(),
+        );
+        registry.register(
+            "steps_ready",
+            "Claimable steps per agent name (store-wide)",
+            m.steps_ready.clone(),
+        );
+        registry.register(
+            "steps_running",
+            "Leased steps per agent name (store-wide)",
+            m.steps_running.clone(),
+        );
+        registry.register(
+            "deliveries_waiting",
+            "Deliveries waiting to be sent",
+            m.deliveries_waiting.clone(),
+        );
+        registry.register(
+            "deliveries_dead",
+            "Deliveries given up after their attempt budget",
+            m.deliveries_dead.clone(),
+        );
+        registry.register(
+            "is_leader",
+            "1 when this node runs the supervisor",
+            m.is_leader.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    pub fn report(&self, report: &str, outcome: &str) {
+        self.reports
+            .get_or_create(&ReportLabel {
+                report: report.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
