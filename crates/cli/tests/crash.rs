@@ -5,11 +5,14 @@
 //! stops the faults, lets everything drain, and checks the server's records against a journal
 //! the step scripts wrote as they ran: no acknowledged job lost, every job succeeded, no step
 //! started before its dependencies ended, no two executions of one step overlapped, and every
-//! recorded result came from the attempt the server says won.
+//! recorded result came from the attempt the server says won. How an execution without an `end`
+//! line (its machine was killed, or its agent stopped it at `complete_by`) is bounded is
+//! explained at `journal::Bounds::end_bound`.
 //!
 //! Modes:
 //! - Default, as CI runs it: `cargo test -p overseer --test crash` — 24 server kills a few
-//!   hundred milliseconds to 1.4 s apart, about 30–45 s in all.
+//!   hundred milliseconds to 1.4 s apart, about 25–45 s in all (less than 10 s of it
+//!   draining and checking).
 //! - Long: `OVERSEER_CRASH_SECONDS=600 cargo test -p overseer --test crash -- --nocapture` keeps
 //!   killing for that many seconds.
 //! - Replay: `OVERSEER_CRASH_SEED=<seed>` reuses the seed a run printed (job shapes, step
@@ -555,8 +558,10 @@ async fn list_all(http: &reqwest::Client, url: &str) -> Vec<Value> {
     }
 }
 
-/// The server's `step_lease_expired` events: (job, step, attempt) → the event's instant in ns,
-/// rounded up to the next millisecond (the server records milliseconds).
+/// The server's `step_lease_expired` events: (job, step, attempt) → the event's instant in ns.
+/// The server writes it in whole milliseconds, truncated; that is still no earlier than the
+/// lease's `lease_expires_at` (also whole milliseconds), since a lease is expired only once
+/// `lease_expires_at <= now`.
 async fn expiries(
     http: &reqwest::Client,
     url: &str,
@@ -572,7 +577,7 @@ async fn expiries(
             if e["kind"] == "step_lease_expired" {
                 let step = e["step"].as_str().unwrap().to_string();
                 let attempt = e["attempt"].as_u64().unwrap() as u32;
-                let at_ns = (millis(&e["at"]) + 1) * 1_000_000;
+                let at_ns = millis(&e["at"]) * 1_000_000;
                 out.insert((a.id.clone(), step, attempt), at_ns);
             }
         }

@@ -237,6 +237,17 @@ impl Job {
         self.steps.iter().position(|s| s.name == name)
     }
 
+    /// The order in which claimable steps are handed out, smallest first: the instant the step
+    /// became claimable, moved earlier by [`PRIORITY_AGING`] per point of priority. So priority
+    /// 10 work goes before priority 0 work that became ready less than 10 s before it, and work
+    /// that has waited long enough goes first whatever its priority: nothing starves.
+    pub fn claim_rank(&self, step: usize) -> Option<i64> {
+        let s = &self.steps[step];
+        s.claim_agent()?;
+        let at = s.next_attempt_at?;
+        Some(at.as_millis() - i64::from(self.priority) * PRIORITY_AGING.as_millis_i64())
+    }
+
     /// The results of a step's dependencies, by dependency name. A compensation gets the result
     /// of the step it undoes, under that step's name.
     pub fn inputs_of(&self, step: usize) -> serde_json::Map<String, Value> {
@@ -331,6 +342,9 @@ impl Step {
             .unwrap_or(DEFAULT_MAX_ATTEMPTS)
     }
 }
+
+/// How much waiting one point of priority is worth (see [`Job::claim_rank`]).
+pub const PRIORITY_AGING: Span = Span::from_secs(1);
 
 /// One entry of a job's history, as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

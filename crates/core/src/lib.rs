@@ -9,6 +9,7 @@ pub mod id;
 pub mod job;
 pub mod machine;
 pub mod outbox;
+pub mod schedule;
 pub mod spec;
 pub mod time;
 pub mod wire;

@@ -39,11 +39,14 @@
 //!         running --> running: heartbeat
 //!         running --> succeeded: complete
 //!         running --> ready: fail (retryable) / lease expired, attempts left
+//!         running --> waiting: the same while the job is blocked
+//!         ready --> waiting: the job is blocked
 //!         running --> failed: fail (fatal) / attempts exhausted
 //!         running --> cancelled: report or expiry after the job stopped wanting it
 //!         waiting --> cancelled: job cancelled, failed or compensating
 //!         ready --> cancelled: job cancelled, failed or compensating
 //!         failed --> ready: operator retry
+//!         failed --> waiting: operator retry while the job stays blocked
 //!         failed --> skipped: operator skip
 //!         succeeded --> compensating: the job unwinds and the step declares compensate
 //!         compensating --> compensating: undo leased, retried, or failed for good
@@ -54,7 +57,8 @@
 //!
 //! A `compensating` step carries a [`CompPhase`]: `waiting` until every succeeded step that
 //! depended on it was undone, `ready` to lease, `running` under a lease, `failed` when its undo
-//! ran out of attempts (the job is then `blocked`).
+//! ran out of attempts (the job is then `blocked`). While the job is blocked nothing can be
+//! claimed: ready work and ready undos are parked back to `waiting` until it is unblocked.
 
 use serde_json::{json, Value};
 
@@ -228,9 +232,14 @@ impl Transition {
 pub fn admit(job: Job, now: Timestamp) -> Transition {
     let before = job.clone();
     let mut w = Work::new(job, now);
-    let detail = before.run_at.map(|t| json!({ "run_at": t }));
+    let detail = match (&before.run_at, &before.ordering_key) {
+        (None, None) => None,
+        (run_at, key) => Some(json!({ "run_at": run_at, "ordering_key": key })),
+    };
     w.event("job_submitted", None, None, detail);
-    if before.run_at.is_none_or(|t| t <= now) {
+    // A job with an ordering key waits in `pending` until it heads its key; the store, which
+    // can see the key's other jobs, activates it (in the same transaction when it is the head).
+    if before.run_at.is_none_or(|t| t <= now) && before.ordering_key.is_none() {
         w.start();
     }
     w.finish(&before, Reply::Done)
@@ -744,17 +753,6 @@ impl Work {
 
     fn block(&mut self, reason: String) {
         self.job.state = JobState::Blocked;
-        // Nothing new starts while blocked: ready work and ready undos wait again (and are made
-        // ready anew when the job is unblocked), so they are neither claimable nor woken.
-        for s in &mut self.job.steps {
-            if s.state == StepState::Ready {
-                s.state = StepState::Waiting;
-                s.next_attempt_at = None;
-            } else if s.comp_phase == Some(CompPhase::Ready) {
-                s.comp_phase = Some(CompPhase::Waiting);
-                s.next_attempt_at = None;
-            }
-        }
         self.event("job_blocked", None, None, Some(json!({ "reason": reason })));
         self.alert(
             "job_blocked",
@@ -1078,7 +1076,28 @@ impl Work {
         }
     }
 
+    /// Nothing new starts while blocked: ready work and ready undos wait again (and are made
+    /// ready anew when the job is unblocked), so they are neither claimable nor woken. Done for
+    /// every transition that leaves the job blocked, as work also becomes ready while blocked
+    /// (a running sibling's retry, an operator's retry while another failure remains).
+    fn park(&mut self) {
+        for s in &mut self.job.steps {
+            if s.state == StepState::Ready {
+                s.state = StepState::Waiting;
+                s.next_attempt_at = None;
+            } else if s.comp_phase == Some(CompPhase::Ready) {
+                s.comp_phase = Some(CompPhase::Waiting);
+                s.next_attempt_at = None;
+            }
+        }
+        self.effects
+            .retain(|e| !matches!(e, Effect::Ready { .. } | Effect::ReadyAt { .. }));
+    }
+
     fn finish(mut self, before: &Job, reply: Reply) -> Transition {
+        if self.job.state == JobState::Blocked {
+            self.park();
+        }
         let changed_steps: Vec<usize> = (0..self.job.steps.len())
             .filter(|&i| before.steps.get(i) != Some(&self.job.steps[i]))
             .collect();

@@ -92,6 +92,9 @@ impl OnFailure {
     }
 }
 
+/// Priorities are bounded so aging (see `job::PRIORITY_AGING`) bounds how long any step can be
+/// passed over: at most 2 × 10,000 s ≈ 5.6 h between the extremes.
+pub const PRIORITY_MAX: i32 = 10_000;
 pub const DEFAULT_TIMEOUT: Span = Span::from_secs(30);
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// The shortest step timeout: heartbeats go every third of it, so shorter is only noise.
@@ -246,9 +249,11 @@ impl JobSpec {
         }
         if let Some(key) = &self.ordering_key {
             check_name("ordering_key", key, limits)?;
-            return Err(SpecError::unsupported(
-                "ordering_key",
-                "ordered keys are not supported by this server version yet",
+        }
+        if !(-PRIORITY_MAX..=PRIORITY_MAX).contains(&self.priority) {
+            return Err(SpecError::new(
+                "priority",
+                format!("priority must be between -{PRIORITY_MAX} and {PRIORITY_MAX}"),
             ));
         }
         if let Some(url) = &self.callback_url {

@@ -36,6 +36,15 @@ pub enum Error {
     /// The store cannot be reached or cannot commit right now; the caller may retry.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A fenced write from a node that no longer holds the leader lease (or whose epoch moved on):
+    /// nothing was written. The node must step down.
+    #[error("not the leader (epoch {epoch} is no longer current)")]
+    Fenced { epoch: i64 },
+    #[error("schedule `{0}` not found")]
+    ScheduleNotFound(String),
+    /// A schedule with that name exists with another definition.
+    #[error("schedule `{0}` already exists with a different definition")]
+    ScheduleConflict(String),
     /// Stored data could not be read back (a bug or a corrupted store).
     #[error("corrupt record: {0}")]
     Corrupt(String),
@@ -126,6 +135,102 @@ pub enum DeliveryOutcome {
     GiveUp { error: String },
 }
 
+/// Proof that a node holds the leader lease: every write of the supervisor carries it, and the
+/// store refuses it ([`Error::Fenced`]) once another node has taken over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub node: String,
+    pub epoch: i64,
+}
+
+/// The leader lease as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    pub node: String,
+    /// Grows by one each time the lease changes hands.
+    pub epoch: i64,
+    pub expires_at: Timestamp,
+}
+
+/// What a node that shares its store with other nodes hears from them: things they committed
+/// that should wake something here. Backends used by one node only have none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// Steps of this agent name became claimable (or an agent was resumed).
+    Ready { agent: String },
+    /// A job reached a terminal state.
+    Finished { job: JobId },
+    /// Something becomes due at this instant (a retry, a delayed job): the leader should sweep.
+    Due { at: Timestamp },
+}
+
+/// Limits on handing out one agent name's leases, across all workers and nodes.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AgentSettings {
+    /// Leases in flight at most (work and undo leases held by this agent name).
+    pub max_concurrency: Option<u32>,
+    /// Leases started per second at most (a token bucket holding one second's worth).
+    pub rate: Option<f64>,
+    /// No new leases at all while paused; running ones are untouched.
+    pub paused: bool,
+}
+
+/// The outcome of a claim.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimResult {
+    pub claimed: Vec<Claimed>,
+    /// Set when the agent's rate limit held leases back: the instant the next one may start.
+    pub throttled_until: Option<Timestamp>,
+}
+
+/// The head of an ordering key and the jobs queued behind it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OrderingKeyStatus {
+    pub key: String,
+    /// The oldest job of the key that is not terminal: the only one that may run.
+    pub head: Option<Job>,
+    /// Non-terminal jobs of the key behind the head.
+    pub waiting: u64,
+}
+
+/// A cron schedule as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    pub name: String,
+    pub spec: overseer_core::schedule::ScheduleSpec,
+    pub paused: bool,
+    /// The next due time (None while paused).
+    pub next_fire_at: Option<Timestamp>,
+    pub last_fire_at: Option<Timestamp>,
+    pub last_job_id: Option<JobId>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// One firing of a schedule, committed all-or-nothing with the advance of the schedule.
+#[derive(Clone, Debug)]
+pub struct Fire {
+    pub name: String,
+    /// The due time being fired: must equal the stored `next_fire_at`, else the firing is stale.
+    pub due_at: Timestamp,
+    /// Where the schedule goes next.
+    pub next_fire_at: Option<Timestamp>,
+    /// The job to create (its idempotency key is derived from the schedule and `due_at`).
+    pub job: NewJob,
+    pub now: Timestamp,
+}
+
+/// What a firing did.
+#[derive(Clone, Debug)]
+pub enum FireOutcome {
+    /// The job was created (or already existed with that key) and the schedule advanced.
+    Fired(Submitted),
+    /// `overlap: skip` and the previous job is not terminal: no job, the schedule advanced.
+    Skipped { running: JobId },
+    /// Another firing got there first (`next_fire_at` moved): nothing written.
+    Stale,
+}
+
 /// Ready and running counts of one agent name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentCounts {
@@ -164,7 +269,13 @@ pub trait Store: Send + Sync + 'static {
     /// `Step::claim_agent()` is that agent: ready work, or a ready undo whose compensate agent it
     /// is) whose `next_attempt_at` has come, higher job priority first, then oldest ready first. Each
     /// claim bumps the step's attempt; no step is handed out twice, however many callers race.
-    async fn steps_claim(&self, claim: Claim) -> Result<Vec<Claimed>>;
+    ///
+    /// Honours the agent's [`AgentSettings`] in the same transaction: nothing while paused, no
+    /// more than `max_concurrency` leases in flight, and a token bucket for `rate`.
+    ///
+    /// Order: by `next_attempt_at - priority × PRIORITY_AGING` ascending (the core's
+    /// `Step::claim_rank`), so higher priority goes first but a waiting step is never starved.
+    async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult>;
 
     async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>>;
 
@@ -172,7 +283,8 @@ pub trait Store: Send + Sync + 'static {
     /// oldest expiry first.
     async fn leases_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<LeaseRef>>;
 
-    /// Pending jobs whose `run_at` has come, earliest first.
+    /// Pending jobs whose `run_at` has come and that head their ordering key (or have none),
+    /// earliest first.
     async fn jobs_due(&self, now: Timestamp, limit: usize) -> Result<Vec<JobId>>;
 
     /// Agent names with a claimable step (by `Step::claim_agent()`: ready work, or a ready undo
@@ -206,4 +318,61 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the store answers at all (for `/readyz`).
     async fn ping(&self) -> Result<()>;
+
+    /// Like [`Store::job_apply`], but only while `fence` is the current leader lease; else
+    /// [`Error::Fenced`] and nothing is written. The supervisor's writes go through this.
+    async fn job_apply_fenced(&self, id: JobId, command: Command, now: Timestamp, fence: &Fence) -> Result<Transition>;
+
+    /// Takes the leader lease for `node` if it is free or expired (epoch + 1), or renews it if
+    /// `node` holds it (same epoch, new expiry). Returns the lease if `node` holds it afterwards.
+    async fn leader_acquire(&self, node: &str, ttl: overseer_core::Span, now: Timestamp) -> Result<Option<Leadership>>;
+
+    /// The current leader lease, expired or not.
+    async fn leader_get(&self) -> Result<Option<Leadership>>;
+
+    /// Gives the lease up at once (on shutdown), if `node` still holds `epoch`.
+    async fn leader_release(&self, node: &str, epoch: i64) -> Result<()>;
+
+    /// Cross-node wake-ups, for backends shared by several nodes.
+    fn signals(&self) -> Option<tokio::sync::broadcast::Receiver<Signal>> {
+        None
+    }
+
+    async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings>;
+
+    async fn agent_settings_put(&self, agent: &str, settings: AgentSettings, now: Timestamp) -> Result<AgentSettings>;
+
+    /// Every agent name with non-default settings.
+    async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>>;
+
+    async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus>;
+
+    /// Creates a schedule; the same definition again is a no-op answering the stored one;
+    /// another definition under the same name is [`Error::ScheduleConflict`].
+    async fn schedule_create(&self, schedule: Schedule) -> Result<(Schedule, bool)>;
+
+    async fn schedule_get(&self, name: &str) -> Result<Option<Schedule>>;
+
+    async fn schedules_list(&self) -> Result<Vec<Schedule>>;
+
+    /// Returns whether it existed.
+    async fn schedule_delete(&self, name: &str) -> Result<bool>;
+
+    /// Pauses (clearing `next_fire_at`) or resumes (setting it) a schedule.
+    async fn schedule_set_paused(
+        &self,
+        name: &str,
+        paused: bool,
+        next_fire_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<Schedule>;
+
+    /// Schedules not paused whose `next_fire_at` has come, earliest first.
+    async fn schedules_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Schedule>>;
+
+    /// Fires one due time of a schedule: in one transaction, checks `fence` and that
+    /// `fire.due_at` is still the schedule's `next_fire_at`, applies `overlap`, inserts the job
+    /// (idempotent on its key), and advances the schedule. A firing can be neither lost nor
+    /// doubled, whatever crashes and however many nodes race.
+    async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome>;
 }

@@ -78,8 +78,8 @@ pub struct Bounds {
     /// Every SIGKILL of a command agent's machine (the agent and all its commands): agent pid
     /// and the instant (ns) after which none of its commands could write anything.
     pub kills: Vec<(u32, i64)>,
-    /// `step_lease_expired` events: (job, step, attempt) → the event's instant (ns), rounded
-    /// up to the next millisecond since the server records milliseconds.
+    /// `step_lease_expired` events: (job, step, attempt) → the event's instant (ns; the server
+    /// records whole milliseconds, no earlier than the lease's `lease_expires_at`).
     pub expiries: HashMap<(String, String, u32), i64>,
 }
 

@@ -61,11 +61,14 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("step", "running", "running"),
     ("step", "running", "succeeded"),
     ("step", "running", "ready"),
+    ("step", "running", "waiting"),
+    ("step", "ready", "waiting"),
     ("step", "running", "failed"),
     ("step", "running", "cancelled"),
     ("step", "waiting", "cancelled"),
     ("step", "ready", "cancelled"),
     ("step", "failed", "ready"),
+    ("step", "failed", "waiting"),
     ("step", "failed", "skipped"),
     ("step", "succeeded", "compensating"),
     ("step", "compensating", "compensating"),
@@ -623,7 +626,12 @@ fn check_job(job: &Job) {
             );
         }
         match s.state {
-            Waiting => assert_eq!(s.attempt, 0, "a waiting step never ran: {}", ctx()),
+            // A step that ran waits again only when parked by a blocked job.
+            Waiting => assert!(
+                s.attempt == 0 || job.state == JobState::Blocked,
+                "a waiting step that ran: {}",
+                ctx()
+            ),
             Ready => assert!(
                 s.next_attempt_at.is_some() && s.ready_at.is_some(),
                 "{}",
@@ -645,13 +653,12 @@ fn check_job(job: &Job) {
             _ => {}
         }
         match s.comp_phase {
-            Some(CompPhase::Waiting) => {
-                assert!(
-                    s.comp_attempts == 0 && s.next_attempt_at.is_none(),
-                    "{}",
-                    ctx()
-                )
-            }
+            Some(CompPhase::Waiting) => assert!(
+                (s.comp_attempts == 0 || job.state == JobState::Blocked)
+                    && s.next_attempt_at.is_none(),
+                "{}",
+                ctx()
+            ),
             Some(CompPhase::Ready) => assert!(s.next_attempt_at.is_some(), "{}", ctx()),
             Some(CompPhase::Running) => assert!(
                 s.comp_attempts >= 1
@@ -677,6 +684,18 @@ fn check_job(job: &Job) {
                 );
             }
             assert!(!has(Running), "an undo beside running work: {}", here());
+        }
+    }
+    // Backends index claimable steps by `claim_agent`: a step shows one only when its job would
+    // take the claim (once due), so a blocked, cancelled or finished job has none.
+    for s in &job.steps {
+        if s.claim_agent().is_some() {
+            let takes = if s.is_compensating() {
+                job.state == JobState::Compensating
+            } else {
+                job.state == JobState::Running && job.desired_state == DesiredState::Succeeded
+            };
+            assert!(takes, "step {} is claimable in a job that refuses it: {}", s.name, here());
         }
     }
     let unwinding = has(Compensating);
@@ -990,7 +1009,12 @@ fn check_transition(
         let (b, a) = (&before.steps[i], &after.steps[i]);
         let name = a.name.as_str();
         let named = tr.events.iter().any(|e| e.step.as_deref() == Some(name));
-        if a.comp_phase == Some(CompPhase::Waiting) && b.state == StepState::Succeeded {
+        let parked = after.state == JobState::Blocked
+            && (a.state == StepState::Waiting || a.comp_phase == Some(CompPhase::Waiting))
+            && tr.events.iter().any(|e| e.kind == "job_blocked");
+        if parked {
+            // Blocking parks ready work and undos back to waiting; `job_blocked` announces it.
+        } else if a.comp_phase == Some(CompPhase::Waiting) && b.state == StepState::Succeeded {
             assert!(
                 tr.events.iter().any(|e| e.kind == "job_compensating"),
                 "{here}"
@@ -1040,6 +1064,15 @@ fn check_transition(
     }
     let mut wakes = Vec::new();
     for (b, a) in before.steps.iter().zip(&after.steps) {
+        // A retry that is scheduled (ready, or parked while the job is blocked).
+        let retrying = matches!(a.state, StepState::Ready | StepState::Waiting);
+        if retrying && a.failures == POISON_FAILURES && b.failures == POISON_FAILURES - 1 {
+            expected.push(Effect::Alert {
+                kind: "step_poisoned",
+                step: Some(a.name.clone()),
+                message: String::new(),
+            });
+        }
         let work_ready = a.state == StepState::Ready && b.state != StepState::Ready;
         let undo_ready =
             a.comp_phase == Some(CompPhase::Ready) && b.comp_phase != Some(CompPhase::Ready);
@@ -1062,13 +1095,6 @@ fn check_transition(
         };
         if !wakes.contains(&effect) {
             wakes.push(effect);
-        }
-        if work_ready && a.failures == POISON_FAILURES && b.failures == POISON_FAILURES - 1 {
-            expected.push(Effect::Alert {
-                kind: "step_poisoned",
-                step: Some(a.name.clone()),
-                message: String::new(),
-            });
         }
     }
     expected.extend(wakes);
@@ -2278,8 +2304,9 @@ fn on_failure_defaults_by_undos() {
 }
 
 // Proves `hold` blocks the job when a step fails for good: the reason is kept and alerted,
-// waiting and ready steps stay as they are but cannot be claimed, and a running sibling goes on
-// (its heartbeat does not say cancel) and its result is recorded without promoting dependants.
+// ready steps are parked back to waiting (neither claimable nor woken), and running siblings go
+// on (their heartbeat does not say cancel): a result is recorded without promoting dependants, a
+// retryable failure is parked too; a Retry of the failed step readies all of them again.
 #[test]
 fn hold_blocks_the_job_and_lets_running_siblings_finish() {
     let steps = vec![
@@ -2288,10 +2315,12 @@ fn hold_blocks_the_job_and_lets_running_siblings_finish() {
         step("c", "x", &["a"], 3),
         step("d", "y", &["b"], 3),
         step("e", "y", &[], 3),
+        step("f", "x", &[], 5),
     ];
     let mut sim = start(&job(steps, Some(OnFailure::Hold)));
     sim.claim("a");
     sim.claim("b");
+    sim.claim("f");
     sim.set_time(1_000);
     let tr = sim.fail("a", false);
     assert_eq!(kinds(&tr.events), ["step_failed a#1", "job_blocked"]);
@@ -2308,7 +2337,7 @@ fn hold_blocks_the_job_and_lets_running_siblings_finish() {
     assert_eq!(tr.job.finished_at, None);
     assert_eq!(
         states(&tr.job),
-        "a:failed b:running c:waiting d:waiting e:ready"
+        "a:failed b:running c:waiting d:waiting e:waiting f:running"
     );
     let e = sim.idx("e");
     assert_eq!(
@@ -2320,11 +2349,31 @@ fn hold_blocks_the_job_and_lets_running_siblings_finish() {
     let tr = sim.complete("b");
     assert_eq!(kinds(&tr.events), ["step_succeeded b#1"]);
     assert!(tr.effects.is_empty());
+    let tr = sim.fail("f", true);
+    assert_eq!(kinds(&tr.events), ["step_retry_scheduled f#1"]);
+    assert!(tr.effects.is_empty(), "a parked retry wakes no one");
     assert_eq!(
         states(&tr.job),
-        "a:failed b:succeeded c:waiting d:waiting e:ready"
+        "a:failed b:succeeded c:waiting d:waiting e:waiting f:waiting"
     );
     assert_eq!(tr.job.state, JobState::Blocked);
+    sim.set_time(3_000);
+    let tr = sim.retry("a");
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "step_retried a",
+            "job_unblocked",
+            "step_ready d",
+            "step_ready e",
+            "step_ready f"
+        ]
+    );
+    assert_eq!(tr.effects, [ready("x"), ready("y")]);
+    assert_eq!(
+        states(&tr.job),
+        "a:ready b:succeeded c:waiting d:ready e:ready f:ready"
+    );
 }
 
 // Proves an operator's Retry of the failed step of a held job readies it with a wake, unblocks
@@ -2411,15 +2460,16 @@ fn skip_lets_dependants_run() {
     sim.run_fatal("a");
     sim.set_time(2_000);
     let tr = sim.skip("a");
+    // b was parked while the job was blocked; it is ready again with a's dependant c.
     assert_eq!(
         kinds(&tr.events),
-        ["step_skipped a", "job_unblocked", "step_ready c"]
+        ["step_skipped a", "job_unblocked", "step_ready b", "step_ready c"]
     );
     assert_eq!(
         detail(&tr, "step_skipped"),
         Some(json!({ "by": "ops", "reason": null }))
     );
-    assert_eq!(tr.effects, [ready("x")]);
+    assert_eq!(tr.effects, [ready("y"), ready("x")]);
     let a = sim.step("a");
     assert_eq!(
         (a.state, a.finished_at),
@@ -3641,7 +3691,7 @@ fn parse_diagram() -> BTreeSet<(String, String, String)> {
 }
 
 // Proves the hard-coded edge list is exactly the diagram drawn in machine.rs (17 job edges,
-// 16 step edges).
+// 19 step edges).
 #[test]
 fn edge_list_matches_the_diagram() {
     let listed: BTreeSet<(String, String, String)> = DIAGRAM_EDGES
@@ -3655,7 +3705,7 @@ fn edge_list_matches_the_diagram() {
     );
     assert_eq!(parse_diagram(), listed);
     let jobs = DIAGRAM_EDGES.iter().filter(|e| e.0 == "job").count();
-    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (17, 16));
+    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (17, 19));
 }
 
 // Proves every edge of the diagram is taken by the scenarios (and `Sim` proves no edge outside
