@@ -121,6 +121,15 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Manage cron schedules.
+    Schedules {
+        #[command(subcommand)]
+        command: client_cmd::SchedulesCmd,
+        #[arg(long, value_enum, default_value_t, global = true)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Run a command agent: each lease of AGENT runs CMD with the lease JSON on stdin.
     Agent(agent_cmd::AgentArgs),
 }
@@ -182,6 +191,7 @@ fn main() -> ExitCode {
                 action,
                 remote,
             } => client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await,
+            Cmd::Schedules { command, output, remote } => client_cmd::schedules(&remote, command, output).await,
             Cmd::Agent(args) => agent_cmd::run(args).await,
         }
     });

@@ -90,6 +90,10 @@ impl Span {
         self.0.min(i64::MAX as u64) as i64
     }
 
+    pub fn plus_span(self, other: Span) -> Span {
+        Span(self.0.saturating_add(other.0))
+    }
+
     pub fn as_std(self) -> std::time::Duration {
         std::time::Duration::from_millis(self.0)
     }

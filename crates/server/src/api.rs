@@ -14,7 +14,8 @@ use overseer_core::wire::{
     LeaseResponse, OperatorRequest, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
-use overseer_store::{Claim, JobQuery, NewJob, Submitted};
+use overseer_core::schedule::{CronSchedule, ScheduleSpec};
+use overseer_store::{AgentSettings, Claim, JobQuery, NewJob, Schedule, Submitted};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -38,9 +39,9 @@ pub fn router(app: App) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/agents", get(list_agents))
         .route("/v1/agents/{agent}/leases", post(take_leases))
-        .route("/v1/agents/{agent}/limits", put(not_yet_limits))
-        .route("/v1/agents/{agent}/pause", post(not_yet_limits))
-        .route("/v1/agents/{agent}/resume", post(not_yet_limits))
+        .route("/v1/agents/{agent}/limits", put(put_limits).get(get_limits))
+        .route("/v1/agents/{agent}/pause", post(pause_agent))
+        .route("/v1/agents/{agent}/resume", post(resume_agent))
         .route("/v1/leases/{lease_id}/heartbeat", post(heartbeat))
         .route("/v1/leases/{lease_id}/complete", post(complete))
         .route("/v1/leases/{lease_id}/fail", post(fail))
@@ -152,18 +153,6 @@ async fn method_not_allowed() -> ApiError {
         "method-not-allowed",
         "this endpoint does not take that method",
     )
-}
-
-async fn not_yet_limits() -> ApiError {
-    ApiError::not_implemented("per-agent limits and pausing")
-}
-
-async fn not_yet_schedules() -> ApiError {
-    ApiError::not_implemented("cron schedules")
-}
-
-async fn not_yet_ordering() -> ApiError {
-    ApiError::not_implemented("ordered keys")
 }
 
 fn parse_job_id(raw: &str) -> Result<JobId> {
@@ -511,7 +500,8 @@ async fn take_leases(
             lease_ids: (0..max).map(|_| LeaseId::generate()).collect(),
             now,
         };
-        let claimed = app.store().steps_claim(claim).await?;
+        let result = app.store().steps_claim(claim).await?;
+        let claimed = result.claimed;
         if !claimed.is_empty() {
             let leases: Vec<Lease> = claimed
                 .iter()
@@ -522,14 +512,19 @@ async fn take_leases(
             }
             app.metrics()
                 .leases_granted
-                .get_or_create(&crate::metrics::AgentLabel {
-                    agent: agent.clone(),
-                })
+                .get_or_create(&crate::metrics::AgentLabel { agent: agent.clone() })
                 .inc_by(leases.len() as u64);
             return Ok(Json(LeaseResponse { leases }));
         }
+        // Rate-limited: look again when the next lease may start, even if nothing wakes us.
+        let retry = result
+            .throttled_until
+            .map(|t| tokio::time::Instant::now() + now.until(t).as_std())
+            .unwrap_or(deadline)
+            .min(deadline);
         tokio::select! {
             _ = &mut notified => {}
+            _ = tokio::time::sleep_until(retry), if retry < deadline => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(Json(LeaseResponse { leases: vec![] })),
             _ = app.shutdown().cancelled() => return Ok(Json(LeaseResponse { leases: vec![] })),
         }
@@ -758,4 +753,170 @@ async fn metrics(State(app): State<App>) -> Result<Response> {
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     Ok(res)
+}
+
+fn check_agent(app: &App, agent: &str) -> Result<()> {
+    if agent.is_empty() || agent.len() > app.limits().name_bytes {
+        return Err(ApiError::bad_request("agent", "agent names are 1 to 200 bytes"));
+    }
+    Ok(())
+}
+
+/// `PUT /v1/agents/{agent}/limits` body.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LimitsRequest {
+    #[serde(default)]
+    max_concurrency: Option<u32>,
+    #[serde(default)]
+    rate: Option<f64>,
+}
+
+fn settings_view(agent: &str, s: &AgentSettings) -> Value {
+    json!({ "agent": agent, "max_concurrency": s.max_concurrency, "rate": s.rate, "paused": s.paused })
+}
+
+async fn get_limits(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
+    check_agent(&app, &agent)?;
+    let s = app.store().agent_settings_get(&agent).await?;
+    Ok(Json(settings_view(&agent, &s)))
+}
+
+async fn put_limits(
+    State(app): State<App>,
+    Path(agent): Path<String>,
+    Body(req): Body<LimitsRequest>,
+) -> Result<Json<Value>> {
+    check_agent(&app, &agent)?;
+    if req.max_concurrency == Some(0) {
+        return Err(ApiError::bad_request("max_concurrency", "must be at least 1 (pause the agent to stop it)"));
+    }
+    if let Some(rate) = req.rate {
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
+            return Err(ApiError::bad_request("rate", "leases per second: more than 0, at most 1000000"));
+        }
+    }
+    let mut settings = app.store().agent_settings_get(&agent).await?;
+    settings.max_concurrency = req.max_concurrency;
+    settings.rate = req.rate;
+    let s = app.store().agent_settings_put(&agent, settings, app.now()).await?;
+    app.notifier().wake_agent(&agent);
+    Ok(Json(settings_view(&agent, &s)))
+}
+
+async fn set_paused(app: &App, agent: &str, paused: bool) -> Result<Json<Value>> {
+    check_agent(app, agent)?;
+    let mut settings = app.store().agent_settings_get(agent).await?;
+    settings.paused = paused;
+    let s = app.store().agent_settings_put(agent, settings, app.now()).await?;
+    tracing::info!(agent, paused, "agent pause changed");
+    app.notifier().wake_agent(agent);
+    Ok(Json(settings_view(agent, &s)))
+}
+
+async fn pause_agent(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
+    set_paused(&app, &agent, true).await
+}
+
+async fn resume_agent(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
+    set_paused(&app, &agent, false).await
+}
+
+async fn ordering_key(State(app): State<App>, Path(key): Path<String>) -> Result<Json<Value>> {
+    let status = app.store().ordering_key_status(&key).await?;
+    Ok(Json(json!({
+        "key": status.key,
+        "head": status.head.as_ref().map(JobView::from),
+        "waiting": status.waiting,
+    })))
+}
+
+fn schedule_view(s: &Schedule) -> Value {
+    json!({
+        "name": s.name,
+        "cron": s.spec.cron,
+        "timezone": s.spec.timezone,
+        "overlap": s.spec.overlap,
+        "misfire": s.spec.misfire,
+        "job": s.spec.job,
+        "paused": s.paused,
+        "next_fire_at": s.next_fire_at,
+        "last_fire_at": s.last_fire_at,
+        "last_job_id": s.last_job_id,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+    })
+}
+
+async fn create_schedule(State(app): State<App>, Body(spec): Body<ScheduleSpec>) -> Result<Response> {
+    let cron = spec.validate(app.limits())?;
+    let now = app.now();
+    let schedule = Schedule {
+        name: spec.name.clone(),
+        next_fire_at: cron.next_after(now),
+        spec,
+        paused: false,
+        last_fire_at: None,
+        last_job_id: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let (stored, created) = app.store().schedule_create(schedule).await.map_err(|e| match e {
+        overseer_store::Error::ScheduleConflict(_) => ApiError {
+            field: Some("name".into()),
+            ..ApiError::conflict("schedule-exists", e.to_string())
+        },
+        other => other.into(),
+    })?;
+    if let Some(at) = stored.next_fire_at {
+        app.notifier().due_at(at);
+    }
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let mut res = (status, Json(schedule_view(&stored))).into_response();
+    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/schedules/{}", stored.name)) {
+        res.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(res)
+}
+
+async fn list_schedules(State(app): State<App>) -> Result<Json<Value>> {
+    let all = app.store().schedules_list().await?;
+    Ok(Json(json!({ "schedules": all.iter().map(schedule_view).collect::<Vec<_>>() })))
+}
+
+async fn find_schedule(app: &App, name: &str) -> Result<Schedule> {
+    app.store()
+        .schedule_get(name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("schedule `{name}` not found")))
+}
+
+async fn get_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
+    Ok(Json(schedule_view(&find_schedule(&app, &name).await?)))
+}
+
+async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<StatusCode> {
+    if app.store().schedule_delete(&name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("schedule `{name}` not found")))
+    }
+}
+
+async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
+    find_schedule(&app, &name).await?;
+    let s = app.store().schedule_set_paused(&name, true, None, app.now()).await?;
+    Ok(Json(schedule_view(&s)))
+}
+
+async fn resume_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
+    let s = find_schedule(&app, &name).await?;
+    let cron = CronSchedule::parse(&s.spec.cron, &s.spec.timezone)?;
+    let now = app.now();
+    // Resuming starts from now: the paused window is not caught up.
+    let s = app.store().schedule_set_paused(&name, false, cron.next_after(now), now).await?;
+    if let Some(at) = s.next_fire_at {
+        app.notifier().due_at(at);
+    }
+    Ok(Json(schedule_view(&s)))
 }

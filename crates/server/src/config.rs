@@ -28,6 +28,13 @@ pub struct Config {
     pub delivery_timeout: Span,
     /// Active jobs the supervisor re-checks for consistency per sweep.
     pub repair_batch: usize,
+    /// This node's name in the leader lease (default: host name, pid and a random suffix).
+    pub node_id: Option<String>,
+    /// How long a leader's lease lasts without renewal; a new leader takes over within this
+    /// plus one sweep after the old one dies.
+    pub leader_ttl: Span,
+    /// Connections to PostgreSQL per node.
+    pub pool_size: usize,
     pub limits: Limits,
 }
 
@@ -43,6 +50,9 @@ impl Default for Config {
             delivery_max_attempts: 20,
             delivery_timeout: Span::from_secs(10),
             repair_batch: 200,
+            node_id: None,
+            leader_ttl: Span::from_secs(10),
+            pool_size: 16,
             limits: Limits::default(),
         }
     }
@@ -91,6 +101,12 @@ impl Config {
             || self.delivery_timeout > Span::from_secs(300)
         {
             return Err(invalid("delivery_timeout", "must be between 100ms and 5m"));
+        }
+        if self.leader_ttl < self.sweep_interval.plus_span(self.sweep_interval) {
+            return Err(invalid("leader_ttl", "must be at least two sweep intervals, so the leader can renew in time"));
+        }
+        if self.pool_size == 0 || self.pool_size > 1000 {
+            return Err(invalid("pool_size", "must be between 1 and 1000"));
         }
         if self.repair_batch == 0 || self.repair_batch > 10_000 {
             return Err(invalid("repair_batch", "must be between 1 and 10000"));

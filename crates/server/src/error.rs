@@ -101,6 +101,13 @@ impl From<overseer_store::Error> for ApiError {
                 ..ApiError::conflict("idempotency-conflict", e.to_string())
             },
             E::Rejected(r) => r.into(),
+            E::ScheduleNotFound(name) => ApiError::not_found(format!("schedule `{name}` not found")),
+            E::ScheduleConflict(_) => ApiError::conflict("schedule-exists", e.to_string()),
+            E::Fenced { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not-leader",
+                "this node is no longer the leader; retry",
+            ),
             E::Unavailable(cause) => {
                 tracing::warn!(%cause, "store unavailable");
                 ApiError::new(

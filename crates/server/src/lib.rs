@@ -42,6 +42,8 @@ struct Inner {
     /// Workers seen asking for leases, by agent name: this node's view only.
     workers: Mutex<HashMap<String, HashMap<String, Timestamp>>>,
     shutdown: CancellationToken,
+    node: String,
+    leader: std::sync::atomic::AtomicBool,
 }
 
 impl App {
@@ -62,8 +64,24 @@ impl App {
                 rng: Mutex::new(StdRng::from_entropy()),
                 workers: Mutex::new(HashMap::new()),
                 shutdown,
+                node: config.node_id.clone().unwrap_or_else(default_node_id),
+                leader: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// This node's name in the leader lease.
+    pub fn node(&self) -> &str {
+        &self.inner.node
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.inner.leader.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.inner.leader.store(leader, std::sync::atomic::Ordering::Relaxed);
+        self.metrics().is_leader.set(i64::from(leader));
     }
 
     pub fn store(&self) -> &dyn Store {
@@ -132,6 +150,17 @@ impl App {
         self.inner.notifier.apply(job.id, &transition.effects);
     }
 
+    /// Acts on what another node committed.
+    pub fn signal(&self, signal: overseer_store::Signal) {
+        match signal {
+            overseer_store::Signal::Ready { agent } => self.notifier().wake_agent(&agent),
+            overseer_store::Signal::Finished { job } => {
+                self.notifier().apply(job, &[Effect::Finished { state: overseer_core::JobState::Succeeded }])
+            }
+            overseer_store::Signal::Due { at } => self.notifier().due_at(at),
+        }
+    }
+
     fn worker_seen(&self, agent: &str, worker: &str, now: Timestamp) {
         let mut map = self.inner.workers.lock().unwrap_or_else(|p| p.into_inner());
         let per_agent = map.entry(agent.to_string()).or_default();
@@ -162,6 +191,17 @@ impl App {
             .await?
             .ok_or_else(|| error::ApiError::not_found(format!("job {id} not found")))
     }
+}
+
+/// A node name unique enough for the leader lease: host name, process id and a random suffix.
+fn default_node_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".to_string());
+    format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
 }
 
 /// Opens the store a URL names.

@@ -1,27 +1,41 @@
-//! The supervisor: a periodic sweep that heals what got stuck.
+//! The supervisor: a periodic sweep that heals what got stuck, run by one leader among all nodes.
 //!
-//! Each sweep (every `sweep_interval`, or earlier when a transition asks for an earlier instant)
-//! expires leases whose holder went silent, starts delayed jobs whose `run_at` has come, wakes
-//! agents whose retry backoff ended, and re-checks a page of active jobs for consistency
-//! (`Command::Repair`), so a job left half-advanced by a fault is healed within one pass over
-//! the active jobs. All of it goes through the same core transitions as
-//! agent reports, so a sweep racing a late report is settled by the fencing check in the core.
+//! Each pass (every `sweep_interval`, or exactly when the store says something falls due, or
+//! when a transition asks for an earlier instant):
+//! - **Leadership.** The node takes or renews the leader lease (a row in the store with a holder,
+//!   an expiry and an epoch that grows at each change of hands). Only the leader does the writes
+//!   below, and each of them is *fenced* by its epoch in the same transaction: a node that paused
+//!   past its lease and wakes up cannot act after another node took over.
+//! - **Leader writes.** Expire leases whose holder went silent, start delayed jobs whose `run_at`
+//!   has come (and the next job of an ordering key once its head finished), fire cron schedules
+//!   that are due, and re-check a page of active jobs for consistency (`Command::Repair`), so a
+//!   job left half-advanced by a fault is healed within one pass over the active jobs.
+//! - **Local wake-ups** (every node): wake this node's long-polling agents whose retry backoff
+//!   just ended.
 //!
-//! There is one supervisor per node today (a node owns its SQLite file). Leader election among
-//! several nodes arrives with the PostgreSQL backend; the sweep is already safe to run twice.
+//! All writes go through the same core transitions as agent reports, so a sweep racing a late
+//! report is settled by the fencing check in the core.
 
-use overseer_core::{Command, JobId, Rejection, Span, Timestamp};
-use overseer_store::Error as StoreError;
+use overseer_core::machine::admit;
+use overseer_core::schedule::{self, CronSchedule};
+use overseer_core::{Command, Job, JobId, Rejection, Span, Timestamp};
+use overseer_store::{Error as StoreError, Fence, Fire, FireOutcome, NewJob, Schedule, Submitted};
 use tokio_util::sync::CancellationToken;
 
 use crate::App;
 
 /// How many expired leases or due jobs one sweep handles before looking again.
 const SWEEP_BATCH: usize = 500;
+/// How many due times of one schedule one sweep may fire while catching up.
+const CATCH_UP: usize = 100;
 
 pub struct Supervisor {
     app: App,
     interval: Span,
+    node: String,
+    leader_ttl: Span,
+    /// Held while this node is the leader.
+    fence: Option<Fence>,
     /// Retries due after this instant have not been announced to their agents yet.
     announced_until: Timestamp,
     /// Where the repair scan continues (it walks active jobs in id order, then starts over).
@@ -32,8 +46,10 @@ pub struct Supervisor {
 /// What one sweep did, for logs and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sweep {
+    pub leader: bool,
     pub expired: usize,
     pub activated: usize,
+    pub fired: usize,
     pub woken_agents: usize,
     pub repaired: usize,
 }
@@ -41,9 +57,13 @@ pub struct Sweep {
 impl Supervisor {
     pub fn new(app: App, interval: Span) -> Self {
         let announced_until = app.now();
+        let node = app.node().to_string();
         Supervisor {
             app,
             interval,
+            node,
+            leader_ttl: Span::from_secs(10),
+            fence: None,
             announced_until,
             repair_cursor: None,
             repair_batch: 200,
@@ -55,11 +75,22 @@ impl Supervisor {
         self
     }
 
+    pub fn with_leader_ttl(mut self, ttl: Span) -> Self {
+        self.leader_ttl = ttl;
+        self
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.fence.is_some()
+    }
+
     pub async fn run(mut self, shutdown: CancellationToken) {
         loop {
             let now = self.app.now();
             match self.sweep(now).await {
-                Ok(s) if s != Sweep::default() => tracing::debug!(?s, "sweep"),
+                Ok(s) if s.expired + s.activated + s.fired + s.repaired + s.woken_agents > 0 => {
+                    tracing::debug!(?s, "sweep")
+                }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "sweep failed; will retry"),
             }
@@ -74,46 +105,56 @@ impl Supervisor {
             }
             let sleep = self.app.now().until(wake_at);
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(sleep.as_std()) => {}
                 _ = self.app.notifier().supervisor_wake().notified() => {}
             }
+        }
+        if let Some(fence) = self.fence.take() {
+            // Hand over at once rather than make the next leader wait out the lease.
+            if let Err(e) = self.app.store().leader_release(&fence.node, fence.epoch).await {
+                tracing::warn!(error = %e, "cannot release the leader lease; it will expire");
+            }
+            self.app.set_leader(false);
+        }
+    }
+
+    /// Takes or renews the leader lease; steps down when that fails.
+    async fn lead(&mut self, now: Timestamp) {
+        match self.app.store().leader_acquire(&self.node, self.leader_ttl, now).await {
+            Ok(Some(lease)) => {
+                let fence = Fence { node: lease.node, epoch: lease.epoch };
+                if self.fence.as_ref() != Some(&fence) {
+                    tracing::info!(node = %self.node, epoch = fence.epoch, "became the leader");
+                }
+                self.fence = Some(fence);
+            }
+            Ok(None) => self.step_down("another node holds the leader lease"),
+            // The store's own fencing keeps a stale leader harmless; stop acting anyway.
+            Err(e) => self.step_down(&format!("cannot renew the leader lease: {e}")),
+        }
+        self.app.set_leader(self.fence.is_some());
+    }
+
+    fn step_down(&mut self, why: &str) {
+        if let Some(f) = self.fence.take() {
+            tracing::warn!(node = %self.node, epoch = f.epoch, why, "stepped down as leader");
         }
     }
 
     /// One pass over everything due at `now`.
     pub async fn sweep(&mut self, now: Timestamp) -> Result<Sweep, StoreError> {
-        let mut done = Sweep::default();
-        let store = self.app.store();
-        for lease in store.leases_expired(now, SWEEP_BATCH).await? {
-            let command = Command::Expire {
-                step: lease.step,
-                attempt: lease.attempt,
-                jitter: self.app.jitter(),
-            };
-            match store.job_apply(lease.job_id, command, now).await {
-                Ok(t) => {
-                    done.expired += 1;
-                    self.app.metrics().leases_expired.inc();
-                    tracing::info!(job = %lease.job_id, step = lease.step, attempt = lease.attempt, "lease expired");
-                    self.app.committed(&t);
+        self.lead(now).await;
+        let mut done = Sweep { leader: self.fence.is_some(), ..Sweep::default() };
+        if let Some(fence) = self.fence.clone() {
+            match self.lead_sweep(now, &fence, &mut done).await {
+                Err(StoreError::Fenced { epoch }) => {
+                    self.step_down(&format!("epoch {epoch} was superseded"));
+                    self.app.set_leader(false);
                 }
-                // A report or heartbeat got there first: nothing to heal.
-                Err(StoreError::Rejected(Rejection::NotExpired)) => {}
-                Err(e) => return Err(e),
+                other => other?,
             }
         }
-        for job in store.jobs_due(now, SWEEP_BATCH).await? {
-            match store.job_apply(job, Command::Activate, now).await {
-                Ok(t) => {
-                    done.activated += 1;
-                    self.app.committed(&t);
-                }
-                Err(StoreError::Rejected(Rejection::NotDue)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        done.repaired = self.repair_some(now).await?;
         let store = self.app.store();
         if now > self.announced_until {
             for agent in store.agents_due(self.announced_until, now).await? {
@@ -126,28 +167,108 @@ impl Supervisor {
         Ok(done)
     }
 
-    /// Re-derives the next page of active jobs; returns how many needed repair.
-    async fn repair_some(&mut self, now: Timestamp) -> Result<usize, StoreError> {
+    async fn lead_sweep(&mut self, now: Timestamp, fence: &Fence, done: &mut Sweep) -> Result<(), StoreError> {
         let store = self.app.store();
-        let page = store
-            .jobs_active(self.repair_cursor, self.repair_batch)
-            .await?;
-        self.repair_cursor = if page.len() < self.repair_batch {
-            None
-        } else {
-            page.last().copied()
+        for lease in store.leases_expired(now, SWEEP_BATCH).await? {
+            let command = Command::Expire {
+                step: lease.step,
+                attempt: lease.attempt,
+                jitter: self.app.jitter(),
+            };
+            match store.job_apply_fenced(lease.job_id, command, now, fence).await {
+                Ok(t) => {
+                    done.expired += 1;
+                    self.app.metrics().leases_expired.inc();
+                    tracing::info!(job = %lease.job_id, step = lease.step, attempt = lease.attempt, "lease expired");
+                    self.app.committed(&t);
+                }
+                // A report or heartbeat got there first: nothing to heal.
+                Err(StoreError::Rejected(Rejection::NotExpired)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for job in store.jobs_due(now, SWEEP_BATCH).await? {
+            match store.job_apply_fenced(job, Command::Activate, now, fence).await {
+                Ok(t) => {
+                    done.activated += 1;
+                    self.app.committed(&t);
+                }
+                Err(StoreError::Rejected(Rejection::NotDue)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for s in store.schedules_due(now, SWEEP_BATCH).await? {
+            done.fired += self.fire(s, now, fence).await?;
+        }
+        done.repaired = self.repair_some(now, fence).await?;
+        Ok(())
+    }
+
+    /// Fires every due time of a schedule up to `now` (within the misfire rule).
+    async fn fire(&self, mut s: Schedule, now: Timestamp, fence: &Fence) -> Result<usize, StoreError> {
+        let store = self.app.store();
+        let cron = match CronSchedule::parse(&s.spec.cron, &s.spec.timezone) {
+            Ok(c) => c,
+            Err(e) => {
+                // Checked at creation; only a time zone database change could get here.
+                tracing::error!(schedule = %s.name, error = %e, "cannot evaluate schedule; pausing it");
+                store.schedule_set_paused(&s.name, true, None, now).await?;
+                return Ok(0);
+            }
         };
+        let mut fired = 0;
+        for _ in 0..CATCH_UP {
+            let Some(due) = s.next_fire_at.filter(|d| *d <= now) else { break };
+            let plan = schedule::plan(&cron, s.spec.misfire, due, now);
+            let Some(fire_at) = plan.fire else {
+                tracing::warn!(schedule = %s.name, due = %due, "misfire: skipping the missed window");
+                store.schedule_set_paused(&s.name, false, plan.next, now).await?;
+                s.next_fire_at = plan.next;
+                continue;
+            };
+            let spec = s.spec.job_for(fire_at);
+            let job = Job::from_spec(JobId::generate(), &spec, now);
+            let fire = Fire {
+                name: s.name.clone(),
+                due_at: due,
+                next_fire_at: plan.next,
+                job: NewJob { transition: admit(job, now) },
+                now,
+            };
+            match store.schedule_fire(fire, fence).await? {
+                FireOutcome::Fired(Submitted::Created(t)) => {
+                    fired += 1;
+                    tracing::info!(schedule = %s.name, due = %due, job = %t.job.id, "schedule fired");
+                    self.app.metrics().jobs_submitted.inc();
+                    self.app.committed(&t);
+                }
+                FireOutcome::Fired(Submitted::Existing(job)) => {
+                    tracing::info!(schedule = %s.name, due = %due, job = %job.id, "schedule firing already recorded");
+                }
+                FireOutcome::Skipped { running } => {
+                    tracing::info!(schedule = %s.name, due = %due, %running, "overlap: previous run not finished, skipped");
+                }
+                FireOutcome::Stale => break,
+            }
+            s.next_fire_at = plan.next;
+        }
+        Ok(fired)
+    }
+
+    /// Re-derives the next page of active jobs; returns how many needed repair.
+    async fn repair_some(&mut self, now: Timestamp, fence: &Fence) -> Result<usize, StoreError> {
+        let store = self.app.store();
+        let page = store.jobs_active(self.repair_cursor, self.repair_batch).await?;
+        self.repair_cursor = if page.len() < self.repair_batch { None } else { page.last().copied() };
         let mut repaired = 0;
         for id in page {
             // Check on a read first: almost every job is consistent, and a no-op need not queue
             // behind the writer.
-            let Some(job) = store.job_get(id).await? else {
-                continue;
-            };
+            let Some(job) = store.job_get(id).await? else { continue };
             if overseer_core::apply(&job, Command::Repair, now).is_ok_and(|t| t.is_noop()) {
                 continue;
             }
-            match store.job_apply(id, Command::Repair, now).await {
+            match store.job_apply_fenced(id, Command::Repair, now, fence).await {
                 Ok(t) if !t.is_noop() => {
                     repaired += 1;
                     self.app.metrics().repairs.inc();

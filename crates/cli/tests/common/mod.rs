@@ -339,6 +339,17 @@ impl Api {
         decode(res).await
     }
 
+    pub async fn post_put(&self, path: &str, body: &Value) -> (u16, Value) {
+        let res = self
+            .http
+            .put(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .expect("PUT");
+        decode(res).await
+    }
+
     pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> (u16, Value) {
         let res = self
             .http
