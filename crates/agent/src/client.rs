@@ -336,19 +336,22 @@ impl Client {
     /// `POST /v1/schedules`: creates a cron schedule (the body is a `ScheduleSpec` as JSON).
     pub async fn schedule_create(&self, spec: &Value) -> Result<Value> {
         let url = self.url(&["v1", "schedules"]);
-        self.call_ok(Method::POST, url, &[], Some(spec), REQUEST_TIMEOUT).await
+        self.call_ok(Method::POST, url, &[], Some(spec), REQUEST_TIMEOUT)
+            .await
     }
 
     /// `GET /v1/schedules`.
     pub async fn schedules(&self) -> Result<Value> {
         let url = self.url(&["v1", "schedules"]);
-        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT).await
+        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
     }
 
     /// `GET /v1/schedules/{name}`.
     pub async fn schedule(&self, name: &str) -> Result<Value> {
         let url = self.url(&["v1", "schedules", name]);
-        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT).await
+        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
     }
 
     /// `DELETE /v1/schedules/{name}`.
@@ -363,7 +366,8 @@ impl Client {
     pub async fn schedule_set_paused(&self, name: &str, paused: bool) -> Result<Value> {
         let verb = if paused { "pause" } else { "resume" };
         let url = self.url(&["v1", "schedules", name, verb]);
-        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT).await
+        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
     }
 
     /// The base URL with `segments` appended, each percent-encoded, so an agent or step name

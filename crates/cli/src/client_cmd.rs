@@ -316,14 +316,21 @@ pub enum SchedulesCmd {
     Resume { name: String },
 }
 
-pub async fn schedules(remote: &Remote, command: SchedulesCmd, output: Output) -> anyhow::Result<ExitCode> {
+pub async fn schedules(
+    remote: &Remote,
+    command: SchedulesCmd,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
     let client = connect(remote)?;
     let shown = match command {
         SchedulesCmd::Create { file } => Some(client.schedule_create(&read_spec(&file)?).await?),
         SchedulesCmd::List => {
             let all = client.schedules().await?;
             if output == Output::Human {
-                println!("{:<24} {:<20} {:<16} {:<7} {:<26} LAST JOB", "NAME", "CRON", "TIMEZONE", "PAUSED", "NEXT");
+                println!(
+                    "{:<24} {:<20} {:<16} {:<7} {:<26} LAST JOB",
+                    "NAME", "CRON", "TIMEZONE", "PAUSED", "NEXT"
+                );
                 for s in all["schedules"].as_array().into_iter().flatten() {
                     let text = |k: &str| s[k].as_str().unwrap_or("-").to_string();
                     println!(

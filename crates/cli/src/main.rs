@@ -1,6 +1,7 @@
 //! The `overseer` binary: a server node, the client commands, and the command agent.
 
 mod agent_cmd;
+mod bench;
 mod client_cmd;
 mod server_cmd;
 
@@ -132,6 +133,8 @@ enum Cmd {
     },
     /// Run a command agent: each lease of AGENT runs CMD with the lease JSON on stdin.
     Agent(agent_cmd::AgentArgs),
+    /// Measure throughput and latency with real agents over HTTP (in-process server by default).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -191,8 +194,13 @@ fn main() -> ExitCode {
                 action,
                 remote,
             } => client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await,
-            Cmd::Schedules { command, output, remote } => client_cmd::schedules(&remote, command, output).await,
+            Cmd::Schedules {
+                command,
+                output,
+                remote,
+            } => client_cmd::schedules(&remote, command, output).await,
             Cmd::Agent(args) => agent_cmd::run(args).await,
+            Cmd::Bench(args) => bench::run(args).await,
         }
     });
     match result {

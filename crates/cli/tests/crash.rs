@@ -46,6 +46,8 @@ const MACHINES_PER_NAME: usize = 2;
 const CONCURRENCY: &str = "3";
 /// Short, so a killed machine's steps are leased again quickly.
 const STEP_TIMEOUT: &str = "2s";
+/// At least two sweep intervals (the harness sweeps every 200 ms); see where it is used.
+const LEADER_TTL: &str = "600ms";
 /// Concurrent submitters, each submitting one job at a time.
 const SUBMITTERS: usize = 2;
 /// How long a submit may keep being retried, and how long the drain may take: generous, since
@@ -85,7 +87,13 @@ fn server_and_agent_crashes_lose_nothing_and_never_overlap() {
         .enable_all()
         .build()
         .unwrap();
-    let mut server = Server::start(&dir);
+    // A restarted server is a new node (new node id) and must wait out its dead predecessor's
+    // leader lease before its supervisor sweeps. With the default 10 s no node would lead
+    // during the kill loop, and expired leases would only be healed after it: a short lease
+    // keeps healing interleaved with the crashes.
+    let config = dir.join("server.toml");
+    std::fs::write(&config, format!("leader_ttl = \"{LEADER_TTL}\"\n")).unwrap();
+    let mut server = Server::start_with(&dir, &["--config", config.to_str().unwrap()]);
     let mut machines: Vec<Agent> = Vec::new();
     for name in AGENT_NAMES {
         for _ in 0..MACHINES_PER_NAME {

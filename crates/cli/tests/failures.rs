@@ -297,7 +297,10 @@ async fn repair_heals_a_job_left_half_advanced() {
 
 /// A receiver for webhooks and callbacks that records what it got.
 #[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<(String, Option<String>, Value)>>>);
+struct Received(Arc<Mutex<Vec<Delivered>>>);
+
+/// (path, Idempotency-Key header, body) of one request received.
+type Delivered = (String, Option<String>, Value);
 
 async fn receive(port: u16, got: Received) {
     use axum::routing::post;

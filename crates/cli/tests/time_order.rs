@@ -17,7 +17,9 @@ async fn jobs_with_label(api: &Api, label: &str) -> Vec<Value> {
     let mut all = Vec::new();
     let mut cursor = String::new();
     loop {
-        let (status, page) = api.get(&format!("/v1/jobs?label={label}&limit=500{cursor}")).await;
+        let (status, page) = api
+            .get(&format!("/v1/jobs?label={label}&limit=500{cursor}"))
+            .await;
         assert_eq!(status, 200, "{page}");
         all.extend(page["jobs"].as_array().unwrap().iter().cloned());
         match page["next_cursor"].as_str() {
@@ -31,7 +33,10 @@ async fn jobs_with_label(api: &Api, label: &str) -> Vec<Value> {
 // duplicate, across a server restart in the middle (OVERSEER_CRON_SECONDS sets the length).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cron_every_second_across_a_restart() {
-    let seconds: u64 = std::env::var("OVERSEER_CRON_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    let seconds: u64 = std::env::var("OVERSEER_CRON_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
     let (status, body) = server
@@ -51,15 +56,37 @@ async fn cron_every_second_across_a_restart() {
     let jobs = jobs_with_label(&server.api(), "schedule:ticker").await;
     let dues: Vec<i64> = jobs
         .iter()
-        .map(|j| j["idempotency_key"].as_str().unwrap().rsplit('/').next().unwrap().parse().unwrap())
+        .map(|j| {
+            j["idempotency_key"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
         .collect();
     let unique: BTreeSet<i64> = dues.iter().copied().collect();
     assert_eq!(unique.len(), dues.len(), "no due time fired twice");
     let first = *unique.iter().next().unwrap();
-    let expected: BTreeSet<i64> = (0..).map(|i| first + i * 1000).take_while(|t| *t <= last_fire).collect();
-    assert_eq!(unique, expected, "one job per second from the first to the last firing, no gap");
-    assert!(unique.len() as u64 >= seconds - 3, "fired {} times in {seconds}s", unique.len());
-    eprintln!("fired {} times over {seconds}s with a restart", unique.len());
+    let expected: BTreeSet<i64> = (0..)
+        .map(|i| first + i * 1000)
+        .take_while(|t| *t <= last_fire)
+        .collect();
+    assert_eq!(
+        unique, expected,
+        "one job per second from the first to the last firing, no gap"
+    );
+    assert!(
+        unique.len() as u64 >= seconds - 3,
+        "fired {} times in {seconds}s",
+        unique.len()
+    );
+    eprintln!(
+        "fired {} times over {seconds}s with a restart",
+        unique.len()
+    );
 }
 
 // Proves delayed jobs never start before `run_at` and do start after it.
@@ -68,19 +95,30 @@ async fn delayed_jobs_start_on_time_not_before() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let api = server.api();
-    let _agent = Agent::start_with(&server, "later", &["--concurrency", "8"], &["sh", "-c", "cat >/dev/null; echo 1"]);
+    let _agent = Agent::start_with(
+        &server,
+        "later",
+        &["--concurrency", "8"],
+        &["sh", "-c", "cat >/dev/null; echo 1"],
+    );
     let now = chrono::Utc::now();
     let mut ids = Vec::new();
     for i in 0..20 {
         let run_at = now + chrono::Duration::milliseconds(1500 + 50 * i);
         let run_at = run_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        ids.push((run_at.clone(), api.submit(&json!({"run_at": run_at, "steps": [{"name": "a", "agent": "later"}]})).await));
+        ids.push((
+            run_at.clone(),
+            api.submit(&json!({"run_at": run_at, "steps": [{"name": "a", "agent": "later"}]}))
+                .await,
+        ));
     }
     for (run_at, id) in ids {
         let job = api.wait_terminal(&id).await;
         assert_eq!(job["state"], "succeeded");
         let started = millis(&step(&job, "a")["started_at"]);
-        let due = chrono::DateTime::parse_from_rfc3339(&run_at).unwrap().timestamp_millis();
+        let due = chrono::DateTime::parse_from_rfc3339(&run_at)
+            .unwrap()
+            .timestamp_millis();
         assert!(started >= due, "started {} ms before run_at", due - started);
     }
 }
@@ -97,9 +135,18 @@ async fn ordered_keys_run_in_order_despite_failures() {
         &server,
         "ledger",
         &["--concurrency", "4"],
-        &["sh", "-c", "cat >/dev/null; if [ \"$OVERSEER_ATTEMPT\" -lt 2 ]; then exit 1; fi; echo 1"],
+        &[
+            "sh",
+            "-c",
+            "cat >/dev/null; if [ \"$OVERSEER_ATTEMPT\" -lt 2 ]; then exit 1; fi; echo 1",
+        ],
     );
-    let _stuck = Agent::start_with(&server, "stuck", &["--fatal-exit-codes", "7"], &["sh", "-c", "cat >/dev/null; exit 7"]);
+    let _stuck = Agent::start_with(
+        &server,
+        "stuck",
+        &["--fatal-exit-codes", "7"],
+        &["sh", "-c", "cat >/dev/null; exit 7"],
+    );
     let n = 25;
     let mut ids = Vec::new();
     for i in 0..n {
@@ -111,7 +158,9 @@ async fn ordered_keys_run_in_order_despite_failures() {
     let blocked = api
         .submit(&json!({"ordering_key": "account-2", "on_failure": "hold", "steps": [{"name": "x", "agent": "stuck"}]}))
         .await;
-    let behind = api.submit(&json!({"ordering_key": "account-2", "steps": [{"name": "y", "agent": "ledger"}]})).await;
+    let behind = api
+        .submit(&json!({"ordering_key": "account-2", "steps": [{"name": "y", "agent": "ledger"}]}))
+        .await;
     let mut previous_end = 0;
     for id in &ids {
         let job = api.wait_terminal(id).await;
@@ -119,9 +168,15 @@ async fn ordered_keys_run_in_order_despite_failures() {
         let s = step(&job, "post");
         assert_eq!(s["attempt"], 2, "{job}");
         let events = api.events(id).await;
-        let started = events.iter().find(|e| e["kind"] == "job_started").expect("started");
+        let started = events
+            .iter()
+            .find(|e| e["kind"] == "job_started")
+            .expect("started");
         let start = millis(&started["at"]);
-        assert!(start >= previous_end, "job started before the previous one on its key finished");
+        assert!(
+            start >= previous_end,
+            "job started before the previous one on its key finished"
+        );
         previous_end = millis(&job["finished_at"]);
     }
     let (status, key) = api.get("/v1/ordering-keys/account-2").await;
@@ -129,7 +184,11 @@ async fn ordered_keys_run_in_order_despite_failures() {
     assert_eq!(key["head"]["id"], blocked.as_str());
     assert_eq!(key["head"]["state"], "blocked");
     assert_eq!(key["waiting"], 1);
-    assert_eq!(api.job(&behind).await["state"], "pending", "held by its blocked head");
+    assert_eq!(
+        api.job(&behind).await["state"],
+        "pending",
+        "held by its blocked head"
+    );
     let (_, key1) = api.get("/v1/ordering-keys/account-1").await;
     assert!(key1["head"].is_null(), "{key1}");
 }
@@ -174,31 +233,54 @@ async fn agent_limits_hold_under_eager_workers() {
         .unwrap();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
-    let batch: Vec<Value> = (0..60).map(|_| json!({"steps": [{"name": "s", "agent": "limited"}]})).collect();
+    let batch: Vec<Value> = (0..60)
+        .map(|_| json!({"steps": [{"name": "s", "agent": "limited"}]}))
+        .collect();
     let (status, body) = api.post("/v1/jobs:batch", &json!({ "jobs": batch })).await;
     assert_eq!(status, 202, "{body}");
-    let ids: Vec<String> = body["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .collect();
     for id in &ids {
         assert_eq!(api.wait_terminal(id).await["state"], "succeeded");
     }
-    assert!(gauge.peak.load(Ordering::SeqCst) <= 2, "peak in flight {}", gauge.peak.load(Ordering::SeqCst));
+    assert!(
+        gauge.peak.load(Ordering::SeqCst) <= 2,
+        "peak in flight {}",
+        gauge.peak.load(Ordering::SeqCst)
+    );
     assert!(gauge.peak.load(Ordering::SeqCst) >= 1);
 
     // Rate: 10 per second, no concurrency cap.
-    let (status, _) = api.post_put("/v1/agents/limited/limits", &json!({"rate": 10})).await;
+    let (status, _) = api
+        .post_put("/v1/agents/limited/limits", &json!({"rate": 10}))
+        .await;
     assert_eq!(status, 200);
     gauge.starts.lock().unwrap().clear();
-    let batch: Vec<Value> = (0..40).map(|_| json!({"steps": [{"name": "s", "agent": "limited"}]})).collect();
+    let batch: Vec<Value> = (0..40)
+        .map(|_| json!({"steps": [{"name": "s", "agent": "limited"}]}))
+        .collect();
     let (_, body) = api.post("/v1/jobs:batch", &json!({ "jobs": batch })).await;
     let t0 = Instant::now();
     for j in body["jobs"].as_array().unwrap() {
-        assert_eq!(api.wait_terminal(j["id"].as_str().unwrap()).await["state"], "succeeded");
+        assert_eq!(
+            api.wait_terminal(j["id"].as_str().unwrap()).await["state"],
+            "succeeded"
+        );
     }
     let starts = gauge.starts.lock().unwrap().clone();
     // Never more than the bucket (10) plus 10 per elapsed second, over any window from t0.
     for (i, s) in starts.iter().enumerate() {
         let allowed = 10.0 + 10.0 * s.duration_since(t0).as_secs_f64() + 1.0;
-        assert!((i + 1) as f64 <= allowed, "lease {} started {:?} after t0: over the rate", i + 1, s.duration_since(t0));
+        assert!(
+            (i + 1) as f64 <= allowed,
+            "lease {} started {:?} after t0: over the rate",
+            i + 1,
+            s.duration_since(t0)
+        );
     }
     let elapsed = starts.last().unwrap().duration_since(t0).as_secs_f64();
     eprintln!("40 leases at rate 10/s took {elapsed:.2}s (ideal ~3s)");
@@ -207,10 +289,19 @@ async fn agent_limits_hold_under_eager_workers() {
     let (status, _) = api.post("/v1/agents/limited/pause", &json!({})).await;
     assert_eq!(status, 200);
     let paused_at = Instant::now();
-    let (_, body) = api.post("/v1/jobs", &json!({"steps": [{"name": "s", "agent": "limited"}]})).await;
+    let (_, body) = api
+        .post(
+            "/v1/jobs",
+            &json!({"steps": [{"name": "s", "agent": "limited"}]}),
+        )
+        .await;
     let id = body["id"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(step(&api.job(&id).await, "s")["state"], "ready", "paused: not leased");
+    assert_eq!(
+        step(&api.job(&id).await, "s")["state"],
+        "ready",
+        "paused: not leased"
+    );
     assert!(gauge.starts.lock().unwrap().iter().all(|s| *s < paused_at));
     let (status, _) = api.post("/v1/agents/limited/resume", &json!({})).await;
     assert_eq!(status, 200);
@@ -261,6 +352,14 @@ async fn priorities_order_a_backlog() {
     for id in order {
         priorities.push(api.job(&id.to_string()).await["priority"].as_i64().unwrap());
     }
-    assert_eq!(&priorities[..20], &[10; 20], "priority 10 first: {priorities:?}");
-    assert_eq!(&priorities[20..], &[0; 20], "then priority 0, which still completes");
+    assert_eq!(
+        &priorities[..20],
+        &[10; 20],
+        "priority 10 first: {priorities:?}"
+    );
+    assert_eq!(
+        &priorities[20..],
+        &[0; 20],
+        "then priority 0, which still completes"
+    );
 }

@@ -92,27 +92,51 @@ impl CronSchedule {
             .year(Year::Disallowed)
             .build()
             .parse(pattern)
-            .map_err(|e| SpecError::new("cron", format!("`{pattern}` is not a cron pattern: {e}")))?;
-        let tz = Tz::from_str(timezone)
-            .map_err(|_| SpecError::new("timezone", format!("`{timezone}` is not an IANA time zone name (e.g. Europe/Berlin)")))?;
+            .map_err(|e| {
+                SpecError::new("cron", format!("`{pattern}` is not a cron pattern: {e}"))
+            })?;
+        let tz = Tz::from_str(timezone).map_err(|_| {
+            SpecError::new(
+                "timezone",
+                format!("`{timezone}` is not an IANA time zone name (e.g. Europe/Berlin)"),
+            )
+        })?;
         Ok(CronSchedule { cron, tz })
     }
 
     /// The first due time strictly after `after`.
     pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
-        let t = Utc.timestamp_millis_opt(after.as_millis()).single()?.with_timezone(&self.tz);
+        // Cron resolves whole seconds: look from the start of `after`'s second, so a fraction
+        // of a second is never carried into the due times.
+        let whole = after.as_millis().div_euclid(1000) * 1000;
+        let t = Utc
+            .timestamp_millis_opt(whole)
+            .single()?
+            .with_timezone(&self.tz);
         let next = self.cron.find_next_occurrence(&t, false).ok()?;
-        Some(Timestamp::from_millis(next.with_timezone(&Utc).timestamp_millis()))
+        Some(Timestamp::from_millis(
+            next.with_timezone(&Utc).timestamp_millis(),
+        ))
     }
 }
 
 impl ScheduleSpec {
     pub fn validate(&self, limits: &Limits) -> Result<CronSchedule, SpecError> {
         if self.name.is_empty() || self.name.len() > limits.name_bytes {
-            return Err(SpecError::new("name", format!("must be 1 to {} bytes", limits.name_bytes)));
+            return Err(SpecError::new(
+                "name",
+                format!("must be 1 to {} bytes", limits.name_bytes),
+            ));
         }
-        if !self.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(SpecError::new("name", "use letters, digits, '-', '_' and '.' only"));
+        if !self
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(SpecError::new(
+                "name",
+                "use letters, digits, '-', '_' and '.' only",
+            ));
         }
         let schedule = CronSchedule::parse(&self.cron, &self.timezone)?;
         if self.job.idempotency_key.is_some() {
@@ -122,7 +146,10 @@ impl ScheduleSpec {
             ));
         }
         if self.job.run_at.is_some() {
-            return Err(SpecError::new("job.run_at", "a scheduled job runs at its due time; leave it out"));
+            return Err(SpecError::new(
+                "job.run_at",
+                "a scheduled job runs at its due time; leave it out",
+            ));
         }
         self.job.validate(limits).map_err(|e| e.within("job."))?;
         Ok(schedule)
@@ -150,12 +177,18 @@ pub struct FirePlan {
 pub fn plan(schedule: &CronSchedule, misfire: Misfire, due: Timestamp, now: Timestamp) -> FirePlan {
     let late = due.until(now);
     if late <= MISFIRE_GRACE || misfire == Misfire::All {
-        return FirePlan { fire: Some(due), next: schedule.next_after(due) };
+        return FirePlan {
+            fire: Some(due),
+            next: schedule.next_after(due),
+        };
     }
     // A misfire: resume from now, firing once for the window or not at all.
     let next = schedule.next_after(now);
     match misfire {
-        Misfire::Once => FirePlan { fire: Some(due), next },
+        Misfire::Once => FirePlan {
+            fire: Some(due),
+            next,
+        },
         _ => FirePlan { fire: None, next },
     }
 }
@@ -172,12 +205,23 @@ mod tests {
     #[test]
     fn next_times_in_utc() {
         let every_second = CronSchedule::parse("* * * * * *", "UTC").unwrap();
-        assert_eq!(every_second.next_after(at("2026-01-01T00:00:00.500Z")), Some(at("2026-01-01T00:00:01Z")));
+        assert_eq!(
+            every_second.next_after(at("2026-01-01T00:00:00.500Z")),
+            Some(at("2026-01-01T00:00:01Z"))
+        );
         let hourly = CronSchedule::parse("0 * * * *", "UTC").unwrap();
-        assert_eq!(hourly.next_after(at("2026-01-01T10:00:00Z")), Some(at("2026-01-01T11:00:00Z")));
+        assert_eq!(
+            hourly.next_after(at("2026-01-01T10:00:00Z")),
+            Some(at("2026-01-01T11:00:00Z"))
+        );
         assert!(CronSchedule::parse("* * *", "UTC").is_err());
         assert!(CronSchedule::parse("61 * * * *", "UTC").is_err());
-        assert_eq!(CronSchedule::parse("* * * * *", "Mars/Olympus").unwrap_err().field, "timezone");
+        assert_eq!(
+            CronSchedule::parse("* * * * *", "Mars/Olympus")
+                .unwrap_err()
+                .field,
+            "timezone"
+        );
     }
 
     // Proves the DST rule in a named zone: a 02:30 daily job fires once at 03:00 on the
@@ -187,14 +231,26 @@ mod tests {
         let s = CronSchedule::parse("30 2 * * *", "Europe/Berlin").unwrap();
         // 2026-03-29: clocks jump 02:00 -> 03:00 CET->CEST (01:00Z).
         let spring = s.next_after(at("2026-03-28T12:00:00Z")).unwrap();
-        assert_eq!(spring, at("2026-03-29T01:00:00Z"), "fires at 03:00 CEST, the first instant after the gap");
+        assert_eq!(
+            spring,
+            at("2026-03-29T01:00:00Z"),
+            "fires at 03:00 CEST, the first instant after the gap"
+        );
         let after = s.next_after(spring).unwrap();
-        assert_eq!(after, at("2026-03-30T00:30:00Z"), "then 02:30 CEST the next day");
+        assert_eq!(
+            after,
+            at("2026-03-30T00:30:00Z"),
+            "then 02:30 CEST the next day"
+        );
         // 2026-10-25: clocks fall back 03:00 -> 02:00 CEST->CET; 02:30 happens twice.
         let fall = s.next_after(at("2026-10-24T12:00:00Z")).unwrap();
         assert_eq!(fall, at("2026-10-25T00:30:00Z"), "the first 02:30 (CEST)");
         let next = s.next_after(fall).unwrap();
-        assert_eq!(next, at("2026-10-26T01:30:00Z"), "not the second 02:30 (CET): next is 02:30 CET on the 26th");
+        assert_eq!(
+            next,
+            at("2026-10-26T01:30:00Z"),
+            "not the second 02:30 (CET): next is 02:30 CET on the 26th"
+        );
     }
 
     // Proves the misfire rule: late within the grace fires every due time; beyond it, `once`
@@ -204,10 +260,22 @@ mod tests {
         let s = CronSchedule::parse("* * * * * *", "UTC").unwrap();
         let due = at("2026-01-01T00:00:00Z");
         let p = plan(&s, Misfire::Once, due, at("2026-01-01T00:00:30Z"));
-        assert_eq!(p, FirePlan { fire: Some(due), next: Some(at("2026-01-01T00:00:01Z")) });
+        assert_eq!(
+            p,
+            FirePlan {
+                fire: Some(due),
+                next: Some(at("2026-01-01T00:00:01Z"))
+            }
+        );
         let now = at("2026-01-01T01:00:00.200Z");
         let p = plan(&s, Misfire::Once, due, now);
-        assert_eq!(p, FirePlan { fire: Some(due), next: Some(at("2026-01-01T01:00:01Z")) });
+        assert_eq!(
+            p,
+            FirePlan {
+                fire: Some(due),
+                next: Some(at("2026-01-01T01:00:01Z"))
+            }
+        );
         let p = plan(&s, Misfire::Skip, due, now);
         assert_eq!(p.fire, None);
         let p = plan(&s, Misfire::All, due, now);
@@ -224,7 +292,10 @@ mod tests {
         .unwrap();
         spec.validate(&Limits::default()).unwrap();
         let job = spec.job_for(at("2026-01-01T02:00:00Z"));
-        assert_eq!(job.idempotency_key.as_deref(), Some("schedule/nightly/1767232800000"));
+        assert_eq!(
+            job.idempotency_key.as_deref(),
+            Some("schedule/nightly/1767232800000")
+        );
         assert_eq!(job.labels["schedule"], "nightly");
     }
 }

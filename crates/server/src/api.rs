@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use overseer_core::machine::{admit, Reply};
+use overseer_core::schedule::{CronSchedule, ScheduleSpec};
 use overseer_core::spec::{decode_bytes, JobSpec};
 use overseer_core::wire::{
     AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
@@ -14,7 +15,6 @@ use overseer_core::wire::{
     LeaseResponse, OperatorRequest, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
-use overseer_core::schedule::{CronSchedule, ScheduleSpec};
 use overseer_store::{AgentSettings, Claim, JobQuery, NewJob, Schedule, Submitted};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -45,17 +45,14 @@ pub fn router(app: App) -> Router {
         .route("/v1/leases/{lease_id}/heartbeat", post(heartbeat))
         .route("/v1/leases/{lease_id}/complete", post(complete))
         .route("/v1/leases/{lease_id}/fail", post(fail))
+        .route("/v1/schedules", get(list_schedules).post(create_schedule))
         .route(
-            "/v1/schedules",
-            get(not_yet_schedules).post(not_yet_schedules),
+            "/v1/schedules/{name}",
+            get(get_schedule).delete(delete_schedule),
         )
-        .route(
-            "/v1/schedules/{*rest}",
-            get(not_yet_schedules)
-                .post(not_yet_schedules)
-                .delete(not_yet_schedules),
-        )
-        .route("/v1/ordering-keys/{key}", get(not_yet_ordering))
+        .route("/v1/schedules/{name}/pause", post(pause_schedule))
+        .route("/v1/schedules/{name}/resume", post(resume_schedule))
+        .route("/v1/ordering-keys/{key}", get(ordering_key))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are read by `Body<T>` under this limit; the extra slack lets us answer 413
@@ -512,7 +509,9 @@ async fn take_leases(
             }
             app.metrics()
                 .leases_granted
-                .get_or_create(&crate::metrics::AgentLabel { agent: agent.clone() })
+                .get_or_create(&crate::metrics::AgentLabel {
+                    agent: agent.clone(),
+                })
                 .inc_by(leases.len() as u64);
             return Ok(Json(LeaseResponse { leases }));
         }
@@ -757,7 +756,10 @@ async fn metrics(State(app): State<App>) -> Result<Response> {
 
 fn check_agent(app: &App, agent: &str) -> Result<()> {
     if agent.is_empty() || agent.len() > app.limits().name_bytes {
-        return Err(ApiError::bad_request("agent", "agent names are 1 to 200 bytes"));
+        return Err(ApiError::bad_request(
+            "agent",
+            "agent names are 1 to 200 bytes",
+        ));
     }
     Ok(())
 }
@@ -789,17 +791,26 @@ async fn put_limits(
 ) -> Result<Json<Value>> {
     check_agent(&app, &agent)?;
     if req.max_concurrency == Some(0) {
-        return Err(ApiError::bad_request("max_concurrency", "must be at least 1 (pause the agent to stop it)"));
+        return Err(ApiError::bad_request(
+            "max_concurrency",
+            "must be at least 1 (pause the agent to stop it)",
+        ));
     }
     if let Some(rate) = req.rate {
         if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
-            return Err(ApiError::bad_request("rate", "leases per second: more than 0, at most 1000000"));
+            return Err(ApiError::bad_request(
+                "rate",
+                "leases per second: more than 0, at most 1000000",
+            ));
         }
     }
     let mut settings = app.store().agent_settings_get(&agent).await?;
     settings.max_concurrency = req.max_concurrency;
     settings.rate = req.rate;
-    let s = app.store().agent_settings_put(&agent, settings, app.now()).await?;
+    let s = app
+        .store()
+        .agent_settings_put(&agent, settings, app.now())
+        .await?;
     app.notifier().wake_agent(&agent);
     Ok(Json(settings_view(&agent, &s)))
 }
@@ -808,7 +819,10 @@ async fn set_paused(app: &App, agent: &str, paused: bool) -> Result<Json<Value>>
     check_agent(app, agent)?;
     let mut settings = app.store().agent_settings_get(agent).await?;
     settings.paused = paused;
-    let s = app.store().agent_settings_put(agent, settings, app.now()).await?;
+    let s = app
+        .store()
+        .agent_settings_put(agent, settings, app.now())
+        .await?;
     tracing::info!(agent, paused, "agent pause changed");
     app.notifier().wake_agent(agent);
     Ok(Json(settings_view(agent, &s)))
@@ -848,7 +862,10 @@ fn schedule_view(s: &Schedule) -> Value {
     })
 }
 
-async fn create_schedule(State(app): State<App>, Body(spec): Body<ScheduleSpec>) -> Result<Response> {
+async fn create_schedule(
+    State(app): State<App>,
+    Body(spec): Body<ScheduleSpec>,
+) -> Result<Response> {
     let cron = spec.validate(app.limits())?;
     let now = app.now();
     let schedule = Schedule {
@@ -861,17 +878,25 @@ async fn create_schedule(State(app): State<App>, Body(spec): Body<ScheduleSpec>)
         created_at: now,
         updated_at: now,
     };
-    let (stored, created) = app.store().schedule_create(schedule).await.map_err(|e| match e {
-        overseer_store::Error::ScheduleConflict(_) => ApiError {
-            field: Some("name".into()),
-            ..ApiError::conflict("schedule-exists", e.to_string())
-        },
-        other => other.into(),
-    })?;
+    let (stored, created) = app
+        .store()
+        .schedule_create(schedule)
+        .await
+        .map_err(|e| match e {
+            overseer_store::Error::ScheduleConflict(_) => ApiError {
+                field: Some("name".into()),
+                ..ApiError::conflict("schedule-exists", e.to_string())
+            },
+            other => other.into(),
+        })?;
     if let Some(at) = stored.next_fire_at {
         app.notifier().due_at(at);
     }
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     let mut res = (status, Json(schedule_view(&stored))).into_response();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/schedules/{}", stored.name)) {
         res.headers_mut().insert(header::LOCATION, loc);
@@ -881,7 +906,9 @@ async fn create_schedule(State(app): State<App>, Body(spec): Body<ScheduleSpec>)
 
 async fn list_schedules(State(app): State<App>) -> Result<Json<Value>> {
     let all = app.store().schedules_list().await?;
-    Ok(Json(json!({ "schedules": all.iter().map(schedule_view).collect::<Vec<_>>() })))
+    Ok(Json(
+        json!({ "schedules": all.iter().map(schedule_view).collect::<Vec<_>>() }),
+    ))
 }
 
 async fn find_schedule(app: &App, name: &str) -> Result<Schedule> {
@@ -905,7 +932,10 @@ async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Re
 
 async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     find_schedule(&app, &name).await?;
-    let s = app.store().schedule_set_paused(&name, true, None, app.now()).await?;
+    let s = app
+        .store()
+        .schedule_set_paused(&name, true, None, app.now())
+        .await?;
     Ok(Json(schedule_view(&s)))
 }
 
@@ -914,7 +944,10 @@ async fn resume_schedule(State(app): State<App>, Path(name): Path<String>) -> Re
     let cron = CronSchedule::parse(&s.spec.cron, &s.spec.timezone)?;
     let now = app.now();
     // Resuming starts from now: the paused window is not caught up.
-    let s = app.store().schedule_set_paused(&name, false, cron.next_after(now), now).await?;
+    let s = app
+        .store()
+        .schedule_set_paused(&name, false, cron.next_after(now), now)
+        .await?;
     if let Some(at) = s.next_fire_at {
         app.notifier().due_at(at);
     }

@@ -103,7 +103,10 @@ impl Config {
             return Err(invalid("delivery_timeout", "must be between 100ms and 5m"));
         }
         if self.leader_ttl < self.sweep_interval.plus_span(self.sweep_interval) {
-            return Err(invalid("leader_ttl", "must be at least two sweep intervals, so the leader can renew in time"));
+            return Err(invalid(
+                "leader_ttl",
+                "must be at least two sweep intervals, so the leader can renew in time",
+            ));
         }
         if self.pool_size == 0 || self.pool_size > 1000 {
             return Err(invalid("pool_size", "must be between 1 and 1000"));

@@ -101,7 +101,9 @@ impl From<overseer_store::Error> for ApiError {
                 ..ApiError::conflict("idempotency-conflict", e.to_string())
             },
             E::Rejected(r) => r.into(),
-            E::ScheduleNotFound(name) => ApiError::not_found(format!("schedule `{name}` not found")),
+            E::ScheduleNotFound(name) => {
+                ApiError::not_found(format!("schedule `{name}` not found"))
+            }
             E::ScheduleConflict(_) => ApiError::conflict("schedule-exists", e.to_string()),
             E::Fenced { .. } => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -80,7 +80,9 @@ impl App {
     }
 
     pub fn set_leader(&self, leader: bool) {
-        self.inner.leader.store(leader, std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .leader
+            .store(leader, std::sync::atomic::Ordering::Relaxed);
         self.metrics().is_leader.set(i64::from(leader));
     }
 
@@ -154,9 +156,12 @@ impl App {
     pub fn signal(&self, signal: overseer_store::Signal) {
         match signal {
             overseer_store::Signal::Ready { agent } => self.notifier().wake_agent(&agent),
-            overseer_store::Signal::Finished { job } => {
-                self.notifier().apply(job, &[Effect::Finished { state: overseer_core::JobState::Succeeded }])
-            }
+            overseer_store::Signal::Finished { job } => self.notifier().apply(
+                job,
+                &[Effect::Finished {
+                    state: overseer_core::JobState::Succeeded,
+                }],
+            ),
             overseer_store::Signal::Due { at } => self.notifier().due_at(at),
         }
     }
@@ -201,7 +206,11 @@ fn default_node_id() -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "node".to_string());
-    format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
+    format!(
+        "{host}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
 }
 
 /// Opens the store a URL names.

@@ -112,7 +112,12 @@ impl Supervisor {
         }
         if let Some(fence) = self.fence.take() {
             // Hand over at once rather than make the next leader wait out the lease.
-            if let Err(e) = self.app.store().leader_release(&fence.node, fence.epoch).await {
+            if let Err(e) = self
+                .app
+                .store()
+                .leader_release(&fence.node, fence.epoch)
+                .await
+            {
                 tracing::warn!(error = %e, "cannot release the leader lease; it will expire");
             }
             self.app.set_leader(false);
@@ -121,9 +126,17 @@ impl Supervisor {
 
     /// Takes or renews the leader lease; steps down when that fails.
     async fn lead(&mut self, now: Timestamp) {
-        match self.app.store().leader_acquire(&self.node, self.leader_ttl, now).await {
+        match self
+            .app
+            .store()
+            .leader_acquire(&self.node, self.leader_ttl, now)
+            .await
+        {
             Ok(Some(lease)) => {
-                let fence = Fence { node: lease.node, epoch: lease.epoch };
+                let fence = Fence {
+                    node: lease.node,
+                    epoch: lease.epoch,
+                };
                 if self.fence.as_ref() != Some(&fence) {
                     tracing::info!(node = %self.node, epoch = fence.epoch, "became the leader");
                 }
@@ -145,7 +158,10 @@ impl Supervisor {
     /// One pass over everything due at `now`.
     pub async fn sweep(&mut self, now: Timestamp) -> Result<Sweep, StoreError> {
         self.lead(now).await;
-        let mut done = Sweep { leader: self.fence.is_some(), ..Sweep::default() };
+        let mut done = Sweep {
+            leader: self.fence.is_some(),
+            ..Sweep::default()
+        };
         if let Some(fence) = self.fence.clone() {
             match self.lead_sweep(now, &fence, &mut done).await {
                 Err(StoreError::Fenced { epoch }) => {
@@ -167,7 +183,12 @@ impl Supervisor {
         Ok(done)
     }
 
-    async fn lead_sweep(&mut self, now: Timestamp, fence: &Fence, done: &mut Sweep) -> Result<(), StoreError> {
+    async fn lead_sweep(
+        &mut self,
+        now: Timestamp,
+        fence: &Fence,
+        done: &mut Sweep,
+    ) -> Result<(), StoreError> {
         let store = self.app.store();
         for lease in store.leases_expired(now, SWEEP_BATCH).await? {
             let command = Command::Expire {
@@ -175,7 +196,10 @@ impl Supervisor {
                 attempt: lease.attempt,
                 jitter: self.app.jitter(),
             };
-            match store.job_apply_fenced(lease.job_id, command, now, fence).await {
+            match store
+                .job_apply_fenced(lease.job_id, command, now, fence)
+                .await
+            {
                 Ok(t) => {
                     done.expired += 1;
                     self.app.metrics().leases_expired.inc();
@@ -188,7 +212,10 @@ impl Supervisor {
             }
         }
         for job in store.jobs_due(now, SWEEP_BATCH).await? {
-            match store.job_apply_fenced(job, Command::Activate, now, fence).await {
+            match store
+                .job_apply_fenced(job, Command::Activate, now, fence)
+                .await
+            {
                 Ok(t) => {
                     done.activated += 1;
                     self.app.committed(&t);
@@ -205,7 +232,12 @@ impl Supervisor {
     }
 
     /// Fires every due time of a schedule up to `now` (within the misfire rule).
-    async fn fire(&self, mut s: Schedule, now: Timestamp, fence: &Fence) -> Result<usize, StoreError> {
+    async fn fire(
+        &self,
+        mut s: Schedule,
+        now: Timestamp,
+        fence: &Fence,
+    ) -> Result<usize, StoreError> {
         let store = self.app.store();
         let cron = match CronSchedule::parse(&s.spec.cron, &s.spec.timezone) {
             Ok(c) => c,
@@ -218,11 +250,15 @@ impl Supervisor {
         };
         let mut fired = 0;
         for _ in 0..CATCH_UP {
-            let Some(due) = s.next_fire_at.filter(|d| *d <= now) else { break };
+            let Some(due) = s.next_fire_at.filter(|d| *d <= now) else {
+                break;
+            };
             let plan = schedule::plan(&cron, s.spec.misfire, due, now);
             let Some(fire_at) = plan.fire else {
                 tracing::warn!(schedule = %s.name, due = %due, "misfire: skipping the missed window");
-                store.schedule_set_paused(&s.name, false, plan.next, now).await?;
+                store
+                    .schedule_set_paused(&s.name, false, plan.next, now)
+                    .await?;
                 s.next_fire_at = plan.next;
                 continue;
             };
@@ -232,7 +268,9 @@ impl Supervisor {
                 name: s.name.clone(),
                 due_at: due,
                 next_fire_at: plan.next,
-                job: NewJob { transition: admit(job, now) },
+                job: NewJob {
+                    transition: admit(job, now),
+                },
                 now,
             };
             match store.schedule_fire(fire, fence).await? {
@@ -258,17 +296,28 @@ impl Supervisor {
     /// Re-derives the next page of active jobs; returns how many needed repair.
     async fn repair_some(&mut self, now: Timestamp, fence: &Fence) -> Result<usize, StoreError> {
         let store = self.app.store();
-        let page = store.jobs_active(self.repair_cursor, self.repair_batch).await?;
-        self.repair_cursor = if page.len() < self.repair_batch { None } else { page.last().copied() };
+        let page = store
+            .jobs_active(self.repair_cursor, self.repair_batch)
+            .await?;
+        self.repair_cursor = if page.len() < self.repair_batch {
+            None
+        } else {
+            page.last().copied()
+        };
         let mut repaired = 0;
         for id in page {
             // Check on a read first: almost every job is consistent, and a no-op need not queue
             // behind the writer.
-            let Some(job) = store.job_get(id).await? else { continue };
+            let Some(job) = store.job_get(id).await? else {
+                continue;
+            };
             if overseer_core::apply(&job, Command::Repair, now).is_ok_and(|t| t.is_noop()) {
                 continue;
             }
-            match store.job_apply_fenced(id, Command::Repair, now, fence).await {
+            match store
+                .job_apply_fenced(id, Command::Repair, now, fence)
+                .await
+            {
                 Ok(t) if !t.is_noop() => {
                     repaired += 1;
                     self.app.metrics().repairs.inc();

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use overseer_core::machine::admit;
 use overseer_core::outbox::{self, DeliveryKind};
+use overseer_core::schedule::ScheduleSpec;
 use overseer_core::{
     Command, CompPhase, Effect, Job, JobId, JobSpec, JobState, LeaseId, Rejection, Reply,
     StepState, Timestamp, Transition,
@@ -25,8 +26,9 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::{
-    AgentCounts, Claim, Claimed, Delivery, DeliveryOutcome, Error, JobQuery, LeaseRef, NewJob,
-    Store, Submitted,
+    AgentCounts, AgentSettings, Claim, ClaimResult, Claimed, Delivery, DeliveryOutcome, Error,
+    Fence, Fire, FireOutcome, JobQuery, Leadership, LeaseRef, NewJob, OrderingKeyStatus, Result,
+    Schedule, Store, Submitted,
 };
 
 /// A fresh, empty store for one case, and whatever must live as long as it (a temp dir, a
@@ -81,6 +83,21 @@ macro_rules! conformance_tests {
             jobs_active_pages_through_unfinished_jobs,
             new_fields_round_trip_through_hold_retry_resume_skip,
             repair_heals_an_inconsistent_job,
+            claim_order_ages_priority,
+            max_concurrency_is_never_exceeded,
+            rate_limit_spaces_leases,
+            paused_agent_gets_nothing_until_resumed,
+            ordering_key_runs_one_job_at_a_time,
+            blocked_head_holds_only_its_key,
+            ordering_key_keeps_submission_order,
+            leader_lease_changes_hands_with_epochs,
+            fenced_apply_is_refused_after_a_takeover,
+            schedule_create_is_idempotent_and_conflicts,
+            schedule_fires_exactly_once_under_a_race,
+            schedule_overlap_skip_and_allow,
+            schedule_fire_with_a_stale_due_time_writes_nothing,
+            schedule_fire_is_fenced,
+            next_due_at_includes_schedules,
         );
     };
     (@cases ($make:expr) $($case:ident),+ $(,)?) => {
@@ -161,6 +178,7 @@ async fn claim(
         })
         .await
         .expect("claim")
+        .claimed
 }
 
 fn claimed_jobs(claimed: &[Claimed]) -> Vec<JobId> {
@@ -179,7 +197,8 @@ fn ids(jobs: &[Job]) -> Vec<JobId> {
     jobs.iter().map(|j| j.id).collect()
 }
 
-// Proves every job and step field survives the store, through submit, claim, fail and complete.
+// Proves every job and step field survives the store, through submit, claim, fail and complete;
+// the keyed job heads its key, so the submit answers it started, with both histories.
 pub async fn submit_and_get_round_trip(f: &Fixture) {
     let store = &*f.store;
     let full = spec(json!({
@@ -205,7 +224,12 @@ pub async fn submit_and_get_round_trip(f: &Fixture) {
         admitted(id, &full, at(0)),
         admitted(later_id, &later, at(0)),
     ];
-    let expected: Vec<Job> = batch.iter().map(|n| n.transition.job.clone()).collect();
+    // The keyed job is admitted pending and started by the store in the same transaction.
+    let activation =
+        overseer_core::apply(&batch[0].transition.job, Command::Activate, at(0)).expect("activate");
+    let mut history = batch[0].transition.events.clone();
+    history.extend(activation.events.clone());
+    let expected: Vec<Job> = vec![activation.job.clone(), batch[1].transition.job.clone()];
     let submitted = store.jobs_submit(batch.clone()).await.expect("submit");
     assert_eq!(submitted.len(), 2);
     for (s, want) in submitted.iter().zip(&expected) {
@@ -214,13 +238,23 @@ pub async fn submit_and_get_round_trip(f: &Fixture) {
             other => panic!("expected created, got {other:?}"),
         }
     }
+    match &submitted[0] {
+        Submitted::Created(t) => {
+            assert_eq!(t.events, history);
+            let mut effects = batch[0].transition.effects.clone();
+            effects.extend(activation.effects.clone());
+            assert_eq!(t.effects, effects);
+        }
+        other => panic!("expected created, got {other:?}"),
+    }
     assert_eq!(get(store, id).await, expected[0]);
+    assert_eq!(get(store, id).await.state, JobState::Running);
     assert_eq!(get(store, later_id).await, expected[1]);
     assert_eq!(get(store, later_id).await.state, JobState::Pending);
 
     let events = all_events(store, id).await;
-    assert_eq!(events.len(), batch[0].transition.events.len());
-    for (i, (got, want)) in events.iter().zip(&batch[0].transition.events).enumerate() {
+    assert_eq!(events.len(), history.len());
+    for (i, (got, want)) in events.iter().zip(&history).enumerate() {
         assert_eq!(got.seq, i as i64 + 1);
         assert_eq!(got.at, want.at);
         assert_eq!(got.kind, want.kind);
@@ -1841,4 +1875,869 @@ pub async fn repair_heals_an_inconsistent_job(f: &Fixture) {
     assert_eq!(claimed_jobs(&b), vec![id]);
     apply(store, id, complete(1, 1, json!("B")), at(40)).await;
     assert_eq!(get(store, id).await.state, JobState::Succeeded);
+}
+
+// ---- Claim order by aging, agent limits ----
+
+/// Claims like [`claim`], answering the whole [`ClaimResult`].
+async fn claim_full(
+    store: &dyn Store,
+    agent: &str,
+    max: u128,
+    first_lease: u128,
+    now: Timestamp,
+) -> ClaimResult {
+    store
+        .steps_claim(Claim {
+            agent: agent.to_string(),
+            worker: format!("{agent}-worker"),
+            lease_ids: (first_lease..first_lease + max).map(lease_id).collect(),
+            now,
+        })
+        .await
+        .expect("claim")
+}
+
+fn prioritised(priority: i32, agent: &str) -> JobSpec {
+    spec(json!({"priority": priority, "steps": [{"name": "s", "agent": agent}]}))
+}
+
+async fn put_settings(store: &dyn Store, agent: &str, settings: AgentSettings, now: Timestamp) {
+    let stored = store
+        .agent_settings_put(agent, settings.clone(), now)
+        .await
+        .expect("put settings");
+    assert_eq!(stored, settings);
+}
+
+// Proves priority ages: at equal readiness priority 10 goes first, a priority 0 step ready 20 s
+// earlier goes before priority 10, and one ready 9 s earlier does not (1 s per point).
+pub async fn claim_order_ages_priority(f: &Fixture) {
+    let store = &*f.store;
+    for (n, priority, agent, ready) in [
+        (1, 0, "a", 20_000),
+        (2, 10, "a", 20_000),
+        (3, 0, "b", 0),
+        (4, 10, "b", 20_000),
+        (5, 0, "c", 0),
+        (6, 10, "c", 9_000),
+    ] {
+        submit(
+            store,
+            admitted(job_id(n), &prioritised(priority, agent), at(ready)),
+        )
+        .await;
+    }
+    for (first_lease, agent, order) in [(10, "a", [2, 1]), (20, "b", [3, 4]), (30, "c", [6, 5])] {
+        let got = claim_full(store, agent, 5, first_lease, at(30_000)).await;
+        assert_eq!(
+            claimed_jobs(&got.claimed),
+            order.map(job_id).to_vec(),
+            "agent {agent}"
+        );
+        assert_eq!(got.throttled_until, None, "no limits, no throttling");
+    }
+}
+
+// Proves `max_concurrency: 2` holds however many claimers race: 20 concurrent claims of one
+// lease get 2 in all; once one lease ends a new claim gets exactly one more.
+pub async fn max_concurrency_is_never_exceeded(f: &Fixture) {
+    let store = &*f.store;
+    let limited = AgentSettings {
+        max_concurrency: Some(2),
+        ..AgentSettings::default()
+    };
+    put_settings(store, "lim", limited, at(0)).await;
+    let batch = (1..=10)
+        .map(|n| admitted(job_id(n), &one_step("lim"), at(n as i64)))
+        .collect();
+    store.jobs_submit(batch).await.expect("submit");
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for claimer in 0..20u128 {
+        let store = f.store.clone();
+        tasks.spawn(async move { claim(&*store, "lim", 1, 100 + claimer, at(100)).await });
+    }
+    let mut leased = Vec::new();
+    while let Some(got) = tasks.join_next().await {
+        leased.extend(got.expect("claimer task"));
+    }
+    assert_eq!(leased.len(), 2, "at most two leases in flight");
+    assert!(claim(store, "lim", 5, 200, at(200)).await.is_empty());
+
+    let first = &leased[0];
+    apply(
+        store,
+        first.transition.job.id,
+        complete(first.step, 1, json!(1)),
+        at(300),
+    )
+    .await;
+    let more = claim(store, "lim", 5, 300, at(400)).await;
+    assert_eq!(more.len(), 1, "one lease ended, one more may start");
+    assert!(claim(store, "lim", 5, 400, at(500)).await.is_empty());
+}
+
+// Proves `rate: 10` is a bucket of 10 leases refilling one per 100 ms: 10 leases at once, then
+// none until the instant `throttled_until` names, then one.
+pub async fn rate_limit_spaces_leases(f: &Fixture) {
+    let store = &*f.store;
+    let rated = AgentSettings {
+        rate: Some(10.0),
+        ..AgentSettings::default()
+    };
+    put_settings(store, "rl", rated, at(0)).await;
+    let batch = (1..=15)
+        .map(|n| admitted(job_id(n), &one_step("rl"), at(0)))
+        .collect();
+    store.jobs_submit(batch).await.expect("submit");
+
+    let burst = claim_full(store, "rl", 15, 1, at(1_000)).await;
+    assert_eq!(
+        burst.claimed.len(),
+        10,
+        "a full bucket holds one second's worth"
+    );
+    assert_eq!(burst.throttled_until, Some(at(1_100)));
+    let early = claim_full(store, "rl", 5, 20, at(1_099)).await;
+    assert!(early.claimed.is_empty());
+    assert_eq!(early.throttled_until, Some(at(1_100)));
+    let next = claim_full(store, "rl", 5, 30, at(1_100)).await;
+    assert_eq!(next.claimed.len(), 1);
+    assert_eq!(next.throttled_until, Some(at(1_200)));
+    // Tokens left unused build up again, but never beyond the bucket.
+    let later = claim_full(store, "rl", 5, 40, at(60_000)).await;
+    assert_eq!(later.claimed.len(), 4, "only 4 steps are left");
+    assert_eq!(
+        later.throttled_until, None,
+        "the bucket did not hold the claim back"
+    );
+}
+
+// Proves a paused agent gets no lease, its running ones untouched, until resumed; and that
+// settings read back, default for an unknown agent, and are listed only while not default.
+pub async fn paused_agent_gets_nothing_until_resumed(f: &Fixture) {
+    let store = &*f.store;
+    assert_eq!(
+        store.agent_settings_get("p").await.expect("get"),
+        AgentSettings::default()
+    );
+    assert!(store.agent_settings_list().await.expect("list").is_empty());
+    let batch = (1..=3)
+        .map(|n| admitted(job_id(n), &one_step("p"), at(0)))
+        .collect();
+    store.jobs_submit(batch).await.expect("submit");
+    let running = claim(store, "p", 1, 1, at(10)).await;
+    assert_eq!(running.len(), 1);
+
+    let paused = AgentSettings {
+        paused: true,
+        max_concurrency: Some(5),
+        rate: None,
+    };
+    put_settings(store, "p", paused.clone(), at(20)).await;
+    assert_eq!(store.agent_settings_get("p").await.expect("get"), paused);
+    assert_eq!(
+        store.agent_settings_list().await.expect("list"),
+        vec![("p".to_string(), paused)]
+    );
+    let none = claim_full(store, "p", 5, 10, at(30)).await;
+    assert!(none.claimed.is_empty());
+    assert_eq!(none.throttled_until, None);
+    let held = &running[0];
+    assert_eq!(
+        get(store, held.transition.job.id).await.steps[0].state,
+        StepState::Running,
+        "pausing leaves running leases alone"
+    );
+
+    put_settings(store, "p", AgentSettings::default(), at(40)).await;
+    assert!(store.agent_settings_list().await.expect("list").is_empty());
+    assert_eq!(claim(store, "p", 5, 20, at(50)).await.len(), 2);
+}
+
+// ---- Ordering keys ----
+
+fn keyed(key: &str, agent: &str) -> JobSpec {
+    spec(json!({"ordering_key": key, "steps": [{"name": "s", "agent": agent}]}))
+}
+
+/// Claims the only step of `id` (agent `agent`, which has no other ready step) and completes it.
+async fn run_to_success(store: &dyn Store, id: JobId, agent: &str, lease: u128, now: Timestamp) {
+    let got = claim(store, agent, 1, lease, now).await;
+    assert_eq!(claimed_jobs(&got), vec![id]);
+    let attempt = got[0].transition.job.steps[0].attempt;
+    let done = apply(store, id, complete(0, attempt, json!(null)), now).await;
+    assert_eq!(done.job.state, JobState::Succeeded);
+}
+
+// Proves jobs of one key run one at a time: the first starts at submit, the second waits
+// (pending, not due, no wake-up) while the first runs, and is due once the first finished.
+pub async fn ordering_key_runs_one_job_at_a_time(f: &Fixture) {
+    let store = &*f.store;
+    let (first, second) = (job_id(1), job_id(2));
+    let started = submit(store, admitted(first, &keyed("acct", "ok"), at(0))).await;
+    assert_eq!(started.job.state, JobState::Running);
+    assert_eq!(started.job.steps[0].state, StepState::Ready);
+    let waiting = submit(store, admitted(second, &keyed("acct", "ok"), at(10))).await;
+    assert_eq!(waiting.job.state, JobState::Pending);
+    assert_eq!(get(store, second).await, waiting.job);
+
+    assert!(store.jobs_due(at(1_000), 10).await.expect("due").is_empty());
+    assert_eq!(store.next_due_at(at(1_000)).await.expect("next"), None);
+    // Even a stray `Activate` cannot start it while the head is unfinished.
+    match store.job_apply(second, Command::Activate, at(1_000)).await {
+        Err(Error::Rejected(Rejection::NotDue)) => {}
+        other => panic!("expected NotDue, got {other:?}"),
+    }
+    assert_eq!(get(store, second).await, waiting.job);
+    let status = store.ordering_key_status("acct").await.expect("status");
+    assert_eq!(status.key, "acct");
+    assert_eq!(status.head.map(|j| j.id), Some(first));
+    assert_eq!(status.waiting, 1);
+
+    run_to_success(store, first, "ok", 1, at(2_000)).await;
+    assert_eq!(
+        store.jobs_due(at(2_000), 10).await.expect("due"),
+        vec![second]
+    );
+    let status = store.ordering_key_status("acct").await.expect("status");
+    assert_eq!(
+        status.head.as_ref().map(|j| (j.id, j.state)),
+        Some((second, JobState::Pending))
+    );
+    assert_eq!(status.waiting, 0);
+    let t = apply(store, second, Command::Activate, at(2_001)).await;
+    assert_eq!(t.job.state, JobState::Running);
+    assert!(store.jobs_due(at(3_000), 10).await.expect("due").is_empty());
+
+    let unknown = store.ordering_key_status("nobody").await.expect("status");
+    assert_eq!(
+        unknown,
+        OrderingKeyStatus {
+            key: "nobody".into(),
+            head: None,
+            waiting: 0
+        }
+    );
+}
+
+// Proves a blocked head (on_failure hold) holds its own key only: the job behind it is not due,
+// while a delayed job of another key comes due.
+pub async fn blocked_head_holds_only_its_key(f: &Fixture) {
+    let store = &*f.store;
+    let (head, behind, other) = (job_id(1), job_id(2), job_id(3));
+    let fragile = spec(json!({"ordering_key": "k1", "on_failure": "hold",
+        "steps": [{"name": "s", "agent": "bh", "max_attempts": 1}]}));
+    submit(store, admitted(head, &fragile, at(0))).await;
+    submit(store, admitted(behind, &keyed("k1", "bh"), at(1))).await;
+    let delayed = spec(json!({"ordering_key": "k2", "run_at": at(500),
+        "steps": [{"name": "s", "agent": "bh"}]}));
+    let t = submit(store, admitted(other, &delayed, at(2))).await;
+    assert_eq!(
+        t.job.state,
+        JobState::Pending,
+        "a head waits for its run_at"
+    );
+    assert!(store.jobs_due(at(499), 10).await.expect("due").is_empty());
+    assert_eq!(
+        store.next_due_at(at(100)).await.expect("next"),
+        Some(at(500))
+    );
+
+    let got = claim(store, "bh", 1, 1, at(100)).await;
+    assert_eq!(claimed_jobs(&got), vec![head]);
+    let blocked = apply(store, head, fatal(0, 1, "poisoned"), at(200)).await;
+    assert_eq!(blocked.job.state, JobState::Blocked);
+
+    assert_eq!(
+        store.jobs_due(at(1_000), 10).await.expect("due"),
+        vec![other]
+    );
+    let k1 = store.ordering_key_status("k1").await.expect("status");
+    assert_eq!(
+        k1.head.map(|j| (j.id, j.state)),
+        Some((head, JobState::Blocked))
+    );
+    assert_eq!(k1.waiting, 1);
+    assert_eq!(get(store, behind).await.state, JobState::Pending);
+}
+
+// Proves a key's jobs run in submission order, not id or time order: five jobs submitted with
+// falling ids at one instant (two in one batch) each head the key in turn.
+pub async fn ordering_key_keeps_submission_order(f: &Fixture) {
+    let store = &*f.store;
+    let order: Vec<JobId> = (1..=5).rev().map(job_id).collect();
+    let spec = keyed("seq", "so");
+    let first_two = store
+        .jobs_submit(vec![
+            admitted(order[0], &spec, at(0)),
+            admitted(order[1], &spec, at(0)),
+        ])
+        .await
+        .expect("submit");
+    let states: Vec<JobState> = first_two
+        .iter()
+        .map(|s| match s {
+            Submitted::Created(t) => t.job.state,
+            other => panic!("expected created, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(states, vec![JobState::Running, JobState::Pending]);
+    for &id in &order[2..] {
+        let t = submit(store, admitted(id, &spec, at(0))).await;
+        assert_eq!(t.job.state, JobState::Pending);
+    }
+
+    for (i, &id) in order.iter().enumerate() {
+        let now = at(1_000 * (i as i64 + 1));
+        let status = store.ordering_key_status("seq").await.expect("status");
+        assert_eq!(status.head.as_ref().map(|j| j.id), Some(id), "turn {i}");
+        assert_eq!(status.waiting, (order.len() - i - 1) as u64);
+        if i > 0 {
+            assert_eq!(store.jobs_due(now, 10).await.expect("due"), vec![id]);
+            apply(store, id, Command::Activate, now).await;
+        }
+        assert!(store.jobs_due(now, 10).await.expect("due").is_empty());
+        run_to_success(store, id, "so", 10 + i as u128, now).await;
+    }
+    let done = store.ordering_key_status("seq").await.expect("status");
+    assert_eq!((done.head, done.waiting), (None, 0));
+}
+
+// ---- Leader lease and fencing ----
+
+// Proves the leader lease: taken when free (epoch 1), renewed by its holder (same epoch), refused
+// to others until it expires, then taken with the next epoch; a release by a stale holder does
+// nothing, by the holder it frees the lease at once keeping the epoch.
+pub async fn leader_lease_changes_hands_with_epochs(f: &Fixture) {
+    let store = &*f.store;
+    let ttl = overseer_core::Span::from_secs(10);
+    let lease = |node: &str, epoch: i64, expires: Timestamp| Leadership {
+        node: node.into(),
+        epoch,
+        expires_at: expires,
+    };
+    assert_eq!(store.leader_get().await.expect("get"), None);
+    let acquire = |node: &'static str, now: Timestamp| store.leader_acquire(node, ttl, now);
+
+    assert_eq!(
+        acquire("a", at(0)).await.expect("a"),
+        Some(lease("a", 1, at(10_000)))
+    );
+    assert_eq!(acquire("b", at(5_000)).await.expect("b"), None);
+    assert_eq!(
+        acquire("a", at(5_000)).await.expect("renew"),
+        Some(lease("a", 1, at(15_000)))
+    );
+    assert_eq!(acquire("b", at(14_999)).await.expect("b"), None);
+    assert_eq!(
+        acquire("b", at(15_000)).await.expect("steal"),
+        Some(lease("b", 2, at(25_000)))
+    );
+    assert_eq!(acquire("a", at(16_000)).await.expect("a"), None);
+    assert_eq!(
+        store.leader_get().await.expect("get"),
+        Some(lease("b", 2, at(25_000)))
+    );
+
+    store.leader_release("a", 1).await.expect("stale release");
+    store.leader_release("b", 1).await.expect("wrong epoch");
+    assert_eq!(
+        store.leader_get().await.expect("get"),
+        Some(lease("b", 2, at(25_000)))
+    );
+    store.leader_release("b", 2).await.expect("release");
+    let released = store.leader_get().await.expect("get").expect("lease row");
+    assert_eq!((released.node.as_str(), released.epoch), ("b", 2));
+    assert!(released.expires_at <= at(17_000), "released at once");
+    assert_eq!(
+        acquire("a", at(17_000)).await.expect("a"),
+        Some(lease("a", 3, at(27_000)))
+    );
+    // Even its last holder takes an expired lease with a new epoch.
+    assert_eq!(
+        acquire("a", at(27_000)).await.expect("a"),
+        Some(lease("a", 4, at(37_000)))
+    );
+}
+
+// Proves `job_apply_fenced` writes only under the current, unexpired lease: refused after its
+// expiry and after another node took over, with nothing written; the new leader's fence works.
+pub async fn fenced_apply_is_refused_after_a_takeover(f: &Fixture) {
+    let store = &*f.store;
+    let ttl = overseer_core::Span::from_secs(10);
+    let id = job_id(1);
+    let delayed = spec(json!({"run_at": at(500), "steps": [{"name": "s", "agent": "w"}]}));
+    let admitted_job = submit(store, admitted(id, &delayed, at(0))).await.job;
+    let history = all_events(store, id).await;
+
+    let a = store
+        .leader_acquire("a", ttl, at(0))
+        .await
+        .expect("a")
+        .expect("lead");
+    let a = Fence {
+        node: a.node,
+        epoch: a.epoch,
+    };
+    let refused = |r: Result<Transition>, epoch: i64, what: &str| match r {
+        Err(Error::Fenced { epoch: e }) => assert_eq!(e, epoch, "{what}"),
+        other => panic!("{what}: expected Fenced, got {other:?}"),
+    };
+    refused(
+        store
+            .job_apply_fenced(id, Command::Activate, at(10_000), &a)
+            .await,
+        1,
+        "the lease expired at 10 s",
+    );
+    let b = store
+        .leader_acquire("b", ttl, at(10_000))
+        .await
+        .expect("b")
+        .expect("lead");
+    let b = Fence {
+        node: b.node,
+        epoch: b.epoch,
+    };
+    assert_eq!(b.epoch, 2);
+    refused(
+        store
+            .job_apply_fenced(id, Command::Activate, at(10_001), &a)
+            .await,
+        1,
+        "another node took over",
+    );
+    assert_eq!(get(store, id).await, admitted_job, "nothing written");
+    assert_eq!(all_events(store, id).await, history);
+
+    let t = store
+        .job_apply_fenced(id, Command::Activate, at(10_002), &b)
+        .await
+        .expect("the current leader writes");
+    assert_eq!(t.job.state, JobState::Running);
+    assert_eq!(get(store, id).await, t.job);
+    // The core's own rules still apply behind the fence.
+    match store
+        .job_apply_fenced(id, Command::Activate, at(10_003), &b)
+        .await
+    {
+        Err(Error::Rejected(Rejection::NotDue)) => {}
+        other => panic!("expected NotDue, got {other:?}"),
+    }
+}
+
+// ---- Schedules ----
+
+fn schedule_spec(name: &str, extra: Value) -> ScheduleSpec {
+    let mut body = json!({"name": name, "cron": "* * * * *",
+        "job": {"steps": [{"name": "s", "agent": "cron"}]}});
+    if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
+        body.extend(extra);
+    }
+    serde_json::from_value(body).expect("schedule spec decodes")
+}
+
+fn new_schedule(spec: ScheduleSpec, next: Timestamp, now: Timestamp) -> Schedule {
+    Schedule {
+        name: spec.name.clone(),
+        spec,
+        paused: false,
+        next_fire_at: Some(next),
+        last_fire_at: None,
+        last_job_id: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// The firing of `schedule` at `due`, creating job `id`, moving on to `next`.
+fn firing(
+    schedule: &Schedule,
+    due: Timestamp,
+    next: Option<Timestamp>,
+    id: JobId,
+    now: Timestamp,
+) -> Fire {
+    let job = schedule.spec.job_for(due);
+    Fire {
+        name: schedule.name.clone(),
+        due_at: due,
+        next_fire_at: next,
+        job: admitted(id, &job, now),
+        now,
+    }
+}
+
+async fn lead(store: &dyn Store, node: &str, now: Timestamp) -> Fence {
+    let lease = store
+        .leader_acquire(node, overseer_core::Span::from_secs(10), now)
+        .await
+        .expect("acquire")
+        .expect("leads");
+    Fence {
+        node: lease.node,
+        epoch: lease.epoch,
+    }
+}
+
+async fn schedule(store: &dyn Store, name: &str) -> Schedule {
+    store
+        .schedule_get(name)
+        .await
+        .expect("schedule_get")
+        .expect("schedule exists")
+}
+
+async fn all_jobs(store: &dyn Store) -> Vec<Job> {
+    store
+        .jobs_list(JobQuery {
+            limit: 1_000,
+            ..JobQuery::default()
+        })
+        .await
+        .expect("list")
+}
+
+// Proves schedule definitions: creating again with the same spec answers the stored one (not
+// created), another spec under the name conflicts; get, list, pause, resume and delete.
+pub async fn schedule_create_is_idempotent_and_conflicts(f: &Fixture) {
+    let store = &*f.store;
+    let nightly = new_schedule(schedule_spec("nightly", json!({})), at(60_000), at(0));
+    let (stored, created) = store
+        .schedule_create(nightly.clone())
+        .await
+        .expect("create");
+    assert!(created);
+    assert_eq!(stored, nightly);
+    assert_eq!(schedule(store, "nightly").await, nightly);
+
+    let again = new_schedule(schedule_spec("nightly", json!({})), at(120_000), at(50_000));
+    let (stored, created) = store.schedule_create(again).await.expect("create again");
+    assert!(!created);
+    assert_eq!(stored, nightly, "the stored schedule, untouched");
+    let other = new_schedule(
+        schedule_spec("nightly", json!({"cron": "0 * * * *"})),
+        at(0),
+        at(0),
+    );
+    match store.schedule_create(other).await {
+        Err(Error::ScheduleConflict(name)) => assert_eq!(name, "nightly"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let hourly = new_schedule(
+        schedule_spec("hourly", json!({"overlap": "allow"})),
+        at(30_000),
+        at(1),
+    );
+    store.schedule_create(hourly.clone()).await.expect("create");
+    let names: Vec<String> = store
+        .schedules_list()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, vec!["hourly", "nightly"]);
+
+    let paused = store
+        .schedule_set_paused("nightly", true, None, at(100))
+        .await
+        .expect("pause");
+    assert_eq!(
+        (paused.paused, paused.next_fire_at, paused.updated_at),
+        (true, None, at(100))
+    );
+    assert_eq!(schedule(store, "nightly").await, paused);
+    let due: Vec<String> = store
+        .schedules_due(at(1_000_000), 10)
+        .await
+        .expect("due")
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(due, vec!["hourly"], "a paused schedule is never due");
+    let resumed = store
+        .schedule_set_paused("nightly", false, Some(at(90_000)), at(200))
+        .await
+        .expect("resume");
+    assert_eq!(
+        (resumed.paused, resumed.next_fire_at),
+        (false, Some(at(90_000)))
+    );
+    let due: Vec<String> = store
+        .schedules_due(at(1_000_000), 10)
+        .await
+        .expect("due")
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(due, vec!["hourly", "nightly"], "earliest first");
+    assert!(store
+        .schedules_due(at(29_999), 10)
+        .await
+        .expect("due")
+        .is_empty());
+    assert_eq!(
+        store
+            .schedules_due(at(1_000_000), 1)
+            .await
+            .expect("due")
+            .len(),
+        1
+    );
+
+    match store
+        .schedule_set_paused("missing", true, None, at(300))
+        .await
+    {
+        Err(Error::ScheduleNotFound(name)) => assert_eq!(name, "missing"),
+        other => panic!("expected not found, got {other:?}"),
+    }
+    assert!(store.schedule_delete("nightly").await.expect("delete"));
+    assert!(!store
+        .schedule_delete("nightly")
+        .await
+        .expect("delete again"));
+    assert_eq!(store.schedule_get("nightly").await.expect("get"), None);
+}
+
+// Proves a due time fires exactly once when 8 firings race on it: one `Fired`, seven `Stale`,
+// one job in the store, and the schedule advanced with the firing recorded.
+pub async fn schedule_fires_exactly_once_under_a_race(f: &Fixture) {
+    let store = &*f.store;
+    let every = new_schedule(schedule_spec("every", json!({})), at(60_000), at(0));
+    store.schedule_create(every.clone()).await.expect("create");
+    let fence = lead(store, "n1", at(60_000)).await;
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for racer in 0..8u64 {
+        let store = f.store.clone();
+        let fire = firing(
+            &every,
+            at(60_000),
+            Some(at(120_000)),
+            job_id(100 + racer),
+            at(60_005),
+        );
+        let fence = fence.clone();
+        tasks.spawn(async move { store.schedule_fire(fire, &fence).await });
+    }
+    let (mut fired, mut stale) = (Vec::new(), 0);
+    while let Some(outcome) = tasks.join_next().await {
+        match outcome.expect("task").expect("fire") {
+            FireOutcome::Fired(Submitted::Created(t)) => fired.push(t.job),
+            FireOutcome::Stale => stale += 1,
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+    assert_eq!((fired.len(), stale), (1, 7));
+    let job = &fired[0];
+    assert_eq!(ids(&all_jobs(store).await), vec![job.id]);
+    assert_eq!(get(store, job.id).await, *job);
+    assert_eq!(
+        job.idempotency_key.as_deref(),
+        Some("schedule/every/1700000060000")
+    );
+    assert_eq!(
+        job.labels.get("schedule").map(String::as_str),
+        Some("every")
+    );
+    let after = schedule(store, "every").await;
+    assert_eq!(after.next_fire_at, Some(at(120_000)));
+    assert_eq!(after.last_fire_at, Some(at(60_000)));
+    assert_eq!(after.last_job_id, Some(job.id));
+    assert_eq!(after.updated_at, at(60_005));
+    assert!(store
+        .schedules_due(at(119_999), 10)
+        .await
+        .expect("due")
+        .is_empty());
+}
+
+// Proves `overlap: skip` passes over a due time while the last job runs (advancing, no job),
+// fires again once it finished, and `overlap: allow` fires regardless.
+pub async fn schedule_overlap_skip_and_allow(f: &Fixture) {
+    let store = &*f.store;
+    let fence = lead(store, "n1", at(0)).await;
+    let skip = new_schedule(schedule_spec("skip", json!({})), at(1_000), at(0));
+    store.schedule_create(skip.clone()).await.expect("create");
+
+    let first = match store
+        .schedule_fire(
+            firing(&skip, at(1_000), Some(at(2_000)), job_id(1), at(1_000)),
+            &fence,
+        )
+        .await
+        .expect("fire")
+    {
+        FireOutcome::Fired(Submitted::Created(t)) => t.job.id,
+        other => panic!("expected fired, got {other:?}"),
+    };
+    match store
+        .schedule_fire(
+            firing(&skip, at(2_000), Some(at(3_000)), job_id(2), at(2_000)),
+            &fence,
+        )
+        .await
+        .expect("fire")
+    {
+        FireOutcome::Skipped { running } => assert_eq!(running, first),
+        other => panic!("expected skipped, got {other:?}"),
+    }
+    assert!(store.job_get(job_id(2)).await.expect("get").is_none());
+    let s = schedule(store, "skip").await;
+    assert_eq!(
+        (s.next_fire_at, s.last_fire_at, s.last_job_id),
+        (Some(at(3_000)), Some(at(1_000)), Some(first))
+    );
+
+    run_to_success(store, first, "cron", 1, at(2_500)).await;
+    match store
+        .schedule_fire(
+            firing(&skip, at(3_000), Some(at(4_000)), job_id(3), at(3_000)),
+            &fence,
+        )
+        .await
+        .expect("fire")
+    {
+        FireOutcome::Fired(Submitted::Created(t)) => assert_eq!(t.job.id, job_id(3)),
+        other => panic!("expected fired, got {other:?}"),
+    }
+
+    let allow = new_schedule(
+        schedule_spec("allow", json!({"overlap": "allow"})),
+        at(1_000),
+        at(0),
+    );
+    store.schedule_create(allow.clone()).await.expect("create");
+    for (n, due) in [(10, 1_000), (11, 2_000)] {
+        match store
+            .schedule_fire(
+                firing(&allow, at(due), Some(at(due + 1_000)), job_id(n), at(due)),
+                &fence,
+            )
+            .await
+            .expect("fire")
+        {
+            FireOutcome::Fired(Submitted::Created(t)) => assert_eq!(t.job.id, job_id(n)),
+            other => panic!("expected fired, got {other:?}"),
+        }
+    }
+    assert_eq!(get(store, job_id(10)).await.state, JobState::Running);
+}
+
+// Proves a firing whose due time is not the stored `next_fire_at` (already fired, or never
+// due), or of a paused schedule, is `Stale` and writes nothing; a missing schedule is not found.
+pub async fn schedule_fire_with_a_stale_due_time_writes_nothing(f: &Fixture) {
+    let store = &*f.store;
+    let fence = lead(store, "n1", at(55_000)).await;
+    let s = new_schedule(schedule_spec("s", json!({})), at(60_000), at(0));
+    store.schedule_create(s.clone()).await.expect("create");
+    for due in [0, 59_999, 120_000] {
+        match store
+            .schedule_fire(
+                firing(&s, at(due), Some(at(180_000)), job_id(1), at(60_000)),
+                &fence,
+            )
+            .await
+            .expect("fire")
+        {
+            FireOutcome::Stale => {}
+            other => panic!("due {due}: expected stale, got {other:?}"),
+        }
+    }
+    assert_eq!(schedule(store, "s").await, s);
+    assert!(all_jobs(store).await.is_empty());
+
+    store
+        .schedule_set_paused("s", true, Some(at(60_000)), at(1))
+        .await
+        .expect("pause");
+    match store
+        .schedule_fire(
+            firing(&s, at(60_000), Some(at(120_000)), job_id(2), at(60_000)),
+            &fence,
+        )
+        .await
+        .expect("fire")
+    {
+        FireOutcome::Stale => {}
+        other => panic!("paused: expected stale, got {other:?}"),
+    }
+    assert!(all_jobs(store).await.is_empty());
+    let mut gone = s.clone();
+    gone.name = "gone".into();
+    match store
+        .schedule_fire(
+            firing(&gone, at(60_000), None, job_id(3), at(60_000)),
+            &fence,
+        )
+        .await
+    {
+        Err(Error::ScheduleNotFound(name)) => assert_eq!(name, "gone"),
+        other => panic!("expected not found, got {other:?}"),
+    }
+}
+
+// Proves `schedule_fire` is fenced: a deposed leader's firing is refused with nothing written,
+// and the new leader fires the same due time.
+pub async fn schedule_fire_is_fenced(f: &Fixture) {
+    let store = &*f.store;
+    let s = new_schedule(schedule_spec("s", json!({})), at(60_000), at(0));
+    store.schedule_create(s.clone()).await.expect("create");
+    let old = lead(store, "a", at(0)).await;
+    let new = lead(store, "b", at(50_000)).await;
+    match store
+        .schedule_fire(
+            firing(&s, at(60_000), Some(at(120_000)), job_id(1), at(60_000)),
+            &old,
+        )
+        .await
+    {
+        Err(Error::Fenced { epoch }) => assert_eq!(epoch, old.epoch),
+        other => panic!("expected fenced, got {other:?}"),
+    }
+    assert_eq!(schedule(store, "s").await, s);
+    assert!(all_jobs(store).await.is_empty());
+    match store
+        .schedule_fire(
+            firing(&s, at(60_000), Some(at(120_000)), job_id(2), at(59_000)),
+            &new,
+        )
+        .await
+        .expect("fire")
+    {
+        FireOutcome::Fired(Submitted::Created(t)) => assert_eq!(t.job.id, job_id(2)),
+        other => panic!("expected fired, got {other:?}"),
+    }
+}
+
+// Proves `next_due_at` wakes the supervisor for a schedule's next due time, and forgets it
+// while the schedule is paused.
+pub async fn next_due_at_includes_schedules(f: &Fixture) {
+    let store = &*f.store;
+    let s = new_schedule(schedule_spec("s", json!({})), at(60_000), at(0));
+    store.schedule_create(s).await.expect("create");
+    assert_eq!(
+        store.next_due_at(at(0)).await.expect("next"),
+        Some(at(60_000))
+    );
+    let delayed = spec(json!({"run_at": at(30_000), "steps": [{"name": "s", "agent": "w"}]}));
+    submit(store, admitted(job_id(1), &delayed, at(0))).await;
+    assert_eq!(
+        store.next_due_at(at(0)).await.expect("next"),
+        Some(at(30_000))
+    );
+    apply(store, job_id(1), Command::Cancel, at(1)).await;
+    assert_eq!(
+        store.next_due_at(at(1)).await.expect("next"),
+        Some(at(60_000))
+    );
+    store
+        .schedule_set_paused("s", true, None, at(2))
+        .await
+        .expect("pause");
+    assert_eq!(store.next_due_at(at(2)).await.expect("next"), None);
 }

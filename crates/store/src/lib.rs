@@ -12,8 +12,12 @@ use overseer_core::{Command, Job, JobId, JobState, LeaseId, Timestamp, Transitio
 
 #[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod pgtest;
+pub mod postgres;
 pub mod sqlite;
 
+pub use postgres::PgStore;
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// Store failures.
@@ -222,6 +226,8 @@ pub struct Fire {
 
 /// What a firing did.
 #[derive(Clone, Debug)]
+// Fired once per schedule tick: the size of the variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum FireOutcome {
     /// The job was created (or already existed with that key) and the schedule advanced.
     Fired(Submitted),
@@ -274,7 +280,7 @@ pub trait Store: Send + Sync + 'static {
     /// more than `max_concurrency` leases in flight, and a token bucket for `rate`.
     ///
     /// Order: by `next_attempt_at - priority × PRIORITY_AGING` ascending (the core's
-    /// `Step::claim_rank`), so higher priority goes first but a waiting step is never starved.
+    /// `Job::claim_rank`), so higher priority goes first but a waiting step is never starved.
     async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult>;
 
     async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>>;
@@ -292,8 +298,10 @@ pub trait Store: Send + Sync + 'static {
     /// backoff just ended, so their long-polls can be woken.
     async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>>;
 
-    /// The earliest future instant at which something becomes due: a pending `run_at`, a retry's
-    /// `next_attempt_at`, or a lease expiry. Lets the supervisor sleep exactly until then.
+    /// The earliest instant at which the supervisor has something to do: a pending `run_at` of an
+    /// unkeyed job (even past: the sweep clears it), a keyed or retrying step's time only when in
+    /// the future (a keyed job behind its head, or a due retry, must not make it spin), any
+    /// lease expiry, and any unpaused schedule's `next_fire_at`. Lets it sleep exactly until then.
     async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>>;
 
     /// Per agent name, for unfinished jobs: `ready` counts claimable steps by the agent that may
@@ -321,11 +329,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// Like [`Store::job_apply`], but only while `fence` is the current leader lease; else
     /// [`Error::Fenced`] and nothing is written. The supervisor's writes go through this.
-    async fn job_apply_fenced(&self, id: JobId, command: Command, now: Timestamp, fence: &Fence) -> Result<Transition>;
+    async fn job_apply_fenced(
+        &self,
+        id: JobId,
+        command: Command,
+        now: Timestamp,
+        fence: &Fence,
+    ) -> Result<Transition>;
 
     /// Takes the leader lease for `node` if it is free or expired (epoch + 1), or renews it if
     /// `node` holds it (same epoch, new expiry). Returns the lease if `node` holds it afterwards.
-    async fn leader_acquire(&self, node: &str, ttl: overseer_core::Span, now: Timestamp) -> Result<Option<Leadership>>;
+    async fn leader_acquire(
+        &self,
+        node: &str,
+        ttl: overseer_core::Span,
+        now: Timestamp,
+    ) -> Result<Option<Leadership>>;
 
     /// The current leader lease, expired or not.
     async fn leader_get(&self) -> Result<Option<Leadership>>;
@@ -340,7 +359,12 @@ pub trait Store: Send + Sync + 'static {
 
     async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings>;
 
-    async fn agent_settings_put(&self, agent: &str, settings: AgentSettings, now: Timestamp) -> Result<AgentSettings>;
+    async fn agent_settings_put(
+        &self,
+        agent: &str,
+        settings: AgentSettings,
+        now: Timestamp,
+    ) -> Result<AgentSettings>;
 
     /// Every agent name with non-default settings.
     async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>>;
@@ -358,7 +382,8 @@ pub trait Store: Send + Sync + 'static {
     /// Returns whether it existed.
     async fn schedule_delete(&self, name: &str) -> Result<bool>;
 
-    /// Pauses (clearing `next_fire_at`) or resumes (setting it) a schedule.
+    /// Sets a schedule's `paused` flag and `next_fire_at` exactly as given (pausing passes None;
+    /// resuming, or skipping a missed window, passes the next due time).
     async fn schedule_set_paused(
         &self,
         name: &str,

@@ -9,15 +9,22 @@
 //!
 //! Claimable and leased steps are found through columns derived from each step as it is written
 //! (`claim_agent`, `lease_agent`, and the core's `lease_expires_at`), so work and undo are found
-//! alike without decoding a step; see the schema's second migration.
+//! alike without decoding a step; see the schema's second migration. The third adds the claim
+//! order (`claim_rank`), submission order for ordering keys (`seq`), agent limits, the leader
+//! lease and cron schedules, each kept in its own module here: `claims`, `ordering`, `leader`,
+//! `schedule`. Every supervisor write is checked against the leader lease in its own
+//! transaction (`leader::check_fence`).
 
+mod claims;
 #[cfg(any(test, feature = "fault-injection"))]
 mod fault;
+mod leader;
+mod ordering;
 mod rows;
+mod schedule;
 mod schema;
 mod writer;
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +32,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use overseer_core::{Command, Event, Job, JobId, LeaseId, Timestamp, Transition};
+use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{
     params, params_from_iter, Connection, OpenFlags, OptionalExtension, TransactionBehavior,
@@ -34,8 +41,9 @@ use tokio::sync::{mpsc, Semaphore};
 
 use self::rows::{job_id_text, limit_param, DbResult};
 use crate::{
-    AgentCounts, Claim, Claimed, Delivery, DeliveryOutcome, Error, JobQuery, LeaseRef, NewJob,
-    Result, Store, Submitted,
+    AgentCounts, AgentSettings, Claim, ClaimResult, Delivery, DeliveryOutcome, Error, Fence, Fire,
+    FireOutcome, JobQuery, Leadership, LeaseRef, NewJob, OrderingKeyStatus, Result, Schedule,
+    Store, Submitted,
 };
 
 /// How to open a SQLite store.
@@ -352,6 +360,10 @@ fn apply_command(
     history_per_job: usize,
 ) -> Result<Transition> {
     let job = rows::load_job(conn, id)?.ok_or(Error::JobNotFound(id))?;
+    // The core knows nothing of the job's key; a keyed job not heading it is not due yet.
+    if command == Command::Activate && !ordering::may_start(conn, &job)? {
+        return Err(overseer_core::Rejection::NotDue.into());
+    }
     let claim = match &command {
         Command::Claim {
             step,
@@ -413,73 +425,13 @@ fn submit_jobs(
                 continue;
             }
         }
-        rows::insert_job(conn, job)?;
+        let seq = rows::insert_job(conn, job)?;
         rows::append_events(conn, job.id, &new.transition.events, history_per_job)?;
         // An admission has no command time of its own: the job was last updated by it.
         rows::insert_deliveries(conn, &new.transition, job.updated_at)?;
-        out.push(Submitted::Created(new.transition));
-    }
-    Ok(out)
-}
-
-/// Candidates skipped by one claim before it gives up looking further: bounds the work a claim
-/// does if many ready rows turn out not to be claimable.
-const CLAIM_SKIPS_MAX: usize = 1_000;
-
-fn claim_steps(conn: &Connection, claim: Claim, history_per_job: usize) -> Result<Vec<Claimed>> {
-    let want = claim.lease_ids.len();
-    let mut out: Vec<Claimed> = Vec::with_capacity(want);
-    let mut skipped: HashSet<(String, i64)> = HashSet::new();
-    let mut candidates = conn
-        .prepare_cached(
-            "SELECT job_id, idx FROM steps INDEXED BY steps_claim \
-             WHERE claim_agent = ?1 AND next_attempt_at <= ?2 \
-             ORDER BY priority DESC, next_attempt_at ASC, job_id ASC, idx ASC LIMIT ?3",
-        )
-        .db()?;
-    while out.len() < want && skipped.len() < CLAIM_SKIPS_MAX {
-        let limit = (want - out.len() + skipped.len()) as i64;
-        let found: Vec<(String, i64)> = candidates
-            .query_map(params![claim.agent, claim.now.as_millis(), limit], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .db()?
-            .collect::<rusqlite::Result<_>>()
-            .db()?;
-        let fresh: Vec<(String, i64)> =
-            found.into_iter().filter(|c| !skipped.contains(c)).collect();
-        if fresh.is_empty() {
-            break;
-        }
-        for candidate in fresh {
-            let Some(&lease_id) = claim.lease_ids.get(out.len()) else {
-                break;
-            };
-            let job_id: JobId = candidate
-                .0
-                .parse()
-                .map_err(|e| Error::Corrupt(format!("steps.job_id `{}`: {e}", candidate.0)))?;
-            let step = usize::try_from(candidate.1)
-                .map_err(|_| Error::Corrupt(format!("steps.idx {} is negative", candidate.1)))?;
-            let command = Command::Claim {
-                step,
-                lease_id,
-                worker: claim.worker.clone(),
-            };
-            match apply_command(conn, job_id, command, claim.now, history_per_job) {
-                Ok(transition) => out.push(Claimed { step, transition }),
-                // The core has the last word on claimability; a refused candidate changed nothing.
-                Err(Error::Rejected(_)) => {
-                    skipped.insert(candidate);
-                }
-                // One unreadable job must not stall every claim of its agent.
-                Err(e @ (Error::Corrupt(_) | Error::JobNotFound(_))) => {
-                    tracing::error!(job = %job_id, step, error = %e, "skipping an unclaimable step");
-                    skipped.insert(candidate);
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        // A keyed job heading its key starts in this same transaction.
+        let t = ordering::admit_keyed(conn, new.transition, seq, history_per_job)?;
+        out.push(Submitted::Created(t));
     }
     Ok(out)
 }
@@ -573,12 +525,12 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn steps_claim(&self, claim: Claim) -> Result<Vec<Claimed>> {
+    async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
         if claim.lease_ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok(ClaimResult::default());
         }
         let history = self.inner.history_per_job;
-        self.write(move |conn| claim_steps(conn, claim, history))
+        self.write(move |conn| claims::claim_steps(conn, claim, history))
             .await
     }
 
@@ -614,27 +566,8 @@ impl Store for SqliteStore {
     }
 
     async fn jobs_due(&self, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
-        self.read(move |conn| {
-            // A pending job always has a `run_at` (the core starts jobs without one at once).
-            let ids: Vec<String> = conn
-                .prepare_cached(
-                    "SELECT id FROM jobs INDEXED BY jobs_pending_run_at \
-                     WHERE state = 'pending' AND run_at <= ?1 \
-                     ORDER BY run_at, id LIMIT ?2",
-                )
-                .db()?
-                .query_map(params![now.as_millis(), limit_param(limit)], |r| r.get(0))
-                .db()?
-                .collect::<rusqlite::Result<_>>()
-                .db()?;
-            ids.into_iter()
-                .map(|id| {
-                    id.parse()
-                        .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
-                })
-                .collect()
-        })
-        .await
+        self.read(move |conn| ordering::jobs_due(conn, now, limit))
+            .await
     }
 
     async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>> {
@@ -655,17 +588,28 @@ impl Store for SqliteStore {
 
     async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
         self.read(move |conn| {
+            // Past instants count only where the leader's sweep clears them: a pending job
+            // without a key, an expired lease, a schedule's due time. A keyed job waiting behind
+            // its head, or a retry already due, counts only while still in the future, or the
+            // supervisor would wake again at once for something it cannot act on.
             let due: Option<i64> = conn
                 .prepare_cached(
                     "SELECT MIN(t) FROM ( \
-                       SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_pending_run_at \
-                         WHERE state = 'pending' \
+                       SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_pending_unkeyed \
+                         WHERE state = 'pending' AND ordering_key IS NULL \
+                       UNION ALL \
+                       SELECT MIN(COALESCE(run_at, created_at)) FROM jobs \
+                         INDEXED BY jobs_pending_due \
+                         WHERE state = 'pending' AND COALESCE(run_at, created_at) > ?1 \
                        UNION ALL \
                        SELECT MIN(next_attempt_at) FROM steps INDEXED BY steps_claim_due \
                          WHERE claim_agent IS NOT NULL AND next_attempt_at > ?1 \
                        UNION ALL \
                        SELECT MIN(lease_expires_at) FROM steps INDEXED BY steps_lease_expiry \
-                         WHERE lease_expires_at IS NOT NULL)",
+                         WHERE lease_expires_at IS NOT NULL \
+                       UNION ALL \
+                       SELECT MIN(next_fire_at) FROM schedules INDEXED BY schedules_due \
+                         WHERE paused = 0)",
                 )
                 .db()?
                 .query_row([now.as_millis()], |r| r.get(0))
@@ -684,7 +628,7 @@ impl Store for SqliteStore {
                 .prepare_cached(
                     "SELECT agent, SUM(ready), SUM(running) FROM ( \
                        SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
-                       FROM steps s INDEXED BY steps_claim JOIN jobs j ON j.id = s.job_id \
+                       FROM steps s INDEXED BY steps_claim_rank JOIN jobs j ON j.id = s.job_id \
                        WHERE s.claim_agent IS NOT NULL \
                          AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
                        UNION ALL \
@@ -767,6 +711,114 @@ impl Store for SqliteStore {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).db())
             .await
     }
+
+    async fn job_apply_fenced(
+        &self,
+        id: JobId,
+        command: Command,
+        now: Timestamp,
+        fence: &Fence,
+    ) -> Result<Transition> {
+        let history = self.inner.history_per_job;
+        let fence = fence.clone();
+        self.write(move |conn| {
+            leader::check_fence(conn, &fence, now)?;
+            apply_command(conn, id, command, now, history)
+        })
+        .await
+    }
+
+    async fn leader_acquire(
+        &self,
+        node: &str,
+        ttl: Span,
+        now: Timestamp,
+    ) -> Result<Option<Leadership>> {
+        let node = node.to_string();
+        self.write(move |conn| leader::acquire(conn, &node, ttl, now))
+            .await
+    }
+
+    async fn leader_get(&self) -> Result<Option<Leadership>> {
+        self.read(leader::get).await
+    }
+
+    async fn leader_release(&self, node: &str, epoch: i64) -> Result<()> {
+        let node = node.to_string();
+        self.write(move |conn| leader::release(conn, &node, epoch))
+            .await
+    }
+
+    async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings> {
+        let agent = agent.to_string();
+        self.read(move |conn| claims::settings_get(conn, &agent))
+            .await
+    }
+
+    async fn agent_settings_put(
+        &self,
+        agent: &str,
+        settings: AgentSettings,
+        now: Timestamp,
+    ) -> Result<AgentSettings> {
+        let agent = agent.to_string();
+        self.write(move |conn| claims::settings_put(conn, &agent, &settings, now))
+            .await
+    }
+
+    async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>> {
+        self.read(claims::settings_list).await
+    }
+
+    async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
+        let key = key.to_string();
+        self.read(move |conn| ordering::status(conn, &key)).await
+    }
+
+    async fn schedule_create(&self, schedule: Schedule) -> Result<(Schedule, bool)> {
+        self.write(move |conn| schedule::create(conn, schedule))
+            .await
+    }
+
+    async fn schedule_get(&self, name: &str) -> Result<Option<Schedule>> {
+        let name = name.to_string();
+        self.read(move |conn| schedule::get(conn, &name)).await
+    }
+
+    async fn schedules_list(&self) -> Result<Vec<Schedule>> {
+        self.read(schedule::list).await
+    }
+
+    async fn schedule_delete(&self, name: &str) -> Result<bool> {
+        let name = name.to_string();
+        self.write(move |conn| schedule::delete(conn, &name)).await
+    }
+
+    async fn schedule_set_paused(
+        &self,
+        name: &str,
+        paused: bool,
+        next_fire_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<Schedule> {
+        let name = name.to_string();
+        self.write(move |conn| schedule::set_paused(conn, &name, paused, next_fire_at, now))
+            .await
+    }
+
+    async fn schedules_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Schedule>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| schedule::due(conn, now, limit)).await
+    }
+
+    async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome> {
+        let history = self.inner.history_per_job;
+        let fence = fence.clone();
+        self.write(move |conn| schedule::fire(conn, fire, &fence, history))
+            .await
+    }
 }
 
 #[cfg(test)]
@@ -842,6 +894,80 @@ mod tests {
         );
     }
 
+    /// The query plan's detail lines for `sql` on a freshly migrated schema.
+    fn plan(sql: &str) -> Vec<String> {
+        let mut conn = Connection::open_in_memory().expect("open");
+        migrate(&mut conn).expect("migrate");
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("plan");
+        let n = stmt.parameter_count();
+        let args: Vec<i64> = (0..n as i64).collect();
+        stmt.query_map(params_from_iter(args), |r| r.get::<_, String>(3))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows")
+    }
+
+    // Proves the claim and the due-job sweep are ordered ranges of their indexes: no table scan
+    // and no sort, so they cost the same however many rows wait.
+    #[test]
+    fn claims_and_due_jobs_walk_their_indexes_in_order() {
+        let claim = plan(claims::CANDIDATES_SQL);
+        assert_eq!(
+            claim,
+            vec!["SEARCH steps USING INDEX steps_claim_rank (claim_agent=?)"]
+        );
+        let due = plan(ordering::JOBS_DUE_SQL);
+        assert!(
+            due.iter()
+                .all(|l| !l.contains("SCAN") && !l.contains("TEMP B-TREE")),
+            "{due:?}"
+        );
+        assert!(due[0].contains("USING INDEX jobs_pending_due"), "{due:?}");
+        assert!(
+            due.iter()
+                .any(|l| l.contains("USING INDEX jobs_ordering (ordering_key=? AND seq<?)")),
+            "{due:?}"
+        );
+    }
+
+    // Proves a file from before ordering keys gets a submission order: its keyed job heads the
+    // key after the migration, and a job submitted afterwards queues behind it.
+    #[tokio::test]
+    async fn migrated_jobs_head_their_keys() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("v1.db");
+        write_v1_file(&path);
+        Connection::open(&path)
+            .expect("open")
+            .execute("UPDATE jobs SET ordering_key = 'k'", [])
+            .expect("key the job");
+
+        let store = SqliteStore::open(SqliteOptions::new(&path)).expect("open migrates");
+        let old: JobId = JOB.parse().expect("id");
+        let status = store.ordering_key_status("k").await.expect("status");
+        assert_eq!((status.head.map(|j| j.id), status.waiting), (Some(old), 0));
+
+        let spec: overseer_core::JobSpec = serde_json::from_value(serde_json::json!({
+            "ordering_key": "k", "steps": [{"name": "s", "agent": "w"}]
+        }))
+        .expect("spec");
+        let id = JobId(uuid::Uuid::from_u128(1));
+        let t = Timestamp(T0 + 20);
+        let new = overseer_core::machine::admit(Job::from_spec(id, &spec, t), t);
+        let submitted = store
+            .jobs_submit(vec![NewJob { transition: new }])
+            .await
+            .expect("submit");
+        match submitted.as_slice() {
+            [Submitted::Created(t)] => assert_eq!(t.job.state, JobState::Pending),
+            other => panic!("expected a created job, got {other:?}"),
+        }
+        let status = store.ordering_key_status("k").await.expect("status");
+        assert_eq!((status.head.map(|j| j.id), status.waiting), (Some(old), 1));
+    }
+
     // Proves a version 1 file is migrated in place: its rows decode with the new fields at their
     // defaults, its ready step is claimable and counted under its agent, its running step's
     // lease is still found when it expires, and a settled step's stray expiry is not.
@@ -897,7 +1023,8 @@ mod tests {
                 now: Timestamp(T0 + 10),
             })
             .await
-            .expect("claim");
+            .expect("claim")
+            .claimed;
         assert_eq!(claimed.len(), 1);
         assert_eq!(claimed[0].step, 0);
         let step = &claimed[0].transition.job.steps[0];

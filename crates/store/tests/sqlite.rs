@@ -122,7 +122,8 @@ async fn data_survives_close_and_reopen() {
             now: at(10),
         })
         .await
-        .expect("claim");
+        .expect("claim")
+        .claimed;
     let job = claimed[0].transition.job.clone();
     let events = store.job_events(job.id, 0, 100).await.expect("events");
     drop(store);
@@ -265,7 +266,10 @@ mod crash_after_step_result {
             lease_ids: vec![lease_id(1)],
             now: at(10),
         };
-        assert_eq!(store.steps_claim(claim).await.expect("claim").len(), 1);
+        assert_eq!(
+            store.steps_claim(claim).await.expect("claim").claimed.len(),
+            1
+        );
         let done = Command::Complete {
             step: 0,
             attempt: 1,

@@ -695,7 +695,12 @@ fn check_job(job: &Job) {
             } else {
                 job.state == JobState::Running && job.desired_state == DesiredState::Succeeded
             };
-            assert!(takes, "step {} is claimable in a job that refuses it: {}", s.name, here());
+            assert!(
+                takes,
+                "step {} is claimable in a job that refuses it: {}",
+                s.name,
+                here()
+            );
         }
     }
     let unwinding = has(Compensating);
@@ -2463,7 +2468,12 @@ fn skip_lets_dependants_run() {
     // b was parked while the job was blocked; it is ready again with a's dependant c.
     assert_eq!(
         kinds(&tr.events),
-        ["step_skipped a", "job_unblocked", "step_ready b", "step_ready c"]
+        [
+            "step_skipped a",
+            "job_unblocked",
+            "step_ready b",
+            "step_ready c"
+        ]
     );
     assert_eq!(
         detail(&tr, "step_skipped"),
@@ -2519,7 +2529,10 @@ fn resume_retries_every_failed_step() {
     let tr = one.retry("a");
     assert_eq!(kinds(&tr.events), ["step_retried a"]);
     assert_eq!(tr.job.state, JobState::Blocked);
-    assert!(tr.effects.is_empty(), "a retried step stays parked while blocked");
+    assert!(
+        tr.effects.is_empty(),
+        "a retried step stays parked while blocked"
+    );
     assert_eq!(states(&tr.job), "a:waiting b:failed c:waiting");
     assert_eq!(
         one.send(one.claim_cmd_peek(0)),
@@ -3258,8 +3271,8 @@ fn undo_with_no_attempt_limit_retries_forever() {
 }
 
 // Proves an undo failing for good blocks the job while a sibling undo still runs: the sibling
-// may finish (its heartbeat does not say cancel) and nothing else is claimable until the
-// operator acts; then the unwind finishes.
+// may finish (its heartbeat does not say cancel) without moving the job on; Resume retries the
+// failed undo only (the failed work stays failed) and the unwind finishes.
 #[test]
 fn a_sibling_undo_finishes_while_blocked() {
     let steps = vec![
@@ -3362,7 +3375,7 @@ fn claims_follow_the_job_state() {
     type Case = (&'static str, Setup, &'static str);
     let cases: &[Case] = &[
         (
-            "a ready step of a held job",
+            "a step parked by a held job",
             |s| {
                 s.run_fatal("a");
             },
@@ -3429,7 +3442,7 @@ fn claims_follow_the_job_state() {
             step("c", "x", &["b"], 1),
             step("d", "y", &[], 3),
         ];
-        let on_failure = if what.contains("held") {
+        let on_failure = if what.contains("held job") {
             Some(OnFailure::Hold)
         } else {
             None
@@ -3657,7 +3670,11 @@ fn edge_scenarios() -> Vec<Sim> {
     all.push(sim);
     // Held with a running sibling that retries while blocked (parked) and another that fails
     // for good too; retrying one of the two failures leaves the retried step parked.
-    let roots = vec![step("a", "x", &[], 3), step("b", "x", &[], 3), step("c", "x", &[], 3)];
+    let roots = vec![
+        step("a", "x", &[], 3),
+        step("b", "x", &[], 3),
+        step("c", "x", &[], 3),
+    ];
     let mut sim = start(&job(roots, Some(OnFailure::Hold)));
     for name in ["a", "b", "c"] {
         sim.claim(name);
@@ -3848,7 +3865,7 @@ fn plan() -> impl Strategy<Value = Plan> {
             .prop_map(|(pick, skew, retryable, jitter)| Op::Fail { pick, skew, retryable, jitter }),
         8 => (pick.clone(), skew, any::<bool>(), 0.0..1.0f64)
             .prop_map(|(pick, skew, when_due, jitter)| Op::Expire { pick, skew, when_due, jitter }),
-        5 => (pick.clone(), right.clone()).prop_map(|(pick, right)| Op::Retry { pick, right }),
+        5 => (pick.clone(), right).prop_map(|(pick, right)| Op::Retry { pick, right }),
         4 => (pick, right).prop_map(|(pick, right)| Op::Skip { pick, right }),
         2 => Just(Op::Resume),
         2 => Just(Op::Repair),
@@ -3866,7 +3883,7 @@ fn plan() -> impl Strategy<Value = Plan> {
         on_failure,
         any::<bool>(),
         any::<bool>(),
-        prop::collection::vec((advance, op), 0..200),
+        prop::collection::vec((advance, op), 0..80),
     )
         .prop_map(
             |(steps, run_at_ms, on_failure, callback, drain_by_skip, ops)| Plan {
@@ -4140,7 +4157,7 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20000))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     // Proves, for random DAGs with random undos and `on_failure`, and random command sequences
     // (right and wrong attempts and steps, moving time, cancels, undo claims, operator retries,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use overseer_core::backoff::Backoff;
+use overseer_core::job::PRIORITY_AGING;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::spec::{CompensateSpec, OnFailure};
 use overseer_core::{
@@ -99,8 +100,8 @@ const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, m
      comp_budget_from";
 
 /// Everything a step write sets: the job's key and copied priority, the step's own columns, and
-/// the columns derived from the step for the queries that find work (see schema V2).
-const STEP_WRITE_COLUMNS: [&str; 33] = [
+/// the columns derived from the step for the queries that find work (see schemas V2 and V3).
+const STEP_WRITE_COLUMNS: [&str; 34] = [
     "job_id",
     "priority",
     "idx",
@@ -134,6 +135,7 @@ const STEP_WRITE_COLUMNS: [&str; 33] = [
     "comp_budget_from",
     "claim_agent",
     "lease_agent",
+    "claim_rank",
 ];
 
 /// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
@@ -284,13 +286,21 @@ pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     Ok(Some(job))
 }
 
-/// Inserts a new job, its labels and its steps.
-pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<()> {
+/// Inserts a new job, its labels and its steps. Answers the job's submission sequence number:
+/// greater than every job's inserted before it (see schema V3).
+pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
     let id = job_id_text(job.id);
     let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
+    let seq: i64 = conn
+        .prepare_cached("UPDATE job_seq SET last = last + 1 WHERE id = 1 RETURNING last")
+        .db()?
+        .query_row([], |r| r.get(0))
+        .optional()
+        .db()?
+        .ok_or_else(|| corrupt("job_seq", "the submission counter row is missing"))?;
     conn.prepare_cached(&format!(
-        "INSERT INTO jobs ({JOB_COLUMNS}) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+        "INSERT INTO jobs ({JOB_COLUMNS}, seq) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
     ))
     .db()?
     .execute(params![
@@ -309,6 +319,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<()> {
         job.updated_at.as_millis(),
         ms(job.finished_at),
         job.blocked_reason,
+        seq,
     ])
     .db()?;
     let mut label = conn
@@ -320,7 +331,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<()> {
     for idx in 0..job.steps.len() {
         write_step(conn, job, idx)?;
     }
-    Ok(())
+    Ok(seq)
 }
 
 /// Writes the job's own fields back (its labels and idempotency key never change).
@@ -352,11 +363,16 @@ pub(super) fn update_job(conn: &Connection, job: &Job) -> Result<()> {
     if n != 1 {
         return Err(Error::JobNotFound(job.id));
     }
-    // The claim index orders by the copied priority, so keep the copies in step with the job.
-    conn.prepare_cached("UPDATE steps SET priority = ?2 WHERE job_id = ?1 AND priority <> ?2")
-        .db()?
-        .execute(params![id, job.priority])
-        .db()?;
+    // The claim rank is derived from the job's priority, so keep the copies in step with it; the
+    // expression is `Job::claim_rank` for every step whether or not the transition changed it.
+    conn.prepare_cached(
+        "UPDATE steps SET priority = ?2, \
+         claim_rank = CASE WHEN claim_agent IS NOT NULL THEN next_attempt_at - ?2 * ?3 END \
+         WHERE job_id = ?1 AND priority <> ?2",
+    )
+    .db()?
+    .execute(params![id, job.priority, PRIORITY_AGING.as_millis_i64()])
+    .db()?;
     Ok(())
 }
 
@@ -412,6 +428,7 @@ pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()>
             s.comp_budget_from,
             s.claim_agent(),
             lease_agent(s),
+            job.claim_rank(idx),
         ])
         .db()?;
     Ok(())

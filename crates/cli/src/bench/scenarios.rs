@@ -1,0 +1,655 @@
+//! The scenarios of `overseer bench`. Each one submits through the SDK's `Client`, runs SDK
+//! `Worker`s, waits on counts (never on sleeps) and answers its result rows.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use overseer_agent::{Client, Handler, StepContext, StepError, Worker};
+use overseer_core::{JobId, JobSpec, Timestamp};
+use serde_json::{json, Value};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::{rate, Countdown, Ctx, Percentiles, Row, Scenario};
+
+/// Default job counts when `--jobs` is not given.
+const SUBMIT_JOBS: usize = 10_000;
+const DRAIN_JOBS: usize = 20_000;
+const LATENCY_JOBS: usize = 2_000;
+const DAG_JOBS: usize = 2_500;
+/// Jobs per request when a scenario loads its jobs before measuring (the server's maximum).
+const PRELOAD_BATCH: usize = 500;
+/// `latency`: one job every this long.
+const LATENCY_PACE: Duration = Duration::from_millis(5);
+/// `timers`: how far ahead the measured jobs are due, and where the preload sits.
+const TIMERS_AHEAD_MS: f64 = 2_000.0;
+const TIMERS_PRELOAD_AHEAD_MS: f64 = 30.0 * 86_400_000.0;
+
+pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    match scenario {
+        Scenario::Submit => submit(ctx).await,
+        Scenario::Drain => drain(ctx).await,
+        Scenario::Latency => latency(ctx).await,
+        Scenario::Dag => dag(ctx).await,
+        Scenario::Timers => timers(ctx).await,
+        Scenario::Recovery => recovery(ctx).await,
+    }
+}
+
+/// `submit`: N single-job POSTs from C clients, then N more in batches of B.
+async fn submit(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let n = ctx.jobs.unwrap_or(SUBMIT_JOBS);
+    let template = one_step(&ctx.agent("submit"))?;
+    let make = move |_| template.clone();
+    let single = submit_jobs(ctx, n, 1, make.clone()).await?;
+    let mut rows = vec![Row::new("submit", n, single.seconds)
+        .rate(n)
+        .latencies(single.latencies_ms)
+        .note(format!(
+            "{} clients, one POST /v1/jobs per job; latency = request sent → 202 received",
+            ctx.clients
+        ))];
+    if ctx.batch > 1 {
+        let batched = submit_jobs(ctx, n, ctx.batch, make).await?;
+        rows.push(
+            Row::new("submit_batch", n, batched.seconds)
+                .rate(n)
+                .latencies(batched.latencies_ms)
+                .note(format!(
+                    "{} clients, POST /v1/jobs:batch of {}; latency = one batch request",
+                    ctx.clients, ctx.batch
+                )),
+        );
+    }
+    Ok(rows)
+}
+
+/// `drain`: N one-step no-op jobs loaded first, then W workers run them all.
+async fn drain(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let n = ctx.jobs.unwrap_or(DRAIN_JOBS);
+    let agent = ctx.agent("drain");
+    let template = one_step(&agent)?;
+    let load = submit_jobs(ctx, n, PRELOAD_BATCH, move |_| template.clone()).await?;
+    let seconds = run_to_completion(ctx, &agent, n).await?;
+    Ok(vec![Row::new("drain", n, seconds).rate(n).steps(n).note(
+        format!(
+            "{} workers × concurrency {}; first lease → last completion; the {n} jobs were \
+             loaded first in batches of {PRELOAD_BATCH} at {:.0} jobs/s",
+            ctx.workers,
+            ctx.concurrency,
+            rate(n, load.seconds).unwrap_or(0.0)
+        ),
+    )])
+}
+
+/// `dag`: N jobs shaped a → (b, c) → d, loaded first, then W workers run them all.
+async fn dag(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let n = ctx.jobs.unwrap_or(DAG_JOBS);
+    let agent = ctx.agent("dag");
+    let template = spec(json!({ "steps": [
+        { "name": "a", "agent": agent },
+        { "name": "b", "agent": agent, "depends_on": ["a"] },
+        { "name": "c", "agent": agent, "depends_on": ["a"] },
+        { "name": "d", "agent": agent, "depends_on": ["b", "c"] },
+    ]}))?;
+    let load = submit_jobs(ctx, n, PRELOAD_BATCH, move |_| template.clone()).await?;
+    let seconds = run_to_completion(ctx, &agent, 4 * n).await?;
+    Ok(vec![Row::new("dag", n, seconds).rate(n).steps(4 * n).note(
+        format!(
+            "a → (b, c) → d, 4 steps per job; {} workers × concurrency {}; first lease → last \
+             completion; loaded first in batches of {PRELOAD_BATCH} at {:.0} jobs/s",
+            ctx.workers,
+            ctx.concurrency,
+            rate(n, load.seconds).unwrap_or(0.0)
+        ),
+    )])
+}
+
+/// Runs W workers of `agent` until `steps` handlers ran and the server shows nothing ready or
+/// running for it; answers the seconds from the first lease to that moment.
+async fn run_to_completion(ctx: &Ctx, agent: &str, steps: usize) -> anyhow::Result<f64> {
+    let first: Arc<OnceLock<Instant>> = Arc::default();
+    let done = Arc::new(Countdown::new(steps));
+    let handler = {
+        let (first, done) = (first.clone(), done.clone());
+        move |_: StepContext| {
+            first.get_or_init(Instant::now);
+            done.hit();
+            std::future::ready(Ok::<_, StepError>(Value::Null))
+        }
+    };
+    let agents = Agents::start(ctx, agent, "run", ctx.workers, ctx.concurrency, handler)?;
+    let outcome = async {
+        done.wait(ctx.timeout, "steps leased").await?;
+        settled(&ctx.client()?, agent, ctx.timeout).await
+    }
+    .await;
+    let end = Instant::now();
+    agents.stop().await;
+    outcome?;
+    let first = *first.get().context("no step was leased")?;
+    Ok(end.duration_since(first).as_secs_f64())
+}
+
+/// Whether a job's 202 or its lease was seen first, and when.
+enum Mark {
+    /// When the request was sent and when its 202 came back.
+    Answered {
+        sent: Instant,
+        at: Instant,
+    },
+    Leased(Instant),
+}
+
+/// Pairs each job's 202 with its lease, whichever comes first.
+#[derive(Default)]
+struct Marks {
+    pending: Mutex<HashMap<JobId, Mark>>,
+    /// 202 received → lease received (0 when the lease came first).
+    samples_ms: Mutex<Vec<f64>>,
+    /// Request sent → lease received: includes the submit's own commit.
+    from_sent_ms: Mutex<Vec<f64>>,
+    /// Leases that reached the handler before the client had the 202.
+    early: AtomicUsize,
+}
+
+impl Marks {
+    fn answered(&self, job: JobId, sent: Instant, at: Instant) {
+        let leased = {
+            let mut pending = lock(&self.pending);
+            match pending.remove(&job) {
+                Some(Mark::Leased(l)) => Some(l),
+                Some(Mark::Answered { .. }) | None => {
+                    pending.insert(job, Mark::Answered { sent, at });
+                    None
+                }
+            }
+        };
+        if let Some(l) = leased {
+            self.early.fetch_add(1, Ordering::Relaxed);
+            self.record(sent, at, l);
+        }
+    }
+
+    fn leased(&self, job: JobId, at: Instant) {
+        let answered = {
+            let mut pending = lock(&self.pending);
+            match pending.remove(&job) {
+                Some(Mark::Answered { sent, at }) => Some((sent, at)),
+                Some(Mark::Leased(_)) | None => {
+                    pending.insert(job, Mark::Leased(at));
+                    None
+                }
+            }
+        };
+        if let Some((sent, answered)) = answered {
+            self.record(sent, answered, at);
+        }
+    }
+
+    fn record(&self, sent: Instant, answered: Instant, leased: Instant) {
+        lock(&self.samples_ms).push(ms(leased.saturating_duration_since(answered)));
+        lock(&self.from_sent_ms).push(ms(leased.saturating_duration_since(sent)));
+    }
+}
+
+/// `latency`: one job every 5 ms to idle long-polling workers; 202 received → lease received.
+async fn latency(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let r = ctx.jobs.unwrap_or(LATENCY_JOBS);
+    let agent = ctx.agent("latency");
+    let marks = Arc::new(Marks::default());
+    let done = Arc::new(Countdown::new(r));
+    let handler = {
+        let (marks, done) = (marks.clone(), done.clone());
+        move |step: StepContext| {
+            marks.leased(step.job_id(), Instant::now());
+            done.hit();
+            std::future::ready(Ok::<_, StepError>(Value::Null))
+        }
+    };
+    let agents = Agents::start(
+        ctx,
+        &agent,
+        "latency",
+        ctx.workers,
+        ctx.concurrency,
+        handler,
+    )?;
+    let client = ctx.client()?;
+    let outcome = async {
+        polling(&client, &agent, ctx.workers, ctx.timeout).await?;
+        let template = one_step(&agent)?;
+        let mut tick = tokio::time::interval(LATENCY_PACE);
+        // A late tick is made up at once, so the average pace stays one job per 5 ms.
+        tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+        let mut submits: JoinSet<anyhow::Result<()>> = JoinSet::new();
+        let started = Instant::now();
+        for _ in 0..r {
+            tick.tick().await;
+            let (client, spec, marks) = (client.clone(), template.clone(), marks.clone());
+            // Each submit runs on its own, so a slow answer does not hold back the pace.
+            submits.spawn(async move {
+                let sent = Instant::now();
+                let (job, created) = client.submit(&spec).await?;
+                marks.answered(job.id, sent, Instant::now());
+                anyhow::ensure!(created, "job {} was not created", job.id);
+                Ok(())
+            });
+            while let Some(finished) = submits.try_join_next() {
+                finished??;
+            }
+        }
+        while let Some(finished) = submits.join_next().await {
+            finished??;
+        }
+        done.wait(ctx.timeout, "latency: jobs leased").await?;
+        anyhow::Ok(started.elapsed().as_secs_f64())
+    }
+    .await;
+    agents.stop().await;
+    let seconds = outcome?;
+    let samples = std::mem::take(&mut *lock(&marks.samples_ms));
+    let from_sent = Percentiles::of(std::mem::take(&mut *lock(&marks.from_sent_ms)));
+    let early = marks.early.load(Ordering::Relaxed);
+    Ok(vec![Row::new("latency", r, seconds)
+        .rate(r)
+        .latencies(samples)
+        .note(format!(
+            "one job per {} ms to {} idle long-polling workers; 202 received by the client → \
+             lease received by the handler, same-process Instant; {early} leases arrived before \
+             their 202 and count as 0 ms; from the submit request sent instead: p50 {:.1} ms, \
+             p99 {:.1} ms",
+            LATENCY_PACE.as_millis(),
+            ctx.workers,
+            from_sent.p50.unwrap_or(f64::NAN),
+            from_sent.p99.unwrap_or(f64::NAN),
+        ))])
+}
+
+/// `timers`: the submit rate without and with M delayed jobs in the store, and how late K jobs
+/// due 2 s ahead start.
+async fn timers(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let n = ctx.jobs.unwrap_or(SUBMIT_JOBS);
+    let idle = one_step(&ctx.agent("timers-idle"))?;
+    let mut rows = Vec::new();
+
+    let make = {
+        let idle = idle.clone();
+        move |_| idle.clone()
+    };
+    let without = submit_jobs(ctx, n, 1, make.clone()).await?;
+    let without_rate = rate(n, without.seconds).unwrap_or(0.0);
+    rows.push(
+        Row::new("timers_submit_without_preload", n, without.seconds)
+            .rate(n)
+            .latencies(without.latencies_ms)
+            .note(format!(
+                "{} clients, one POST /v1/jobs per job, before the preload",
+                ctx.clients
+            )),
+    );
+
+    if ctx.preload > 0 {
+        let mut far = idle.clone();
+        far.run_at = Some(Timestamp::from_millis(
+            (wall_ms() + TIMERS_PRELOAD_AHEAD_MS) as i64,
+        ));
+        let load = submit_jobs(ctx, ctx.preload, PRELOAD_BATCH, move |_| far.clone()).await?;
+        rows.push(
+            Row::new("timers_preload", ctx.preload, load.seconds)
+                .rate(ctx.preload)
+                .latencies(load.latencies_ms)
+                .note(format!(
+                    "jobs delayed 30 days, POST /v1/jobs:batch of {PRELOAD_BATCH} from {} \
+                     clients; latency = one batch request",
+                    ctx.clients
+                )),
+        );
+    }
+
+    let with = submit_jobs(ctx, n, 1, make).await?;
+    let with_rate = rate(n, with.seconds).unwrap_or(0.0);
+    let change = if without_rate > 0.0 {
+        format!("{:+.0}%", (with_rate / without_rate - 1.0) * 100.0)
+    } else {
+        "n/a".to_string()
+    };
+    rows.push(
+        Row::new("timers_submit_with_preload", n, with.seconds)
+            .rate(n)
+            .latencies(with.latencies_ms)
+            .note(format!(
+                "as timers_submit_without_preload, with {} delayed jobs in the store: {change} \
+                 jobs/s",
+                ctx.preload
+            )),
+    );
+
+    rows.push(lateness(ctx).await?);
+    Ok(rows)
+}
+
+/// K jobs due together 2 s after they are submitted: lease receipt (wall clock) − `run_at`.
+async fn lateness(ctx: &Ctx) -> anyhow::Result<Row> {
+    let k = ctx.due;
+    let agent = ctx.agent("timers");
+    let received_ms: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let done = Arc::new(Countdown::new(k));
+    let handler = {
+        let (received_ms, done) = (received_ms.clone(), done.clone());
+        move |_: StepContext| {
+            lock(&received_ms).push(wall_ms());
+            done.hit();
+            std::future::ready(Ok::<_, StepError>(Value::Null))
+        }
+    };
+    // Enough slots for all K at once: this measures the scheduler, not the agents' capacity.
+    let concurrency = ctx.concurrency.max(k.div_ceil(ctx.workers));
+    let agents = Agents::start(ctx, &agent, "timers", ctx.workers, concurrency, handler)?;
+    let client = ctx.client()?;
+    let outcome = async {
+        polling(&client, &agent, ctx.workers, ctx.timeout).await?;
+        // Whole milliseconds, as the server keeps them, so lateness is measured from the real due time.
+        let due_ms = (wall_ms() + TIMERS_AHEAD_MS).round();
+        let mut spec = one_step(&agent)?;
+        spec.run_at = Some(Timestamp::from_millis(due_ms as i64));
+        submit_jobs(ctx, k, k.min(PRELOAD_BATCH), move |_| spec.clone()).await?;
+        done.wait(ctx.timeout, "timers: due jobs leased").await?;
+        anyhow::Ok(due_ms)
+    }
+    .await;
+    agents.stop().await;
+    let due_ms = outcome?;
+    let late: Vec<f64> = lock(&received_ms).iter().map(|r| r - due_ms).collect();
+    let last = late.iter().copied().fold(0.0, f64::max);
+    let p95 = Percentiles::of(late.clone()).p95.unwrap_or(f64::NAN);
+    Ok(Row::new("timers_lateness", k, last / 1000.0)
+        .latencies(late)
+        .note(format!(
+            "{k} jobs due together 2 s after submission, among {} delayed jobs; lease receipt \
+             (wall clock) − run_at; p95 {p95:.1} ms; {} workers × concurrency {concurrency}",
+            ctx.preload, ctx.workers
+        )))
+}
+
+/// Shared by the doomed and the healthy workers of `recovery`.
+#[derive(Default)]
+struct Recovery {
+    abandoned_at: OnceLock<Instant>,
+    samples_ms: Mutex<Vec<f64>>,
+}
+
+/// `recovery`: K steps whose agent is killed mid-step; abandon → the step's next lease.
+async fn recovery(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let k = ctx.kills;
+    let agent = ctx.agent("recovery");
+    // A 1ms backoff keeps the retry delay out of the measure: what remains is the lease running
+    // out and the sweep noticing.
+    let template = spec(json!({ "steps": [{
+        "name": "s", "agent": agent, "timeout": ctx.step_timeout.to_string(),
+        "backoff": { "initial": "1ms", "max": "1ms" },
+    }]}))?;
+    let state = Arc::new(Recovery::default());
+    let first = Arc::new(Countdown::new(k));
+    let recovered = Arc::new(Countdown::new(k));
+    let handler = {
+        let (state, first, recovered) = (state.clone(), first.clone(), recovered.clone());
+        move |step: StepContext| {
+            let (state, first, recovered) = (state.clone(), first.clone(), recovered.clone());
+            async move {
+                if step.attempt() == 1 {
+                    // The killed agent: hangs until its worker is abandoned, which drops this.
+                    first.hit();
+                    std::future::pending::<()>().await;
+                }
+                let now = Instant::now();
+                if let Some(at) = state.abandoned_at.get() {
+                    lock(&state.samples_ms).push(ms(now.saturating_duration_since(*at)));
+                }
+                recovered.hit();
+                Ok::<_, StepError>(Value::Null)
+            }
+        }
+    };
+    let doomed = Agents::start(ctx, &agent, "doomed", 1, k, handler.clone())?;
+    let loaded = async {
+        submit_jobs(ctx, k, k.min(PRELOAD_BATCH), move |_| template.clone()).await?;
+        first
+            .wait(ctx.timeout, "recovery: first attempts leased")
+            .await
+    }
+    .await;
+    if let Err(e) = loaded {
+        doomed.stop().await;
+        return Err(e);
+    }
+    state.abandoned_at.get_or_init(Instant::now);
+    doomed.abandon();
+    let healthy = Agents::start(
+        ctx,
+        &agent,
+        "healthy",
+        ctx.workers,
+        ctx.concurrency,
+        handler,
+    )?;
+    let outcome = recovered
+        .wait(ctx.timeout, "recovery: steps leased again")
+        .await;
+    healthy.stop().await;
+    doomed.stop().await;
+    outcome?;
+    let samples = std::mem::take(&mut *lock(&state.samples_ms));
+    let last = samples.iter().copied().fold(0.0, f64::max);
+    let bound = match ctx.sweep_interval {
+        Some(sweep) => format!(
+            "sweep interval {sweep}, so the bound is timeout + one sweep = {}",
+            overseer_core::Span::from_millis(ctx.step_timeout.as_millis() + sweep.as_millis())
+        ),
+        None => "sweep interval unknown (remote server; 1s by default), bound = timeout + one \
+                 sweep"
+            .to_string(),
+    };
+    let mut row = Row::new("recovery", k, last / 1000.0)
+        .latencies(samples)
+        .note(format!(
+            "{k} steps, agent abandoned mid-step (handlers dropped, no more heartbeats) → next \
+             lease of the step; step timeout {}, retry backoff 1ms; {bound}",
+            ctx.step_timeout
+        ));
+    row.p999_ms = None;
+    Ok(vec![row])
+}
+
+/// SDK workers run by a scenario.
+struct Agents {
+    shutdown: CancellationToken,
+    abandon: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Agents {
+    fn start<H: Handler + Clone>(
+        ctx: &Ctx,
+        agent: &str,
+        label: &str,
+        count: usize,
+        concurrency: usize,
+        handler: H,
+    ) -> anyhow::Result<Agents> {
+        let shutdown = CancellationToken::new();
+        let abandon = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        for i in 0..count {
+            let worker = Worker::builder(ctx.client()?)
+                .worker_id(format!("bench-{}-{label}-{i}", ctx.run))
+                .handler(agent, handler.clone())
+                .concurrency(concurrency)
+                .build()?;
+            tasks.spawn(worker.run_until_abandon(shutdown.clone(), abandon.clone()));
+        }
+        Ok(Agents {
+            shutdown,
+            abandon,
+            tasks,
+        })
+    }
+
+    /// Drops every running handler at once and reports nothing, as a killed agent would.
+    fn abandon(&self) {
+        self.abandon.cancel();
+    }
+
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        let joined = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(Duration::from_secs(10), joined)
+            .await
+            .is_err()
+        {
+            tracing::warn!("bench workers did not stop within 10s; abandoning them");
+            self.abandon.cancel();
+            self.tasks.shutdown().await;
+        }
+    }
+}
+
+/// What loading jobs took: the whole time and each request's latency.
+struct Load {
+    seconds: f64,
+    latencies_ms: Vec<f64>,
+}
+
+/// Submits `n` jobs made by `make` from `ctx.clients` concurrent clients (each with its own
+/// connection pool), `batch` per request: `POST /v1/jobs` when 1, else `POST /v1/jobs:batch`.
+async fn submit_jobs<F>(ctx: &Ctx, n: usize, batch: usize, make: F) -> anyhow::Result<Load>
+where
+    F: Fn(usize) -> JobSpec + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let next = Arc::new(AtomicUsize::new(0));
+    let requests = n.div_ceil(batch);
+    let clients: Vec<Client> = (0..ctx.clients.min(requests))
+        .map(|_| ctx.client())
+        .collect::<anyhow::Result<_>>()?;
+    let started = Instant::now();
+    let mut tasks: JoinSet<anyhow::Result<Vec<f64>>> = JoinSet::new();
+    for client in clients {
+        let (make, next) = (make.clone(), next.clone());
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let from = next.fetch_add(batch, Ordering::Relaxed);
+                if from >= n {
+                    break;
+                }
+                let specs: Vec<JobSpec> = (from..(from + batch).min(n)).map(|i| make(i)).collect();
+                let sent = Instant::now();
+                if let [spec] = specs.as_slice() {
+                    let (job, created) = client.submit(spec).await?;
+                    anyhow::ensure!(created, "job {} was not created", job.id);
+                } else {
+                    let answer = client.submit_batch(&specs).await?;
+                    anyhow::ensure!(
+                        answer.jobs.len() == specs.len(),
+                        "a batch of {} answered {} jobs",
+                        specs.len(),
+                        answer.jobs.len()
+                    );
+                }
+                latencies.push(ms(sent.elapsed()));
+            }
+            Ok(latencies)
+        });
+    }
+    let mut latencies_ms = Vec::with_capacity(requests);
+    let joined = async {
+        while let Some(finished) = tasks.join_next().await {
+            latencies_ms.extend(finished??);
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(ctx.timeout, joined)
+        .await
+        .map_err(|_| anyhow::anyhow!("submitting {n} jobs took longer than {:?}", ctx.timeout))??;
+    Ok(Load {
+        seconds: started.elapsed().as_secs_f64(),
+        latencies_ms,
+    })
+}
+
+/// Waits until `count` workers of `agent` have asked the server for leases, so they are
+/// long-polling before anything is measured.
+async fn polling(
+    client: &Client,
+    agent: &str,
+    count: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let list = client.agents().await?;
+        let seen = list
+            .agents
+            .iter()
+            .find(|a| a.agent == agent)
+            .map_or(0, |a| a.workers.len());
+        if seen >= count {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {seen} of {count} workers polled within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the server shows no step of `agent` ready or running: every report has landed.
+async fn settled(client: &Client, agent: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let list = client.agents().await?;
+        let left = list
+            .agents
+            .iter()
+            .find(|a| a.agent == agent)
+            .map_or(0, |a| a.ready + a.running);
+        if left == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{left} steps still ready or running after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn spec(value: Value) -> anyhow::Result<JobSpec> {
+    serde_json::from_value(value).context("a bench job spec does not decode")
+}
+
+/// A job of one no-op step.
+fn one_step(agent: &str) -> anyhow::Result<JobSpec> {
+    spec(json!({ "steps": [{ "name": "noop", "agent": agent }] }))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Milliseconds since the Unix epoch, with a fraction.
+fn wall_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,754 @@
+//! The PostgreSQL backend: many server nodes sharing one database.
+//!
+//! Like the SQLite backend, it never decides what a command does: it loads a job (its row and its
+//! steps), asks `overseer_core::apply` for the transition, and writes the transition back (job
+//! row, changed steps, events with the history trim, outbox deliveries) in one transaction. What
+//! differs is how nodes are kept from stepping on each other:
+//!
+//! - a command locks its job row (`FOR UPDATE`) before loading it, so commands on one job are
+//!   serial and each sees the last one's steps (read committed: the steps are read after the
+//!   lock is granted);
+//! - a claim locks each candidate's job with `FOR UPDATE SKIP LOCKED`, so claimers never wait on
+//!   each other and a job someone else is writing is simply passed over, and the core re-checks
+//!   claimability on the freshly loaded job; an agent with limits has its settings row locked
+//!   first, which serialises that agent's claims so `max_concurrency` and the rate hold across
+//!   nodes;
+//! - jobs with an ordering key take a transaction-scoped advisory lock on the key before they are
+//!   inserted, so which job heads a key is decided by one node at a time;
+//! - the supervisor's writes check the leader row (`FOR SHARE`) in their own transaction.
+//!
+//! Every instant comes from the caller; SQL's `now()` is never used. Serialization failures and
+//! deadlocks are retried a few times; connection trouble is [`Error::Unavailable`]. Commits wait
+//! for the WAL flush (`synchronous_commit=on` is set on every connection).
+//!
+//! Nodes hear each other through `LISTEN/NOTIFY` (see `listen`): [`Store::signals`].
+
+mod control;
+mod jobs;
+mod listen;
+mod rows;
+mod schema;
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction};
+use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
+use tokio::sync::broadcast;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{IsolationLevel, NoTls};
+
+use self::rows::{get, limit_param, query, query_one, to_u64, Lock};
+use crate::{
+    AgentCounts, AgentSettings, Claim, ClaimResult, Delivery, DeliveryOutcome, Error, Fence, Fire,
+    FireOutcome, JobQuery, Leadership, LeaseRef, NewJob, OrderingKeyStatus, Result, Schedule,
+    Signal, Store, Submitted,
+};
+
+/// How to open a PostgreSQL store.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// `postgres://user:password@host:port/database?…` (TLS is not supported: use a local
+    /// network or a TLS-terminating proxy).
+    pub url: String,
+    /// Events kept per job; older ones are deleted as new ones arrive. At least 1.
+    pub history_per_job: usize,
+    /// Connections in the pool (besides the one listening for notifications). At least 1.
+    pub pool_size: usize,
+    /// How long connecting to the server may take.
+    pub connect_timeout: Duration,
+    /// How long a request waits for a pooled connection before answering `Unavailable`.
+    pub acquire_timeout: Duration,
+    /// Signals buffered for a slow subscriber before it starts missing some.
+    pub signal_capacity: usize,
+}
+
+impl PgOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        PgOptions {
+            url: url.into(),
+            history_per_job: overseer_core::Limits::default().history_per_job,
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(10),
+            signal_capacity: 1024,
+        }
+    }
+}
+
+/// A store in a PostgreSQL database. Cheap to clone; its connections and its listening task go
+/// when the last clone does.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    history_per_job: usize,
+    signals: broadcast::Sender<Signal>,
+    _listener: listen::Listener,
+}
+
+/// Why a unit of work against the database stopped: a PostgreSQL error (classified only at the
+/// end, so the retry loop and the idempotency handling can look at its SQLSTATE) or a store error.
+#[derive(Debug)]
+enum Failure {
+    Pg(tokio_postgres::Error),
+    Store(Error),
+    /// A race that a fresh transaction resolves (e.g. a conflicting row vanished in between).
+    Retry(String),
+}
+
+type Res<T> = std::result::Result<T, Failure>;
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Failure::Pg(e)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Store(e)
+    }
+}
+
+impl From<overseer_core::Rejection> for Failure {
+    fn from(e: overseer_core::Rejection) -> Self {
+        Failure::Store(Error::Rejected(e))
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Pg(e) => f.write_str(&describe(e)),
+            Failure::Store(e) => e.fmt(f),
+            Failure::Retry(why) => f.write_str(why),
+        }
+    }
+}
+
+impl Failure {
+    /// Whether running the whole transaction again may succeed.
+    fn is_retryable(&self) -> bool {
+        match self {
+            Failure::Pg(e) => matches!(
+                e.code(),
+                Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *c == SqlState::T_R_DEADLOCK_DETECTED
+            ),
+            Failure::Retry(_) => true,
+            Failure::Store(_) => false,
+        }
+    }
+
+    /// The store error this stands for. Every PostgreSQL error that gets this far means the
+    /// database could not do the work now (connection lost, server shutting down, out of
+    /// resources, …): nothing was committed, and the caller may retry.
+    fn into_error(self) -> Error {
+        match self {
+            Failure::Store(e) => e,
+            Failure::Pg(e) => Error::Unavailable(describe(&e)),
+            Failure::Retry(why) => Error::Unavailable(why),
+        }
+    }
+}
+
+/// A PostgreSQL error as one line: the server's message and SQLSTATE, or the client's cause.
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> Error {
+    use deadpool_postgres::PoolError;
+    match e {
+        PoolError::Backend(e) => Error::Unavailable(format!("cannot connect: {}", describe(&e))),
+        PoolError::Timeout(_) => {
+            Error::Unavailable("timed out waiting for a database connection".into())
+        }
+        other => Error::Unavailable(format!("database pool: {other}")),
+    }
+}
+
+/// A unit of work run inside one transaction; may run more than once (see [`PgStore::write`]).
+type Work<'t, T> = Pin<Box<dyn Future<Output = Res<T>> + Send + 't>>;
+
+/// The second argument of every unit of work. It carries no data: its type tells the compiler
+/// that whatever the work borrows from its caller (lifetime `'a`) outlives the transaction
+/// (`'t`), which a higher-ranked closure bound cannot say directly.
+type Scope<'t, 'a> = PhantomData<&'t &'a ()>;
+
+/// How long a session of ours may sit idle inside a transaction before the server ends it.
+const IDLE_IN_TRANSACTION_MS: u64 = 60_000;
+
+/// How long a statement of ours waits for a row or advisory lock (migrations excepted).
+const LOCK_TIMEOUT_MS: u64 = 30_000;
+
+/// Times a transaction that hit a serialization failure or a deadlock is tried again.
+const RETRIES: u32 = 5;
+
+impl PgStore {
+    /// Connects, brings the schema up to date (safe when several nodes start at once), and starts
+    /// listening for other nodes' signals.
+    pub async fn open(options: PgOptions) -> Result<PgStore> {
+        let mut config: tokio_postgres::Config = options
+            .url
+            .parse()
+            .map_err(|e| Error::Unavailable(format!("not a PostgreSQL URL: {e}")))?;
+        config.connect_timeout(options.connect_timeout);
+        config.keepalives_idle(Duration::from_secs(30));
+        if config.get_application_name().is_none() {
+            config.application_name("overseer");
+        }
+        // A 2xx for a submit promises the job is on disk: whatever the server's default, every
+        // commit of ours waits for its WAL flush. Our transactions never sit idle and never wait
+        // long for a lock, so a session that does (its node hung or cut off mid-transaction) is
+        // ended, and its locks released, rather than holding jobs or an agent's claims for as
+        // long as the server takes to notice a dead connection.
+        let guards = format!(
+            "-c synchronous_commit=on -c idle_in_transaction_session_timeout={} \
+             -c lock_timeout={}",
+            IDLE_IN_TRANSACTION_MS, LOCK_TIMEOUT_MS
+        );
+        let session = match config.get_options() {
+            Some(existing) => format!("{existing} {guards}"),
+            None => guards,
+        };
+        config.options(&session);
+
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                // Checks a pooled connection with a query before handing it out, so connections
+                // broken by a server restart are replaced instead of failing a request.
+                recycling_method: RecyclingMethod::Verified,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.acquire_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| Error::Unavailable(format!("cannot build the connection pool: {e}")))?;
+
+        let (signals, _) = broadcast::channel(options.signal_capacity.max(1));
+        let store = PgStore {
+            inner: Arc::new(Inner {
+                pool,
+                history_per_job: options.history_per_job.max(1),
+                signals: signals.clone(),
+                _listener: listen::spawn(config, signals),
+            }),
+        };
+        store.migrate().await?;
+        store.warn_if_not_durable().await;
+        Ok(store)
+    }
+
+    /// Applies the migrations this database has not seen, under the migration lock.
+    async fn migrate(&self) -> Result<()> {
+        let applied_at = wall_clock_ms();
+        let (from, to) = self
+            .write(move |tx, _| {
+                Box::pin(async move {
+                    query(
+                        tx,
+                        "SELECT pg_advisory_xact_lock($1)",
+                        &[&schema::MIGRATION_LOCK],
+                    )
+                    .await?;
+                    tx.batch_execute(schema::BOOKKEEPING).await?;
+                    let row = query_one(
+                        tx,
+                        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                        &[],
+                    )
+                    .await?;
+                    let version: i32 = get(&row, 0, "schema_migrations.version")?;
+                    let known = schema::MIGRATIONS.len();
+                    let from = usize::try_from(version)
+                        .ok()
+                        .filter(|v| *v <= known)
+                        .ok_or_else(|| {
+                            Failure::Store(Error::Corrupt(format!(
+                                "schema version {version} is not one this build knows (it \
+                                 knows up to {known}): is a newer Overseer using this database?"
+                            )))
+                        })?;
+                    for (i, migration) in schema::MIGRATIONS.iter().enumerate().skip(from) {
+                        tx.batch_execute(migration).await?;
+                        let version = i32::try_from(i + 1).unwrap_or(i32::MAX);
+                        query(
+                            tx,
+                            "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                            &[&version, &applied_at],
+                        )
+                        .await?;
+                    }
+                    Ok((from, known))
+                })
+            })
+            .await?;
+        if from < to {
+            tracing::info!(from, to, "migrated the PostgreSQL schema");
+        }
+        Ok(())
+    }
+
+    async fn warn_if_not_durable(&self) {
+        let fsync = self
+            .read(|tx, _| {
+                Box::pin(async move {
+                    let row = query_one(tx, "SELECT current_setting('fsync')", &[]).await?;
+                    get::<String>(&row, 0, "fsync")
+                })
+            })
+            .await;
+        if let Ok(value) = fsync {
+            if value != "on" {
+                tracing::warn!(fsync = %value, "the PostgreSQL server runs with fsync off: a \
+                    crash of its machine can lose committed jobs");
+            }
+        }
+    }
+
+    /// Runs `work` in a read-write transaction (read committed) and commits it, trying the whole
+    /// transaction again after a serialization failure or a deadlock.
+    async fn write<'a, T, F>(&self, mut work: F) -> Result<T>
+    where
+        T: Send,
+        F: for<'t> FnMut(&'t Transaction<'t>, Scope<'t, 'a>) -> Work<'t, T> + Send + 'a,
+    {
+        let mut attempt = 0;
+        loop {
+            let mut client = self.inner.pool.get().await.map_err(pool_error)?;
+            let outcome: Res<T> = async {
+                let tx = client.transaction().await?;
+                let value = work(&tx, PhantomData).await?;
+                tx.commit().await?;
+                Ok(value)
+            }
+            .await;
+            match outcome {
+                Ok(value) => return Ok(value),
+                Err(f) if f.is_retryable() && attempt < RETRIES => {
+                    attempt += 1;
+                    tracing::debug!(attempt, error = %f, "retrying a transaction");
+                    tokio::time::sleep(retry_delay(attempt)).await;
+                }
+                Err(f) => return Err(f.into_error()),
+            }
+        }
+    }
+
+    /// Runs `work` in a read-only transaction on one snapshot (repeatable read), so a job and its
+    /// steps always come from the same commit.
+    async fn read<'a, T, F>(&self, mut work: F) -> Result<T>
+    where
+        T: Send,
+        F: for<'t> FnMut(&'t Transaction<'t>, Scope<'t, 'a>) -> Work<'t, T> + Send + 'a,
+    {
+        let mut client = self.inner.pool.get().await.map_err(pool_error)?;
+        let outcome: Res<T> = async {
+            let tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let value = work(&tx, PhantomData).await?;
+            tx.commit().await?;
+            Ok(value)
+        }
+        .await;
+        outcome.map_err(Failure::into_error)
+    }
+
+    /// Connections in the pool right now, and how many of them are idle (for metrics and tests).
+    pub fn pool_status(&self) -> (usize, usize) {
+        let status = self.inner.pool.status();
+        (status.size, status.available)
+    }
+}
+
+/// A few milliseconds, growing with each retry, with a little jitter from the clock so racing
+/// transactions do not retry in lockstep.
+fn retry_delay(attempt: u32) -> Duration {
+    let jitter = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::from(d.subsec_nanos() % 5))
+        .unwrap_or(0);
+    Duration::from_millis(5 * u64::from(attempt) + jitter)
+}
+
+/// The wall clock, only for bookkeeping no decision depends on (when a migration ran).
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Job ids decoded from the first column of `rows`.
+fn job_ids(rows: &[tokio_postgres::Row], what: &str) -> Res<Vec<JobId>> {
+    rows.iter().map(|r| get(r, 0, what).map(JobId)).collect()
+}
+
+const TERMINAL: &str = "('succeeded', 'failed', 'cancelled')";
+
+#[async_trait]
+impl Store for PgStore {
+    async fn jobs_submit(&self, jobs: Vec<NewJob>) -> Result<Vec<Submitted>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let history = self.inner.history_per_job;
+        let jobs = &jobs;
+        self.write(move |tx, _| Box::pin(jobs::submit(tx, jobs, history)))
+            .await
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<Job>> {
+        self.read(move |tx, _| Box::pin(rows::load_job(tx, id, Lock::None)))
+            .await
+    }
+
+    async fn jobs_list(&self, query: JobQuery) -> Result<Vec<Job>> {
+        if query.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query = &query;
+        self.read(move |tx, _| Box::pin(jobs::list(tx, query)))
+            .await
+    }
+
+    async fn job_events(&self, id: JobId, after_seq: i64, limit: usize) -> Result<Vec<Event>> {
+        self.read(move |tx, _| {
+            Box::pin(async move {
+                let events = rows::load_events(tx, id, after_seq, limit).await?;
+                if events.is_empty() {
+                    let exists = rows::query_opt(tx, "SELECT 1 FROM jobs WHERE id = $1", &[&id.0])
+                        .await?
+                        .is_some();
+                    if !exists {
+                        return Err(Failure::Store(Error::JobNotFound(id)));
+                    }
+                }
+                Ok(events)
+            })
+        })
+        .await
+    }
+
+    async fn job_apply(&self, id: JobId, command: Command, now: Timestamp) -> Result<Transition> {
+        let history = self.inner.history_per_job;
+        let command = &command;
+        self.write(move |tx, _| {
+            Box::pin(jobs::apply_command(tx, id, command.clone(), now, history))
+        })
+        .await
+    }
+
+    async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
+        if claim.lease_ids.is_empty() {
+            return Ok(ClaimResult::default());
+        }
+        let history = self.inner.history_per_job;
+        let claim = &claim;
+        self.write(move |tx, _| Box::pin(jobs::claim(tx, claim, history)))
+            .await
+    }
+
+    async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
+        self.read(move |tx, _| Box::pin(rows::find_lease(tx, lease_id)))
+            .await
+    }
+
+    async fn leases_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<LeaseRef>> {
+        self.read(move |tx, _| {
+            Box::pin(async move {
+                let rows = query(
+                    tx,
+                    "SELECT job_id, idx, attempt, lease_id FROM steps \
+                     WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= $1 \
+                     ORDER BY lease_expires_at, job_id, idx LIMIT $2",
+                    &[&now.as_millis(), &limit_param(limit)],
+                )
+                .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    // A bad row is logged and passed over so it cannot stop every other expiry.
+                    match rows::lease_ref_from_row(row) {
+                        Ok(Some(lease)) => out.push(lease),
+                        Ok(None) => tracing::error!("a leased step has no lease id; skipping it"),
+                        Err(e) => tracing::error!(error = %e, "skipping an unreadable leased step"),
+                    }
+                }
+                Ok(out)
+            })
+        })
+        .await
+    }
+
+    async fn jobs_due(&self, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
+        self.read(move |tx, _| Box::pin(jobs::due(tx, now, limit)))
+            .await
+    }
+
+    async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>> {
+        self.read(move |tx, _| {
+            Box::pin(async move {
+                let rows = query(
+                    tx,
+                    "SELECT DISTINCT claim_agent FROM steps \
+                     WHERE claim_agent IS NOT NULL AND next_attempt_at > $1 \
+                       AND next_attempt_at <= $2 \
+                     ORDER BY claim_agent",
+                    &[&after.as_millis(), &now.as_millis()],
+                )
+                .await?;
+                rows.iter()
+                    .map(|r| get(r, 0, "steps.claim_agent"))
+                    .collect()
+            })
+        })
+        .await
+    }
+
+    async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        self.read(move |tx, _| Box::pin(jobs::next_due_at(tx, now)))
+            .await
+    }
+
+    async fn agents_counts(&self) -> Result<Vec<AgentCounts>> {
+        self.read(|tx, _| {
+            Box::pin(async move {
+                // Claimable steps by the agent that may lease them, leased steps by the agent
+                // holding the lease (an undo's compensate agent), of unfinished jobs.
+                let rows = query(
+                    tx,
+                    &format!(
+                        "SELECT agent, SUM(ready)::bigint, SUM(running)::bigint FROM ( \
+                           SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
+                           FROM steps s JOIN jobs j ON j.id = s.job_id \
+                           WHERE s.claim_agent IS NOT NULL AND j.state NOT IN {TERMINAL} \
+                           UNION ALL \
+                           SELECT s.lease_agent, 0, 1 \
+                           FROM steps s JOIN jobs j ON j.id = s.job_id \
+                           WHERE s.lease_expires_at IS NOT NULL AND s.lease_agent IS NOT NULL \
+                             AND j.state NOT IN {TERMINAL}) c \
+                         GROUP BY agent ORDER BY agent"
+                    ),
+                    &[],
+                )
+                .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    out.push(AgentCounts {
+                        agent: get(row, 0, "agent")?,
+                        ready: to_u64("ready", get(row, 1, "ready")?)?,
+                        running: to_u64("running", get(row, 2, "running")?)?,
+                    });
+                }
+                Ok(out)
+            })
+        })
+        .await
+    }
+
+    async fn deliveries_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Delivery>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.read(move |tx, _| Box::pin(rows::deliveries_due(tx, now, limit)))
+            .await
+    }
+
+    async fn delivery_update(&self, id: i64, outcome: DeliveryOutcome) -> Result<()> {
+        let outcome = &outcome;
+        self.write(move |tx, _| Box::pin(rows::delivery_update(tx, id, outcome)))
+            .await
+    }
+
+    async fn deliveries_counts(&self) -> Result<(u64, u64)> {
+        self.read(|tx, _| Box::pin(rows::deliveries_counts(tx)))
+            .await
+    }
+
+    async fn jobs_active(&self, after: Option<JobId>, limit: usize) -> Result<Vec<JobId>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let after = after.map_or(uuid::Uuid::nil(), |a| a.0);
+        self.read(move |tx, _| {
+            Box::pin(async move {
+                let rows = query(
+                    tx,
+                    &format!(
+                        "SELECT id FROM jobs WHERE state NOT IN {TERMINAL} AND id > $1 \
+                         ORDER BY id LIMIT $2"
+                    ),
+                    &[&after, &limit_param(limit)],
+                )
+                .await?;
+                job_ids(&rows, "jobs.id")
+            })
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.read(|tx, _| {
+            Box::pin(async move {
+                query_one(tx, "SELECT 1", &[]).await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn job_apply_fenced(
+        &self,
+        id: JobId,
+        command: Command,
+        now: Timestamp,
+        fence: &Fence,
+    ) -> Result<Transition> {
+        let history = self.inner.history_per_job;
+        let command = &command;
+        self.write(move |tx, _| {
+            Box::pin(async move {
+                control::check_fence(tx, fence, now).await?;
+                jobs::apply_command(tx, id, command.clone(), now, history).await
+            })
+        })
+        .await
+    }
+
+    async fn leader_acquire(
+        &self,
+        node: &str,
+        ttl: Span,
+        now: Timestamp,
+    ) -> Result<Option<Leadership>> {
+        self.write(move |tx, _| Box::pin(control::leader_acquire(tx, node, ttl, now)))
+            .await
+    }
+
+    async fn leader_get(&self) -> Result<Option<Leadership>> {
+        self.read(|tx, _| Box::pin(control::leader_get(tx))).await
+    }
+
+    async fn leader_release(&self, node: &str, epoch: i64) -> Result<()> {
+        self.write(move |tx, _| Box::pin(control::leader_release(tx, node, epoch)))
+            .await
+    }
+
+    fn signals(&self) -> Option<broadcast::Receiver<Signal>> {
+        Some(self.inner.signals.subscribe())
+    }
+
+    async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings> {
+        self.read(move |tx, _| Box::pin(control::agent_settings_get(tx, agent)))
+            .await
+    }
+
+    async fn agent_settings_put(
+        &self,
+        agent: &str,
+        settings: AgentSettings,
+        now: Timestamp,
+    ) -> Result<AgentSettings> {
+        let settings = &settings;
+        self.write(move |tx, _| Box::pin(control::agent_settings_put(tx, agent, settings, now)))
+            .await
+    }
+
+    async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>> {
+        self.read(|tx, _| Box::pin(control::agent_settings_list(tx)))
+            .await
+    }
+
+    async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
+        self.read(move |tx, _| Box::pin(jobs::ordering_key_status(tx, key)))
+            .await
+    }
+
+    async fn schedule_create(&self, schedule: Schedule) -> Result<(Schedule, bool)> {
+        let schedule = &schedule;
+        self.write(move |tx, _| Box::pin(control::schedule_create(tx, schedule)))
+            .await
+    }
+
+    async fn schedule_get(&self, name: &str) -> Result<Option<Schedule>> {
+        self.read(move |tx, _| Box::pin(control::schedule_get(tx, name, false)))
+            .await
+    }
+
+    async fn schedules_list(&self) -> Result<Vec<Schedule>> {
+        self.read(|tx, _| Box::pin(control::schedules_list(tx)))
+            .await
+    }
+
+    async fn schedule_delete(&self, name: &str) -> Result<bool> {
+        self.write(move |tx, _| Box::pin(control::schedule_delete(tx, name)))
+            .await
+    }
+
+    async fn schedule_set_paused(
+        &self,
+        name: &str,
+        paused: bool,
+        next_fire_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<Schedule> {
+        self.write(move |tx, _| {
+            Box::pin(control::schedule_set_paused(
+                tx,
+                name,
+                paused,
+                next_fire_at,
+                now,
+            ))
+        })
+        .await
+    }
+
+    async fn schedules_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Schedule>> {
+        self.read(move |tx, _| Box::pin(control::schedules_due(tx, now, limit)))
+            .await
+    }
+
+    async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome> {
+        let history = self.inner.history_per_job;
+        let fire = &fire;
+        self.write(move |tx, _| Box::pin(control::schedule_fire(tx, fire, fence, history)))
+            .await
+    }
+}
+
+/// Parameters built at run time (a filter with a varying number of terms).
+type DynParams = Vec<Box<dyn ToSql + Sync + Send>>;
+
+fn param_refs(params: &DynParams) -> Vec<&(dyn ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}

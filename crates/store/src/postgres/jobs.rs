@@ -1,0 +1,526 @@
+//! Jobs through the core: submit, apply, claim, and the queries that find work.
+
+use std::collections::HashMap;
+
+use deadpool_postgres::Transaction;
+use overseer_core::{Command, Effect, Job, JobId, JobState, Rejection, Timestamp, Transition};
+use uuid::Uuid;
+
+use super::rows::{self, corrupt, get, limit_param, query, query_opt, Lock};
+use super::{control, job_ids, listen, param_refs, DynParams, Failure, Res, TERMINAL};
+use crate::{
+    Claim, ClaimResult, Claimed, Error, JobQuery, LeaseRef, NewJob, OrderingKeyStatus, Submitted,
+};
+
+/// Stores what the core decided at `now`: the job row, the changed steps, the new history, the
+/// deliveries its durable effects call for, and the notifications other nodes should hear, all in
+/// the caller's transaction.
+pub(super) async fn persist(
+    tx: &Transaction<'_>,
+    t: &Transition,
+    now: Timestamp,
+    history_per_job: usize,
+) -> Res<()> {
+    if t.job_changed {
+        rows::update_job(tx, &t.job).await?;
+    }
+    rows::write_steps(tx, &t.job, t.changed_steps.iter().copied()).await?;
+    rows::append_events(tx, t.job.id, &t.events, history_per_job).await?;
+    rows::insert_deliveries(tx, t, now).await?;
+    notify(tx, &signals_of(t)).await
+}
+
+/// The notifications a committed transition should send to other nodes.
+fn signals_of(t: &Transition) -> Vec<String> {
+    let mut out = Vec::new();
+    for effect in &t.effects {
+        match effect {
+            Effect::Ready { agent } => out.push(format!("ready:{agent}")),
+            Effect::ReadyAt { at, .. } => out.push(format!("due:{}", at.as_millis())),
+            Effect::Finished { .. } => {
+                out.push(format!("finished:{}", t.job.id));
+                // The next job of its key may start now: the leader activates it on its sweep.
+                if t.job.ordering_key.is_some() {
+                    out.push(format!("due:{}", t.job.updated_at.as_millis()));
+                }
+            }
+            Effect::Alert { .. } | Effect::Callback { .. } => {}
+        }
+    }
+    out
+}
+
+/// Queues notifications, delivered by PostgreSQL when (and only if) the transaction commits.
+pub(super) async fn notify(tx: &Transaction<'_>, payloads: &[String]) -> Res<()> {
+    let payloads: Vec<&str> = payloads
+        .iter()
+        .map(String::as_str)
+        .filter(|p| {
+            let fits = p.len() <= listen::PAYLOAD_MAX;
+            if !fits {
+                // Too long to send (a huge agent name): nodes find the work by polling instead.
+                tracing::warn!(
+                    bytes = p.len(),
+                    "a notification is too long to send; skipped"
+                );
+            }
+            fits
+        })
+        .collect();
+    if payloads.is_empty() {
+        return Ok(());
+    }
+    query(
+        tx,
+        "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+        &[&listen::CHANNEL, &payloads],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Loads a job under `FOR UPDATE`, applies a command through the core, and stores the
+/// transition. A claim also records its lease so the lease id stays resolvable after later
+/// attempts.
+pub(super) async fn apply_command(
+    tx: &Transaction<'_>,
+    id: JobId,
+    command: Command,
+    now: Timestamp,
+    history_per_job: usize,
+) -> Res<Transition> {
+    let job = rows::load_job(tx, id, Lock::Update)
+        .await?
+        .ok_or(Failure::Store(Error::JobNotFound(id)))?;
+    // The core knows nothing of the job's key; a keyed job not heading it is not due yet.
+    if command == Command::Activate && !may_start(tx, &job).await? {
+        return Err(Rejection::NotDue.into());
+    }
+    apply_loaded(tx, &job, command, now, history_per_job).await
+}
+
+/// Whether no unfinished job of `key` was submitted before `seq`.
+async fn is_head(tx: &Transaction<'_>, key: &str, seq: i64) -> Res<bool> {
+    let ahead = query_opt(
+        tx,
+        &format!(
+            "SELECT 1 FROM jobs WHERE ordering_key = $1 AND seq < $2 \
+             AND ordering_key IS NOT NULL AND state NOT IN {TERMINAL} LIMIT 1"
+        ),
+        &[&key, &seq],
+    )
+    .await?;
+    Ok(ahead.is_none())
+}
+
+/// Whether `job` may start as far as its key goes: it has none, or heads it. Checked before an
+/// `Activate`, so even a stray one cannot start a job while another of its key is unfinished.
+async fn may_start(tx: &Transaction<'_>, job: &Job) -> Res<bool> {
+    let Some(key) = job.ordering_key.as_deref() else {
+        return Ok(true);
+    };
+    let row = query_opt(tx, "SELECT seq FROM jobs WHERE id = $1", &[&job.id.0])
+        .await?
+        .ok_or(Failure::Store(Error::JobNotFound(job.id)))?;
+    is_head(tx, key, get(&row, 0, "jobs.seq")?).await
+}
+
+/// Applies a command to a job this transaction has locked and loaded.
+async fn apply_loaded(
+    tx: &Transaction<'_>,
+    job: &Job,
+    command: Command,
+    now: Timestamp,
+    history_per_job: usize,
+) -> Res<Transition> {
+    let claim = match &command {
+        Command::Claim {
+            step,
+            lease_id,
+            worker,
+        } => Some((*step, *lease_id, worker.clone())),
+        _ => None,
+    };
+    let t = overseer_core::apply(job, command, now)?;
+    persist(tx, &t, now, history_per_job).await?;
+    if let Some((step, lease_id, worker)) = claim {
+        let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
+            corrupt(
+                "transition",
+                format!("claimed step {step} is missing from job {}", job.id),
+            )
+        })?;
+        let lease = LeaseRef {
+            lease_id,
+            job_id: job.id,
+            step,
+            attempt,
+        };
+        rows::insert_lease(tx, &lease, &worker, now).await?;
+    }
+    Ok(t)
+}
+
+/// Takes the advisory locks of every ordering key among `jobs`, in one fixed order (by lock id)
+/// so two batches sharing keys cannot deadlock. Held until the transaction ends.
+pub(super) async fn lock_ordering_keys(tx: &Transaction<'_>, keys: Vec<&str>) -> Res<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    query(
+        tx,
+        "SELECT pg_advisory_xact_lock(h) FROM ( \
+           SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest($1::text[]) AS k ORDER BY h \
+         ) AS locks",
+        &[&keys],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Inserts jobs all-or-nothing (see [`crate::Store::jobs_submit`]).
+pub(super) async fn submit(
+    tx: &Transaction<'_>,
+    jobs: &[NewJob],
+    history_per_job: usize,
+) -> Res<Vec<Submitted>> {
+    let keys = jobs
+        .iter()
+        .filter_map(|n| n.transition.job.ordering_key.as_deref())
+        .collect();
+    lock_ordering_keys(tx, keys).await?;
+    let mut out = Vec::with_capacity(jobs.len());
+    for (index, new) in jobs.iter().enumerate() {
+        out.push(submit_one(tx, index, new, history_per_job).await?);
+    }
+    Ok(out)
+}
+
+/// Inserts one job (its ordering key already locked), or finds the job holding its idempotency
+/// key: earlier jobs of the same batch included, as they are inserted in this transaction.
+pub(super) async fn submit_one(
+    tx: &Transaction<'_>,
+    index: usize,
+    new: &NewJob,
+    history_per_job: usize,
+) -> Res<Submitted> {
+    let job = &new.transition.job;
+    let Some(seq) = rows::insert_job_row(tx, job).await? else {
+        let key = job.idempotency_key.as_deref().ok_or_else(|| {
+            corrupt(
+                "jobs",
+                format!("job {} conflicts without an idempotency key", job.id),
+            )
+        })?;
+        let row = query_opt(
+            tx,
+            "SELECT id, fingerprint FROM jobs WHERE idempotency_key = $1",
+            &[&key],
+        )
+        .await?
+        .ok_or_else(|| {
+            Failure::Retry(format!("the job holding idempotency key `{key}` vanished"))
+        })?;
+        let existing = JobId(get(&row, 0, "jobs.id")?);
+        let fingerprint: String = get(&row, 1, "jobs.fingerprint")?;
+        if fingerprint != job.fingerprint {
+            return Err(Failure::Store(Error::IdempotencyConflict {
+                index,
+                key: key.to_string(),
+                existing,
+            }));
+        }
+        let stored = rows::load_job(tx, existing, Lock::None)
+            .await?
+            .ok_or_else(|| Failure::Retry(format!("job {existing} vanished during a submit")))?;
+        return Ok(Submitted::Existing(stored));
+    };
+    rows::insert_job_parts(tx, job).await?;
+    // An admission has no command time of its own: the job was last updated by it.
+    let now = job.updated_at;
+    rows::append_events(tx, job.id, &new.transition.events, history_per_job).await?;
+    rows::insert_deliveries(tx, &new.transition, now).await?;
+    notify(tx, &signals_of(&new.transition)).await?;
+    // A keyed job heading its key starts in this same transaction.
+    let t = admit_keyed(tx, new.transition.clone(), seq, history_per_job).await?;
+    Ok(Submitted::Created(t))
+}
+
+/// After inserting an admitted job with submission number `seq`: if it is keyed, pending, due at
+/// its admission (`run_at` none or not after `created_at`) and heads its key, starts it through
+/// the core at `created_at` and stores that too. The key's advisory lock is held, so no other
+/// node decides about this key meanwhile. Answers the submit's transition: the admission alone,
+/// or the admission followed by the activation (the activated job, both histories in order,
+/// both effects).
+async fn admit_keyed(
+    tx: &Transaction<'_>,
+    admission: Transition,
+    seq: i64,
+    history_per_job: usize,
+) -> Res<Transition> {
+    let job = &admission.job;
+    let at = job.created_at;
+    let Some(key) = job.ordering_key.as_deref() else {
+        return Ok(admission);
+    };
+    let due = job.run_at.is_none_or(|t| t <= at);
+    if job.state != JobState::Pending || !due || !is_head(tx, key, seq).await? {
+        return Ok(admission);
+    }
+    let activation = overseer_core::apply(job, Command::Activate, at)?;
+    persist(tx, &activation, at, history_per_job).await?;
+    let mut changed_steps = admission.changed_steps;
+    changed_steps.extend(activation.changed_steps);
+    changed_steps.sort_unstable();
+    changed_steps.dedup();
+    let mut events = admission.events;
+    events.extend(activation.events);
+    let mut effects = admission.effects;
+    effects.extend(activation.effects);
+    Ok(Transition {
+        job: activation.job,
+        job_changed: admission.job_changed || activation.job_changed,
+        changed_steps,
+        events,
+        effects,
+        reply: activation.reply,
+    })
+}
+
+/// Candidates skipped by one claim before it gives up looking further: bounds the work a claim
+/// does if many ready rows turn out not to be claimable.
+const CLAIM_SKIPS_MAX: usize = 1_000;
+
+/// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Store::steps_claim`]).
+pub(super) async fn claim(
+    tx: &Transaction<'_>,
+    claim: &Claim,
+    history_per_job: usize,
+) -> Res<ClaimResult> {
+    let limits = control::claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now).await?;
+    let want = limits.want.min(claim.lease_ids.len());
+    let mut claimed: Vec<Claimed> = Vec::with_capacity(want);
+    // Jobs another transaction holds, and steps the core refused: left out of later rounds.
+    let mut held: Vec<Uuid> = Vec::new();
+    let mut skipped_jobs: Vec<Uuid> = Vec::new();
+    let mut skipped_steps: Vec<i32> = Vec::new();
+    // Jobs this claim has locked and loaded (or claimed from): under the lock they cannot change
+    // behind its back, so two steps of one job share one load.
+    let mut loaded: HashMap<Uuid, Job> = HashMap::new();
+    while claimed.len() < want && held.len() + skipped_steps.len() < CLAIM_SKIPS_MAX {
+        let limit = (want - claimed.len()) as i64;
+        let rows = query(
+            tx,
+            CANDIDATES_SQL,
+            &[
+                &claim.agent,
+                &claim.now.as_millis(),
+                &limit,
+                &held,
+                &skipped_jobs,
+                &skipped_steps,
+            ],
+        )
+        .await?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            let job_uuid: Uuid = get(row, 0, "steps.job_id")?;
+            let idx: i32 = get(row, 1, "steps.idx")?;
+            if held.contains(&job_uuid) {
+                continue;
+            }
+            let Some(&lease_id) = claim.lease_ids.get(claimed.len()) else {
+                break;
+            };
+            let job_id = JobId(job_uuid);
+            let step = rows::to_usize("steps.idx", idx)?;
+            let job = match loaded.remove(&job_uuid) {
+                Some(job) => job,
+                None => match rows::load_job(tx, job_id, Lock::SkipLocked).await {
+                    Ok(Some(job)) => job,
+                    // Locked by another transaction (or just deleted): someone else is on it.
+                    Ok(None) => {
+                        held.push(job_uuid);
+                        continue;
+                    }
+                    Err(Failure::Store(e @ Error::Corrupt(_))) => {
+                        tracing::error!(job = %job_id, step, error = %e,
+                            "skipping an unclaimable step");
+                        skipped_jobs.push(job_uuid);
+                        skipped_steps.push(idx);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            let command = Command::Claim {
+                step,
+                lease_id,
+                worker: claim.worker.clone(),
+            };
+            match apply_loaded(tx, &job, command, claim.now, history_per_job).await {
+                Ok(transition) => {
+                    loaded.insert(job_uuid, transition.job.clone());
+                    claimed.push(Claimed { step, transition });
+                }
+                // The core has the last word on claimability; a refused candidate changed nothing.
+                Err(Failure::Store(Error::Rejected(_))) => {
+                    loaded.insert(job_uuid, job);
+                    skipped_jobs.push(job_uuid);
+                    skipped_steps.push(idx);
+                }
+                // One unreadable job must not stall every claim of its agent.
+                Err(Failure::Store(e @ Error::Corrupt(_))) => {
+                    tracing::error!(job = %job_id, step, error = %e, "skipping an unclaimable step");
+                    skipped_jobs.push(job_uuid);
+                    skipped_steps.push(idx);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // The bucket held the claim back if it ran dry before the claim's other bounds and
+    // claimable work is left over (work held by another transaction counts: it is claimable).
+    let has_more = limits.ran_dry(claimed.len()) && {
+        let none: Vec<Uuid> = Vec::new();
+        let left = query(
+            tx,
+            CANDIDATES_SQL,
+            &[
+                &claim.agent,
+                &claim.now.as_millis(),
+                &1i64,
+                &none,
+                &skipped_jobs,
+                &skipped_steps,
+            ],
+        )
+        .await?;
+        !left.is_empty()
+    };
+    let throttled_until =
+        control::claim_spend(tx, &claim.agent, &limits, claimed.len(), has_more).await?;
+    Ok(ClaimResult {
+        claimed,
+        throttled_until,
+    })
+}
+
+/// The claimable steps of an agent that are due, best claim rank first (one ordered range of
+/// the `steps_claim` index), leaving out the jobs in `$4` and the steps in `($5, $6)`.
+const CANDIDATES_SQL: &str = "SELECT job_id, idx FROM steps \
+     WHERE claim_agent = $1 AND next_attempt_at <= $2 \
+       AND job_id <> ALL($4::uuid[]) \
+       AND (job_id, idx) NOT IN ( \
+         SELECT j, i FROM unnest($5::uuid[], $6::integer[]) AS s (j, i)) \
+     ORDER BY claim_rank, job_id, idx LIMIT $3";
+
+pub(super) async fn list(tx: &Transaction<'_>, q: &JobQuery) -> Res<Vec<Job>> {
+    let mut sql = String::from("SELECT id FROM jobs WHERE true");
+    let mut params: DynParams = Vec::new();
+    if let Some(state) = q.state {
+        params.push(Box::new(state.as_str().to_string()));
+        sql.push_str(&format!(" AND state = ${}", params.len()));
+    }
+    if let Some(before) = q.before {
+        params.push(Box::new(before.0));
+        sql.push_str(&format!(" AND id < ${}", params.len()));
+    }
+    for (key, value) in &q.labels {
+        // As stored (see `rows::text`).
+        params.push(Box::new(rows::text(key).into_owned()));
+        params.push(Box::new(rows::text(value).into_owned()));
+        sql.push_str(&format!(
+            " AND id IN (SELECT job_id FROM job_labels WHERE key = ${} AND value = ${})",
+            params.len() - 1,
+            params.len()
+        ));
+    }
+    params.push(Box::new(limit_param(q.limit)));
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", params.len()));
+    let rows = query(tx, &sql, &param_refs(&params)).await?;
+    let ids = job_ids(&rows, "jobs.id")?;
+    rows::load_jobs(tx, &ids).await
+}
+
+/// Pending jobs whose `run_at` has come (a keyed job without one is due at once) and that head
+/// their ordering key or have none, earliest first.
+pub(super) async fn due(tx: &Transaction<'_>, now: Timestamp, limit: usize) -> Res<Vec<JobId>> {
+    let rows = query(
+        tx,
+        &format!(
+            "SELECT j.id FROM jobs j \
+             WHERE j.state = 'pending' AND COALESCE(j.run_at, j.created_at) <= $1 \
+               AND (j.ordering_key IS NULL OR NOT EXISTS ( \
+                 SELECT 1 FROM jobs o WHERE o.ordering_key = j.ordering_key \
+                   AND o.seq < j.seq AND o.state NOT IN {TERMINAL})) \
+             ORDER BY COALESCE(j.run_at, j.created_at), j.id LIMIT $2"
+        ),
+        &[&now.as_millis(), &limit_param(limit)],
+    )
+    .await?;
+    job_ids(&rows, "jobs.id")
+}
+
+/// The earliest instant something becomes due. Past instants count only where the leader's sweep
+/// clears them: a pending job without a key, an expired lease, a schedule's due time. A keyed job
+/// waiting behind its head, or a retry already due, counts only while still in the future, or
+/// the supervisor would wake again at once for something it cannot act on.
+pub(super) async fn next_due_at(tx: &Transaction<'_>, now: Timestamp) -> Res<Option<Timestamp>> {
+    let row = rows::query_one(
+        tx,
+        "SELECT LEAST( \
+           (SELECT MIN(run_at) FROM jobs WHERE state = 'pending' AND ordering_key IS NULL), \
+           (SELECT MIN(COALESCE(run_at, created_at)) FROM jobs \
+              WHERE state = 'pending' AND COALESCE(run_at, created_at) > $1), \
+           (SELECT MIN(next_attempt_at) FROM steps \
+              WHERE claim_agent IS NOT NULL AND next_attempt_at > $1), \
+           (SELECT MIN(lease_expires_at) FROM steps WHERE lease_expires_at IS NOT NULL), \
+           (SELECT MIN(next_fire_at) FROM schedules WHERE NOT paused))",
+        &[&now.as_millis()],
+    )
+    .await?;
+    let due: Option<i64> = get(&row, 0, "next due")?;
+    Ok(due.map(Timestamp::from_millis))
+}
+
+/// The head of `key` (its unfinished job submitted first) and how many unfinished jobs of the key
+/// wait behind it.
+pub(super) async fn ordering_key_status(tx: &Transaction<'_>, key: &str) -> Res<OrderingKeyStatus> {
+    let row = rows::query_one(
+        tx,
+        &format!(
+            "SELECT (SELECT id FROM jobs WHERE ordering_key = $1 AND state NOT IN {TERMINAL} \
+                     ORDER BY seq LIMIT 1), \
+                    (SELECT count(*) FROM jobs \
+                     WHERE ordering_key = $1 AND state NOT IN {TERMINAL})"
+        ),
+        &[&key],
+    )
+    .await?;
+    let head: Option<Uuid> = get(&row, 0, "jobs.id")?;
+    let unfinished: i64 = get(&row, 1, "count")?;
+    let head = match head {
+        Some(id) => {
+            let id = JobId(id);
+            Some(
+                rows::load_job(tx, id, Lock::None)
+                    .await?
+                    .ok_or_else(|| corrupt("jobs", format!("job {id} vanished during a read")))?,
+            )
+        }
+        None => None,
+    };
+    let waiting = if head.is_some() {
+        rows::to_u64("ordering key waiting", unfinished)?.saturating_sub(1)
+    } else {
+        0
+    };
+    Ok(OrderingKeyStatus {
+        key: key.to_string(),
+        head,
+        waiting,
+    })
+}

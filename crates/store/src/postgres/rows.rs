@@ -1,0 +1,838 @@
+//! Reading and writing jobs, steps, events, leases and deliveries as rows.
+//!
+//! Everything read back is checked: a value that does not decode is [`Error::Corrupt`], never a
+//! panic, so one bad row cannot take a node down. Every statement is prepared once per pooled
+//! connection (deadpool's statement cache).
+
+use std::collections::BTreeMap;
+
+use deadpool_postgres::Transaction;
+use overseer_core::backoff::Backoff;
+use overseer_core::job::PRIORITY_AGING;
+use overseer_core::outbox::DeliveryKind;
+use overseer_core::spec::{CompensateSpec, OnFailure};
+use overseer_core::{
+    CompPhase, DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState,
+    Timestamp, Transition,
+};
+use serde_json::Value;
+use tokio_postgres::types::{FromSql, ToSql};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use super::{Failure, Res};
+use crate::{Delivery, DeliveryOutcome, Error, LeaseRef};
+
+pub(super) type Params<'a> = [&'a (dyn ToSql + Sync)];
+
+pub(super) async fn query(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) -> Res<Vec<Row>> {
+    let stmt = tx.prepare_cached(sql).await?;
+    Ok(tx.query(&stmt, params).await?)
+}
+
+pub(super) async fn query_opt(
+    tx: &Transaction<'_>,
+    sql: &str,
+    params: &Params<'_>,
+) -> Res<Option<Row>> {
+    let stmt = tx.prepare_cached(sql).await?;
+    Ok(tx.query_opt(&stmt, params).await?)
+}
+
+pub(super) async fn query_one(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) -> Res<Row> {
+    let stmt = tx.prepare_cached(sql).await?;
+    Ok(tx.query_one(&stmt, params).await?)
+}
+
+pub(super) async fn execute(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) -> Res<u64> {
+    let stmt = tx.prepare_cached(sql).await?;
+    Ok(tx.execute(&stmt, params).await?)
+}
+
+pub(super) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Failure {
+    Failure::Store(Error::Corrupt(format!("{what}: {detail}")))
+}
+
+/// Column `idx` of `row`, named `what` in the error when it does not decode.
+pub(super) fn get<'a, T: FromSql<'a>>(row: &'a Row, idx: usize, what: &str) -> Res<T> {
+    row.try_get(idx).map_err(|e| corrupt(what, e))
+}
+
+fn ts(v: Option<i64>) -> Option<Timestamp> {
+    v.map(Timestamp::from_millis)
+}
+
+pub(super) fn ms(t: Option<Timestamp>) -> Option<i64> {
+    t.map(Timestamp::as_millis)
+}
+
+fn to_u32(what: &str, v: i64) -> Res<u32> {
+    u32::try_from(v).map_err(|_| corrupt(what, format!("{v} is out of range")))
+}
+
+pub(super) fn to_u64(what: &str, v: i64) -> Res<u64> {
+    u64::try_from(v).map_err(|_| corrupt(what, format!("{v} is out of range")))
+}
+
+pub(super) fn to_usize(what: &str, v: i32) -> Res<usize> {
+    usize::try_from(v).map_err(|_| corrupt(what, format!("{v} is out of range")))
+}
+
+pub(super) fn json_text(v: &Value) -> String {
+    // Encoding a `Value` cannot fail: its map keys are strings and it holds no non-finite floats.
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Res<T> {
+    serde_json::from_str(text).map_err(|e| corrupt(what, e))
+}
+
+/// Free text as a `text` column can hold it. PostgreSQL refuses the NUL character in text, which
+/// the core lets through in a few places (label values, an agent's error message, a worker's
+/// name); it is stored as U+FFFD instead, so such a write is kept rather than refused forever.
+/// JSON columns need nothing: serde_json writes NUL as `\u0000`.
+pub(super) fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains('\0') {
+        std::borrow::Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
+fn opt_text(s: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
+    s.as_deref().map(text)
+}
+
+/// A step index as the `integer` column holds it.
+pub(super) fn idx_param(idx: usize) -> Res<i32> {
+    i32::try_from(idx).map_err(|_| corrupt("steps.idx", format!("{idx} is out of range")))
+}
+
+/// `LIMIT` takes a `bigint`; anything past `i64::MAX` means no limit anyway.
+pub(super) fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+/// The job columns every read decodes, as a macro so statements can be built with `concat!`.
+macro_rules! job_columns {
+    () => {
+        "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
+         callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
+         blocked_reason"
+    };
+}
+const JOB_COLUMNS: &str = job_columns!();
+
+const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
+     backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
+     lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
+     next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
+     comp_budget_from";
+
+/// Everything a step write sets: the job's key and copied priority, the step's own columns, and
+/// the columns derived from the step for the queries that find work (see the schema).
+const STEP_WRITE_COLUMNS: [&str; 34] = [
+    "job_id",
+    "priority",
+    "idx",
+    "name",
+    "agent",
+    "payload",
+    "depends_on",
+    "timeout_ms",
+    "max_attempts",
+    "backoff_initial_ms",
+    "backoff_factor",
+    "backoff_max_ms",
+    "compensate",
+    "state",
+    "attempt",
+    "failures",
+    "lease_id",
+    "worker",
+    "created_at",
+    "ready_at",
+    "started_at",
+    "finished_at",
+    "lease_expires_at",
+    "next_attempt_at",
+    "result",
+    "last_error",
+    "budget_from",
+    "comp_phase",
+    "comp_attempts",
+    "comp_failures",
+    "comp_budget_from",
+    "claim_agent",
+    "lease_agent",
+    "claim_rank",
+];
+
+/// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
+/// numbering can never drift from the column list.
+fn step_upsert_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let columns = STEP_WRITE_COLUMNS.join(", ");
+        let placeholders: Vec<String> = (1..=STEP_WRITE_COLUMNS.len())
+            .map(|i| format!("${i}"))
+            .collect();
+        let updates: Vec<String> = STEP_WRITE_COLUMNS
+            .iter()
+            .filter(|c| !matches!(**c, "job_id" | "idx"))
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        format!(
+            "INSERT INTO steps ({columns}) VALUES ({}) ON CONFLICT (job_id, idx) DO UPDATE SET {}",
+            placeholders.join(", "),
+            updates.join(", ")
+        )
+    })
+}
+
+/// The agent holding the step's live lease: its own for work, its compensate agent for an undo.
+pub(super) fn lease_agent(s: &Step) -> Option<&str> {
+    if !s.is_leased() {
+        None
+    } else if s.is_compensating() {
+        s.compensate.as_ref().map(|c| c.agent.as_str())
+    } else {
+        Some(&s.agent)
+    }
+}
+
+fn job_from_row(row: &Row) -> Res<Job> {
+    let labels: String = get(row, 3, "jobs.labels")?;
+    let on_failure: String = get(row, 8, "jobs.on_failure")?;
+    let state: String = get(row, 9, "jobs.state")?;
+    let desired: String = get(row, 10, "jobs.desired_state")?;
+    Ok(Job {
+        id: JobId(get(row, 0, "jobs.id")?),
+        idempotency_key: get(row, 1, "jobs.idempotency_key")?,
+        fingerprint: get(row, 2, "jobs.fingerprint")?,
+        labels: parse_json::<BTreeMap<String, String>>("jobs.labels", &labels)?,
+        priority: get(row, 4, "jobs.priority")?,
+        run_at: ts(get(row, 5, "jobs.run_at")?),
+        ordering_key: get(row, 6, "jobs.ordering_key")?,
+        callback_url: get(row, 7, "jobs.callback_url")?,
+        on_failure: OnFailure::parse(&on_failure)
+            .ok_or_else(|| corrupt("jobs.on_failure", &on_failure))?,
+        state: JobState::parse(&state).ok_or_else(|| corrupt("jobs.state", &state))?,
+        desired_state: DesiredState::parse(&desired)
+            .ok_or_else(|| corrupt("jobs.desired_state", &desired))?,
+        created_at: Timestamp::from_millis(get(row, 11, "jobs.created_at")?),
+        updated_at: Timestamp::from_millis(get(row, 12, "jobs.updated_at")?),
+        finished_at: ts(get(row, 13, "jobs.finished_at")?),
+        blocked_reason: get(row, 14, "jobs.blocked_reason")?,
+        steps: Vec::new(),
+    })
+}
+
+/// Decodes a step row; returns its index too, so the caller can check the steps are contiguous.
+fn step_from_row(row: &Row) -> Res<(i32, Step)> {
+    let idx: i32 = get(row, 0, "steps.idx")?;
+    let payload: String = get(row, 3, "steps.payload")?;
+    let depends_on: String = get(row, 4, "steps.depends_on")?;
+    let compensate: Option<String> = get(row, 10, "steps.compensate")?;
+    let state: String = get(row, 11, "steps.state")?;
+    let lease_id: Option<Uuid> = get(row, 14, "steps.lease_id")?;
+    let result: Option<String> = get(row, 22, "steps.result")?;
+    let comp_phase: Option<String> = get(row, 25, "steps.comp_phase")?;
+    let step = Step {
+        name: get(row, 1, "steps.name")?,
+        agent: get(row, 2, "steps.agent")?,
+        payload: parse_json("steps.payload", &payload)?,
+        depends_on: parse_json("steps.depends_on", &depends_on)?,
+        timeout: Span::from_millis(to_u64(
+            "steps.timeout_ms",
+            get(row, 5, "steps.timeout_ms")?,
+        )?),
+        max_attempts: to_u32("steps.max_attempts", get(row, 6, "steps.max_attempts")?)?,
+        backoff: Backoff {
+            initial: Span::from_millis(to_u64(
+                "steps.backoff_initial_ms",
+                get(row, 7, "steps.backoff_initial_ms")?,
+            )?),
+            factor: get(row, 8, "steps.backoff_factor")?,
+            max: Span::from_millis(to_u64(
+                "steps.backoff_max_ms",
+                get(row, 9, "steps.backoff_max_ms")?,
+            )?),
+        },
+        compensate: compensate
+            .map(|c| parse_json::<CompensateSpec>("steps.compensate", &c))
+            .transpose()?,
+        state: StepState::parse(&state).ok_or_else(|| corrupt("steps.state", &state))?,
+        attempt: to_u32("steps.attempt", get(row, 12, "steps.attempt")?)?,
+        failures: to_u32("steps.failures", get(row, 13, "steps.failures")?)?,
+        lease_id: lease_id.map(LeaseId),
+        worker: get(row, 15, "steps.worker")?,
+        created_at: Timestamp::from_millis(get(row, 16, "steps.created_at")?),
+        ready_at: ts(get(row, 17, "steps.ready_at")?),
+        started_at: ts(get(row, 18, "steps.started_at")?),
+        finished_at: ts(get(row, 19, "steps.finished_at")?),
+        lease_expires_at: ts(get(row, 20, "steps.lease_expires_at")?),
+        next_attempt_at: ts(get(row, 21, "steps.next_attempt_at")?),
+        result: result
+            .map(|r| parse_json::<Value>("steps.result", &r))
+            .transpose()?,
+        last_error: get(row, 23, "steps.last_error")?,
+        budget_from: to_u32("steps.budget_from", get(row, 24, "steps.budget_from")?)?,
+        comp_phase: comp_phase
+            .map(|p| CompPhase::parse(&p).ok_or_else(|| corrupt("steps.comp_phase", &p)))
+            .transpose()?,
+        comp_attempts: to_u32("steps.comp_attempts", get(row, 26, "steps.comp_attempts")?)?,
+        comp_failures: to_u32("steps.comp_failures", get(row, 27, "steps.comp_failures")?)?,
+        comp_budget_from: to_u32(
+            "steps.comp_budget_from",
+            get(row, 28, "steps.comp_budget_from")?,
+        )?,
+    };
+    Ok((idx, step))
+}
+
+/// How a job row is read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lock {
+    /// A plain read.
+    None,
+    /// `FOR UPDATE`: waits for whoever holds the job.
+    Update,
+    /// `FOR UPDATE SKIP LOCKED`: a job someone else holds reads as absent.
+    SkipLocked,
+}
+
+/// Loads a job with its steps, in index order, locking its row as asked. Under a lock the steps
+/// are read after the lock is granted, so (read committed) they are the latest committed ones.
+pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res<Option<Job>> {
+    let sql = match lock {
+        Lock::None => concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = $1"),
+        Lock::Update => concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = $1 FOR UPDATE"
+        ),
+        Lock::SkipLocked => concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = $1 FOR UPDATE SKIP LOCKED"
+        ),
+    };
+    let Some(row) = query_opt(tx, sql, &[&id.0]).await? else {
+        return Ok(None);
+    };
+    let mut job = job_from_row(&row)?;
+    let rows = query(
+        tx,
+        &format!("SELECT {STEP_COLUMNS} FROM steps WHERE job_id = $1 ORDER BY idx"),
+        &[&id.0],
+    )
+    .await?;
+    for row in &rows {
+        let (idx, step) = step_from_row(row)?;
+        if usize::try_from(idx).ok() != Some(job.steps.len()) {
+            return Err(corrupt(
+                "steps.idx",
+                format!("job {id} has step index {idx} out of order"),
+            ));
+        }
+        job.steps.push(step);
+    }
+    if job.steps.is_empty() {
+        return Err(corrupt("steps", format!("job {id} has no steps")));
+    }
+    Ok(Some(job))
+}
+
+/// Jobs with the given ids, in that order (ids with no job are left out): two statements
+/// whatever their number.
+pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let uuids: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
+    let rows = query(
+        tx,
+        concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = ANY($1)"),
+        &[&uuids],
+    )
+    .await?;
+    let mut jobs: std::collections::HashMap<Uuid, Job> = std::collections::HashMap::new();
+    for row in &rows {
+        let job = job_from_row(row)?;
+        jobs.insert(job.id.0, job);
+    }
+    let step_rows = query(
+        tx,
+        &format!(
+            "SELECT {STEP_COLUMNS}, job_id FROM steps WHERE job_id = ANY($1) ORDER BY job_id, idx"
+        ),
+        &[&uuids],
+    )
+    .await?;
+    for row in &step_rows {
+        // `job_id` comes after the step's own columns.
+        let job_id: Uuid = get(row, row.len() - 1, "steps.job_id")?;
+        let (idx, step) = step_from_row(row)?;
+        let Some(job) = jobs.get_mut(&job_id) else {
+            continue;
+        };
+        if usize::try_from(idx).ok() != Some(job.steps.len()) {
+            return Err(corrupt(
+                "steps.idx",
+                format!("job {job_id} has step index {idx} out of order"),
+            ));
+        }
+        job.steps.push(step);
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(job) = jobs.remove(&id.0) {
+            if job.steps.is_empty() {
+                return Err(corrupt("steps", format!("job {id} has no steps")));
+            }
+            out.push(job);
+        }
+    }
+    Ok(out)
+}
+
+/// Inserts a new job's row unless its idempotency key is taken; answers its submission sequence
+/// number if it was inserted. A key being inserted by another transaction is waited for: if that
+/// one commits, this is "taken"; if it rolls back, this inserts.
+pub(super) async fn insert_job_row(tx: &Transaction<'_>, job: &Job) -> Res<Option<i64>> {
+    let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
+    let inserted = query_opt(
+        tx,
+        &format!(
+            "INSERT INTO jobs ({JOB_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+             ON CONFLICT (idempotency_key) DO NOTHING RETURNING seq"
+        ),
+        &[
+            &job.id.0,
+            &job.idempotency_key,
+            &job.fingerprint,
+            &labels,
+            &job.priority,
+            &ms(job.run_at),
+            &job.ordering_key,
+            &opt_text(&job.callback_url),
+            &job.on_failure.as_str(),
+            &job.state.as_str(),
+            &job.desired_state.as_str(),
+            &job.created_at.as_millis(),
+            &job.updated_at.as_millis(),
+            &ms(job.finished_at),
+            &opt_text(&job.blocked_reason),
+        ],
+    )
+    .await?;
+    inserted.map(|row| get(&row, 0, "jobs.seq")).transpose()
+}
+
+/// Inserts what belongs to a new job besides its row: its labels and its steps.
+pub(super) async fn insert_job_parts(tx: &Transaction<'_>, job: &Job) -> Res<()> {
+    if !job.labels.is_empty() {
+        let keys: Vec<_> = job.labels.keys().map(|k| text(k)).collect();
+        let values: Vec<_> = job.labels.values().map(|v| text(v)).collect();
+        execute(
+            tx,
+            "INSERT INTO job_labels (job_id, key, value) \
+             SELECT $1, * FROM unnest($2::text[], $3::text[])",
+            &[&job.id.0, &keys, &values],
+        )
+        .await?;
+    }
+    write_steps(tx, job, 0..job.steps.len()).await
+}
+
+/// Writes the job's own fields back (its labels and idempotency key never change).
+pub(super) async fn update_job(tx: &Transaction<'_>, job: &Job) -> Res<()> {
+    let n = execute(
+        tx,
+        "UPDATE jobs SET fingerprint = $2, priority = $3, run_at = $4, ordering_key = $5, \
+         callback_url = $6, on_failure = $7, state = $8, desired_state = $9, created_at = $10, \
+         updated_at = $11, finished_at = $12, blocked_reason = $13 WHERE id = $1",
+        &[
+            &job.id.0,
+            &job.fingerprint,
+            &job.priority,
+            &ms(job.run_at),
+            &job.ordering_key,
+            &opt_text(&job.callback_url),
+            &job.on_failure.as_str(),
+            &job.state.as_str(),
+            &job.desired_state.as_str(),
+            &job.created_at.as_millis(),
+            &job.updated_at.as_millis(),
+            &ms(job.finished_at),
+            &opt_text(&job.blocked_reason),
+        ],
+    )
+    .await?;
+    if n != 1 {
+        return Err(Failure::Store(Error::JobNotFound(job.id)));
+    }
+    // The claim rank is derived from the job's priority, so keep the copies in step with it; the
+    // expression is `Job::claim_rank` for every step whether or not the transition changed it.
+    execute(
+        tx,
+        "UPDATE steps SET priority = $2::integer, \
+         claim_rank = CASE WHEN claim_agent IS NOT NULL \
+                      THEN next_attempt_at - $2::integer * $3::bigint END \
+         WHERE job_id = $1 AND priority <> $2::integer",
+        &[&job.id.0, &job.priority, &PRIORITY_AGING.as_millis_i64()],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Inserts or overwrites the given steps' rows from the job as it now stands, with their derived
+/// columns. The statements are pipelined: sent together, answered together.
+pub(super) async fn write_steps(
+    tx: &Transaction<'_>,
+    job: &Job,
+    idxs: impl IntoIterator<Item = usize>,
+) -> Res<()> {
+    let idxs: Vec<usize> = idxs.into_iter().collect();
+    if idxs.is_empty() {
+        return Ok(());
+    }
+    let stmt = tx.prepare_cached(step_upsert_sql()).await?;
+    futures::future::try_join_all(idxs.into_iter().map(|idx| write_step(tx, &stmt, job, idx)))
+        .await?;
+    Ok(())
+}
+
+/// Inserts or overwrites one step row (see [`write_steps`]).
+async fn write_step(
+    tx: &Transaction<'_>,
+    stmt: &tokio_postgres::Statement,
+    job: &Job,
+    idx: usize,
+) -> Res<()> {
+    let Some(s) = job.steps.get(idx) else {
+        return Err(corrupt(
+            "transition",
+            format!("job {} has no step {idx}", job.id),
+        ));
+    };
+    let depends_on =
+        serde_json::to_string(&s.depends_on).map_err(|e| corrupt("steps.depends_on", e))?;
+    let compensate = s
+        .compensate
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| corrupt("steps.compensate", e))?;
+    let idx_i32 = idx_param(idx)?;
+    let payload = json_text(&s.payload);
+    let result = s.result.as_ref().map(json_text);
+    let worker = opt_text(&s.worker);
+    let last_error = opt_text(&s.last_error);
+    let values: [&(dyn ToSql + Sync); 34] = [
+        &job.id.0,
+        &job.priority,
+        &idx_i32,
+        &s.name,
+        &s.agent,
+        &payload,
+        &depends_on,
+        &s.timeout.as_millis_i64(),
+        &i64::from(s.max_attempts),
+        &s.backoff.initial.as_millis_i64(),
+        &s.backoff.factor,
+        &s.backoff.max.as_millis_i64(),
+        &compensate,
+        &s.state.as_str(),
+        &i64::from(s.attempt),
+        &i64::from(s.failures),
+        &s.lease_id.map(|l| l.0),
+        &worker,
+        &s.created_at.as_millis(),
+        &ms(s.ready_at),
+        &ms(s.started_at),
+        &ms(s.finished_at),
+        &ms(s.lease_expires_at),
+        &ms(s.next_attempt_at),
+        &result,
+        &last_error,
+        &i64::from(s.budget_from),
+        &s.comp_phase.map(CompPhase::as_str),
+        &i64::from(s.comp_attempts),
+        &i64::from(s.comp_failures),
+        &i64::from(s.comp_budget_from),
+        &s.claim_agent(),
+        &lease_agent(s),
+        &job.claim_rank(idx),
+    ];
+    tx.execute(stmt, &values).await?;
+    Ok(())
+}
+
+/// Appends events with the next sequence numbers, then drops all but the newest `keep`.
+pub(super) async fn append_events(
+    tx: &Transaction<'_>,
+    id: JobId,
+    events: &[NewEvent],
+    keep: usize,
+) -> Res<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let count = events.len() as i64;
+    let row = query_opt(
+        tx,
+        "UPDATE jobs SET last_event_seq = last_event_seq + $2 WHERE id = $1 \
+         RETURNING last_event_seq",
+        &[&id.0, &count],
+    )
+    .await?
+    .ok_or(Failure::Store(Error::JobNotFound(id)))?;
+    let last: i64 = get(&row, 0, "jobs.last_event_seq")?;
+    // One statement for the lot: the columns as arrays, unnested.
+    let mut seqs = Vec::with_capacity(events.len());
+    let mut ats = Vec::with_capacity(events.len());
+    let mut kinds = Vec::with_capacity(events.len());
+    let mut steps = Vec::with_capacity(events.len());
+    let mut attempts = Vec::with_capacity(events.len());
+    let mut details = Vec::with_capacity(events.len());
+    for (i, e) in events.iter().enumerate() {
+        seqs.push(last - count + 1 + i as i64);
+        ats.push(e.at.as_millis());
+        kinds.push(e.kind);
+        steps.push(e.step.as_deref());
+        attempts.push(e.attempt.map(i64::from));
+        details.push(e.detail.as_ref().map(json_text));
+    }
+    execute(
+        tx,
+        "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+         SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], \
+         $6::bigint[], $7::text[])",
+        &[&id.0, &seqs, &ats, &kinds, &steps, &attempts, &details],
+    )
+    .await?;
+    let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+    if last > keep {
+        execute(
+            tx,
+            "DELETE FROM events WHERE job_id = $1 AND seq <= $2",
+            &[&id.0, &(last - keep)],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn load_events(
+    tx: &Transaction<'_>,
+    id: JobId,
+    after_seq: i64,
+    limit: usize,
+) -> Res<Vec<Event>> {
+    let rows = query(
+        tx,
+        "SELECT seq, at, kind, step, attempt, detail FROM events \
+         WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        &[&id.0, &after_seq, &limit_param(limit)],
+    )
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let attempt: Option<i64> = get(row, 4, "events.attempt")?;
+        let detail: Option<String> = get(row, 5, "events.detail")?;
+        out.push(Event {
+            seq: get(row, 0, "events.seq")?,
+            at: Timestamp::from_millis(get(row, 1, "events.at")?),
+            kind: get(row, 2, "events.kind")?,
+            step: get(row, 3, "events.step")?,
+            attempt: attempt.map(|a| to_u32("events.attempt", a)).transpose()?,
+            detail: detail
+                .map(|d| parse_json::<Value>("events.detail", &d))
+                .transpose()?,
+        });
+    }
+    Ok(out)
+}
+
+pub(super) async fn insert_lease(
+    tx: &Transaction<'_>,
+    lease: &LeaseRef,
+    worker: &str,
+    at: Timestamp,
+) -> Res<()> {
+    execute(
+        tx,
+        "INSERT INTO leases (lease_id, job_id, step, attempt, worker, leased_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            &lease.lease_id.0,
+            &lease.job_id.0,
+            &idx_param(lease.step)?,
+            &i64::from(lease.attempt),
+            &text(worker),
+            &at.as_millis(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn find_lease(tx: &Transaction<'_>, lease_id: LeaseId) -> Res<Option<LeaseRef>> {
+    let Some(row) = query_opt(
+        tx,
+        "SELECT job_id, step, attempt FROM leases WHERE lease_id = $1",
+        &[&lease_id.0],
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(LeaseRef {
+        lease_id,
+        job_id: JobId(get(&row, 0, "leases.job_id")?),
+        step: to_usize("leases.step", get(&row, 1, "leases.step")?)?,
+        attempt: to_u32("leases.attempt", get(&row, 2, "leases.attempt")?)?,
+    }))
+}
+
+/// Decodes `(job_id, idx, attempt, lease_id)` as a lease reference; `None` when the step has no
+/// lease id recorded (which the writer never leaves, but a bad row must not stop a sweep).
+pub(super) fn lease_ref_from_row(row: &Row) -> Res<Option<LeaseRef>> {
+    let lease_id: Option<Uuid> = get(row, 3, "steps.lease_id")?;
+    let Some(lease_id) = lease_id else {
+        return Ok(None);
+    };
+    Ok(Some(LeaseRef {
+        lease_id: LeaseId(lease_id),
+        job_id: JobId(get(row, 0, "steps.job_id")?),
+        step: to_usize("steps.idx", get(row, 1, "steps.idx")?)?,
+        attempt: to_u32("steps.attempt", get(row, 2, "steps.attempt")?)?,
+    }))
+}
+
+/// Records the deliveries (alerts, callbacks) a transition calls for, as of `now`. A delivery
+/// whose idempotency key is already recorded is left as it is, so persisting the same effect
+/// twice never sends it twice.
+pub(super) async fn insert_deliveries(
+    tx: &Transaction<'_>,
+    t: &Transition,
+    now: Timestamp,
+) -> Res<()> {
+    if !t.effects.iter().any(|e| e.is_durable()) {
+        return Ok(());
+    }
+    for out in overseer_core::outbox::outgoing(t, now) {
+        execute(
+            tx,
+            "INSERT INTO deliveries \
+             (kind, job_id, url, idempotency_key, body, attempts, created_at, next_attempt_at, dead) \
+             VALUES ($1, $2, $3, $4, $5, 0, $6, $6, false) \
+             ON CONFLICT (idempotency_key) DO NOTHING",
+            &[
+                &out.kind.as_str(),
+                &t.job.id.0,
+                &out.url.as_deref().map(text),
+                &out.idempotency_key,
+                &json_text(&out.body),
+                &now.as_millis(),
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn delivery_from_row(row: &Row) -> Res<Delivery> {
+    let kind: String = get(row, 1, "deliveries.kind")?;
+    let body: String = get(row, 5, "deliveries.body")?;
+    Ok(Delivery {
+        id: get(row, 0, "deliveries.id")?,
+        kind: DeliveryKind::parse(&kind).ok_or_else(|| corrupt("deliveries.kind", &kind))?,
+        job_id: JobId(get(row, 2, "deliveries.job_id")?),
+        url: get(row, 3, "deliveries.url")?,
+        idempotency_key: get(row, 4, "deliveries.idempotency_key")?,
+        body: parse_json("deliveries.body", &body)?,
+        attempts: to_u32("deliveries.attempts", get(row, 6, "deliveries.attempts")?)?,
+        created_at: Timestamp::from_millis(get(row, 7, "deliveries.created_at")?),
+        next_attempt_at: Timestamp::from_millis(get(row, 8, "deliveries.next_attempt_at")?),
+        last_error: get(row, 9, "deliveries.last_error")?,
+    })
+}
+
+/// Live deliveries due at `now`, the longest waiting first. A row that does not decode is logged
+/// and passed over, so it cannot hold back every delivery behind it.
+pub(super) async fn deliveries_due(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    limit: usize,
+) -> Res<Vec<Delivery>> {
+    let rows = query(
+        tx,
+        "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
+         next_attempt_at, last_error FROM deliveries \
+         WHERE NOT dead AND next_attempt_at <= $1 ORDER BY next_attempt_at, id LIMIT $2",
+        &[&now.as_millis(), &limit_param(limit)],
+    )
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        match delivery_from_row(row) {
+            Ok(delivery) => out.push(delivery),
+            Err(e) => tracing::error!(error = %e, "skipping an unreadable delivery"),
+        }
+    }
+    Ok(out)
+}
+
+/// Applies a delivery attempt's outcome. An id that is gone (another node delivered it first)
+/// changes nothing: the outcome no longer matters.
+pub(super) async fn delivery_update(
+    tx: &Transaction<'_>,
+    id: i64,
+    outcome: &DeliveryOutcome,
+) -> Res<()> {
+    match outcome {
+        DeliveryOutcome::Delivered => {
+            execute(tx, "DELETE FROM deliveries WHERE id = $1", &[&id]).await?
+        }
+        DeliveryOutcome::Retry {
+            next_attempt_at,
+            error,
+        } => {
+            execute(
+                tx,
+                "UPDATE deliveries SET attempts = attempts + 1, next_attempt_at = $2, \
+                 last_error = $3 WHERE id = $1",
+                &[&id, &next_attempt_at.as_millis(), &text(error)],
+            )
+            .await?
+        }
+        DeliveryOutcome::GiveUp { error } => {
+            execute(
+                tx,
+                "UPDATE deliveries SET attempts = attempts + 1, dead = true, last_error = $2 \
+                 WHERE id = $1",
+                &[&id, &text(error)],
+            )
+            .await?
+        }
+    };
+    Ok(())
+}
+
+/// Deliveries waiting (live) and given up (dead).
+pub(super) async fn deliveries_counts(tx: &Transaction<'_>) -> Res<(u64, u64)> {
+    let row = query_one(
+        tx,
+        "SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM deliveries",
+        &[],
+    )
+    .await?;
+    Ok((
+        to_u64("deliveries waiting", get(&row, 0, "deliveries waiting")?)?,
+        to_u64("deliveries dead", get(&row, 1, "deliveries dead")?)?,
+    ))
+}

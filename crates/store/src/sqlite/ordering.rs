@@ -1,0 +1,161 @@
+//! Ordering keys: jobs sharing a key run one at a time, in submission order.
+//!
+//! The core admits a keyed job `pending` and leaves it there; the store, which can see the key's
+//! other jobs, decides when it may start. The *head* of a key is its unfinished job with the
+//! smallest submission `seq` (see schema V3). A head that is due is started in the transaction
+//! that submits it; a job that becomes head later (its predecessor finished) is found by
+//! `jobs_due` and started by the supervisor. A failed or blocked head holds only its own key.
+
+use overseer_core::{Command, Job, JobId, JobState, Timestamp, Transition};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::persist;
+use super::rows::{self, DbResult};
+use crate::{Error, OrderingKeyStatus, Result};
+
+/// Whether no unfinished job of `key` was submitted before `seq`. The WHERE clause repeats the
+/// partial index's word for word (see schema V3).
+fn is_head(conn: &Connection, key: &str, seq: i64) -> Result<bool> {
+    let ahead = conn
+        .prepare_cached(
+            "SELECT 1 FROM jobs INDEXED BY jobs_ordering \
+             WHERE ordering_key = ?1 AND seq < ?2 \
+               AND ordering_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled') \
+             LIMIT 1",
+        )
+        .db()?
+        .exists(params![key, seq])
+        .db()?;
+    Ok(!ahead)
+}
+
+/// Whether `job` may start as far as its key goes: it has none, or heads it. Checked before an
+/// `Activate`, so even a stray one cannot start a job while another of its key is unfinished.
+pub(super) fn may_start(conn: &Connection, job: &Job) -> Result<bool> {
+    let Some(key) = job.ordering_key.as_deref() else {
+        return Ok(true);
+    };
+    let seq: Option<i64> = conn
+        .prepare_cached("SELECT seq FROM jobs WHERE id = ?1")
+        .db()?
+        .query_row([rows::job_id_text(job.id)], |r| r.get(0))
+        .optional()
+        .db()?
+        .flatten();
+    let seq = seq.ok_or_else(|| Error::Corrupt(format!("job {} has no submission seq", job.id)))?;
+    is_head(conn, key, seq)
+}
+
+/// After inserting an admitted job with submission number `seq`: if it is keyed, pending, due at
+/// its admission (`run_at` none or not after `created_at`) and heads its key, starts it through
+/// the core at `created_at` and stores that too. Answers the submit's transition: the admission
+/// alone, or the admission followed by the activation (the activated job, both histories in
+/// order, both effects).
+pub(super) fn admit_keyed(
+    conn: &Connection,
+    admission: Transition,
+    seq: i64,
+    history_per_job: usize,
+) -> Result<Transition> {
+    let job = &admission.job;
+    let at = job.created_at;
+    let Some(key) = job.ordering_key.as_deref() else {
+        return Ok(admission);
+    };
+    let due = job.run_at.is_none_or(|t| t <= at);
+    if job.state != JobState::Pending || !due || !is_head(conn, key, seq)? {
+        return Ok(admission);
+    }
+    let activation = overseer_core::apply(job, Command::Activate, at)?;
+    persist(conn, &activation, at, history_per_job)?;
+    let mut changed_steps = admission.changed_steps;
+    changed_steps.extend(activation.changed_steps);
+    changed_steps.sort_unstable();
+    changed_steps.dedup();
+    let mut events = admission.events;
+    events.extend(activation.events);
+    let mut effects = admission.effects;
+    effects.extend(activation.effects);
+    Ok(Transition {
+        job: activation.job,
+        job_changed: admission.job_changed || activation.job_changed,
+        changed_steps,
+        events,
+        effects,
+        reply: activation.reply,
+    })
+}
+
+/// One ordered range of the pending jobs' due index; a keyed candidate costs one probe of the
+/// key's index to see whether an unfinished job of its key is ahead of it.
+pub(super) const JOBS_DUE_SQL: &str = "SELECT j.id FROM jobs AS j INDEXED BY jobs_pending_due \
+     WHERE j.state = 'pending' AND COALESCE(j.run_at, j.created_at) <= ?1 \
+       AND (j.ordering_key IS NULL OR NOT EXISTS ( \
+         SELECT 1 FROM jobs AS o INDEXED BY jobs_ordering \
+         WHERE o.ordering_key = j.ordering_key AND o.seq < j.seq \
+           AND o.ordering_key IS NOT NULL \
+           AND o.state NOT IN ('succeeded', 'failed', 'cancelled'))) \
+     ORDER BY COALESCE(j.run_at, j.created_at), j.id LIMIT ?2";
+
+/// Pending jobs due at `now` that have no key or head theirs, earliest due instant
+/// (`run_at`, else `created_at`) first, then by id.
+pub(super) fn jobs_due(conn: &Connection, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
+    let ids: Vec<String> = conn
+        .prepare_cached(JOBS_DUE_SQL)
+        .db()?
+        .query_map(params![now.as_millis(), rows::limit_param(limit)], |r| {
+            r.get(0)
+        })
+        .db()?
+        .collect::<rusqlite::Result<_>>()
+        .db()?;
+    ids.into_iter()
+        .map(|id| {
+            id.parse()
+                .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
+        })
+        .collect()
+}
+
+/// The head of `key` and how many unfinished jobs of the key wait behind it.
+pub(super) fn status(conn: &Connection, key: &str) -> Result<OrderingKeyStatus> {
+    let (head, count): (Option<String>, i64) = conn
+        .prepare_cached(
+            "SELECT (SELECT id FROM jobs INDEXED BY jobs_ordering \
+                     WHERE ordering_key = ?1 \
+                       AND ordering_key IS NOT NULL \
+                       AND state NOT IN ('succeeded', 'failed', 'cancelled') \
+                     ORDER BY seq LIMIT 1), \
+                    (SELECT COUNT(*) FROM jobs INDEXED BY jobs_ordering \
+                     WHERE ordering_key = ?1 \
+                       AND ordering_key IS NOT NULL \
+                       AND state NOT IN ('succeeded', 'failed', 'cancelled'))",
+        )
+        .db()?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .db()?
+        .unwrap_or((None, 0));
+    let head: Option<Job> = match head {
+        Some(id) => {
+            let id: JobId = id
+                .parse()
+                .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))?;
+            Some(
+                rows::load_job(conn, id)?
+                    .ok_or_else(|| Error::Corrupt(format!("job {id} vanished during a read")))?,
+            )
+        }
+        None => None,
+    };
+    let waiting = if head.is_some() {
+        rows::count_param("ordering key waiting", count)?.saturating_sub(1)
+    } else {
+        0
+    };
+    Ok(OrderingKeyStatus {
+        key: key.to_string(),
+        head,
+        waiting,
+    })
+}

@@ -1,0 +1,606 @@
+//! The PostgreSQL backend: the shared conformance suite on a fresh database per test, plus what
+//! only a store shared by several nodes must do (claims racing from many nodes, signals between
+//! nodes, concurrent migrations, surviving a server restart).
+//!
+//! Runs against `OVERSEER_TEST_DATABASE_URL` when set, else against a throw-away local cluster
+//! (see `overseer_store::pgtest`). Never skips: without PostgreSQL these tests fail.
+//!
+//! When every test of this binary has passed, the last one prints
+//! `postgres-suite: executed N tests` to stderr and writes the same line to
+//! `target/postgres-suite.ok`, which CI can check to know the suite really ran (the file is
+//! removed when the first test starts, so a run that fails or stops early leaves none).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use overseer_core::{JobId, JobState, Span, StepState, Timestamp};
+use overseer_store::conformance::{self, admitted, at, job_id, lease_id, Fixture};
+use overseer_store::pgtest::{PgCluster, TestDatabase};
+use overseer_store::postgres::{PgOptions, PgStore};
+use overseer_store::{Claim, Error, Signal, Store, Submitted};
+use serde_json::json;
+use tokio::sync::broadcast;
+
+const HISTORY: usize = 20;
+
+fn options(url: &str) -> PgOptions {
+    let mut options = PgOptions::new(url);
+    options.history_per_job = HISTORY;
+    options.pool_size = 8;
+    options
+}
+
+async fn open(url: &str) -> PgStore {
+    PgStore::open(options(url)).await.expect("open the store")
+}
+
+/// A fresh database on the shared cluster, and a store on it.
+async fn fresh() -> (PgStore, TestDatabase) {
+    let db = PgCluster::shared().database().await;
+    let store = open(db.url()).await;
+    (store, db)
+}
+
+async fn fixture() -> Fixture {
+    let ticket = suite::Ticket::new();
+    let (store, db) = fresh().await;
+    // Dropped after the store: first the database, then the ticket that counts the test.
+    Fixture::new(Arc::new(store), HISTORY, (db, ticket))
+}
+
+overseer_store::conformance_tests!(fixture());
+
+fn one_step(agent: &str) -> overseer_core::JobSpec {
+    conformance::spec(json!({"steps": [{"name": "s", "agent": agent}]}))
+}
+
+/// Waits for a signal matching `want`, failing after 10 seconds.
+async fn expect_signal(
+    signals: &mut broadcast::Receiver<Signal>,
+    what: &str,
+    want: impl Fn(&Signal) -> bool,
+) -> Vec<Signal> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, signals.recv()).await {
+            Ok(Ok(signal)) => {
+                let done = want(&signal);
+                seen.push(signal);
+                if done {
+                    return seen;
+                }
+            }
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(e)) => panic!("signals closed while waiting for {what}: {e}"),
+            Err(_) => panic!("no {what} within 10 s; saw {seen:?}"),
+        }
+    }
+}
+
+// Proves claims racing from 8 separate stores (8 nodes, each with its own pool) lease every
+// ready step exactly once: every step is leased, none twice, all at attempt 1, and what each node
+// was handed is what the database holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_nodes_lease_each_step_exactly_once() {
+    let _ticket = suite::Ticket::new();
+    const JOBS: u64 = 60;
+    const NODES: u128 = 8;
+    let db = PgCluster::shared().database().await;
+    let mut nodes = Vec::new();
+    for _ in 0..NODES {
+        nodes.push(Arc::new(open(db.url()).await));
+    }
+    let three = conformance::spec(json!({"steps": [
+        {"name": "a", "agent": "race"}, {"name": "b", "agent": "race"},
+        {"name": "c", "agent": "race"}]}));
+    let batch = (1..=JOBS)
+        .map(|n| admitted(job_id(n), &three, at(n as i64)))
+        .collect();
+    nodes[0].jobs_submit(batch).await.expect("submit");
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for (node, store) in nodes.iter().enumerate() {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let mut mine = Vec::new();
+            let mut empty_rounds = 0;
+            for round in 0u128.. {
+                let first = ((node as u128) << 64) | (round << 8);
+                let got = store
+                    .steps_claim(Claim {
+                        agent: "race".into(),
+                        worker: format!("node-{node}"),
+                        lease_ids: (first..first + 4).map(lease_id).collect(),
+                        now: at(1_000),
+                    })
+                    .await
+                    .expect("claim")
+                    .claimed;
+                // A claim passes over jobs another node is writing: only a few empty rounds in
+                // a row mean there is nothing left.
+                if got.is_empty() {
+                    empty_rounds += 1;
+                    if empty_rounds == 3 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                empty_rounds = 0;
+                for c in got {
+                    let s = &c.transition.job.steps[c.step];
+                    mine.push((c.transition.job.id, c.step, s.attempt, s.lease_id));
+                }
+            }
+            mine
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        all.extend(result.expect("claimer task"));
+    }
+    assert_eq!(all.len(), JOBS as usize * 3, "every step leased");
+    let unique: HashSet<(JobId, usize)> = all.iter().map(|(j, s, _, _)| (*j, *s)).collect();
+    assert_eq!(unique.len(), all.len(), "no step leased twice");
+    assert!(all.iter().all(|(_, _, attempt, _)| *attempt == 1));
+    let checker = &nodes[NODES as usize - 1];
+    for (job, step, _, lease) in &all {
+        let stored = checker.job_get(*job).await.expect("get").expect("job");
+        assert_eq!(stored.steps[*step].state, StepState::Running);
+        assert_eq!(stored.steps[*step].lease_id, *lease);
+    }
+}
+
+// Proves nodes hear each other: a job submitted through store A wakes its agent on store B
+// (`Signal::Ready`), finishing it there is heard on A (`Signal::Finished`), and a submit that
+// rolls back (an idempotency conflict) sends nothing: notifications arrive in commit order, and
+// a sentinel committed after the failed submit arrives with nothing before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn signals_cross_nodes_only_when_committed() {
+    let _ticket = suite::Ticket::new();
+    let (a, db) = fresh().await;
+    let b = open(db.url()).await;
+    let mut on_a = a.signals().expect("A has signals");
+    let mut on_b = b.signals().expect("B has signals");
+    // The listener connects in the background: wait until B hears something committed on A.
+    let mut n = 0;
+    loop {
+        n += 1;
+        a.jobs_submit(vec![admitted(job_id(n), &one_step("warmup"), at(0))])
+            .await
+            .expect("submit");
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+        let heard = loop {
+            match tokio::time::timeout_at(deadline, on_b.recv()).await {
+                Ok(Ok(Signal::Ready { agent })) if agent == "warmup" => break true,
+                Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+                Ok(Err(e)) => panic!("signals closed: {e}"),
+                Err(_) => break false,
+            }
+        };
+        if heard {
+            break;
+        }
+        assert!(n < 40, "B never heard A's commits");
+    }
+
+    let id = job_id(100);
+    a.jobs_submit(vec![admitted(id, &one_step("billing"), at(0))])
+        .await
+        .expect("submit");
+    expect_signal(&mut on_b, "Ready billing on B", |s| {
+        *s == Signal::Ready {
+            agent: "billing".into(),
+        }
+    })
+    .await;
+
+    let claimed = b
+        .steps_claim(Claim {
+            agent: "billing".into(),
+            worker: "w".into(),
+            lease_ids: vec![lease_id(1)],
+            now: at(10),
+        })
+        .await
+        .expect("claim")
+        .claimed;
+    assert_eq!(claimed.len(), 1);
+    b.job_apply(
+        id,
+        overseer_core::Command::Complete {
+            step: 0,
+            attempt: 1,
+            result: json!("ok"),
+        },
+        at(20),
+    )
+    .await
+    .expect("complete");
+    expect_signal(&mut on_a, "Finished on A", |s| {
+        *s == Signal::Finished { job: id }
+    })
+    .await;
+
+    // A batch whose second job conflicts on its idempotency key rolls back whole: its first
+    // job's Ready for `ghost` must never be heard.
+    let keyed = |agent: &str| {
+        conformance::spec(json!({"idempotency_key": "k", "steps": [{"name": "s", "agent": agent}]}))
+    };
+    a.jobs_submit(vec![admitted(job_id(200), &keyed("x"), at(0))])
+        .await
+        .expect("keyed submit");
+    let conflict = a
+        .jobs_submit(vec![
+            admitted(job_id(201), &one_step("ghost"), at(0)),
+            admitted(job_id(202), &keyed("y"), at(0)),
+        ])
+        .await;
+    assert!(
+        matches!(conflict, Err(Error::IdempotencyConflict { index: 1, .. })),
+        "{conflict:?}"
+    );
+    assert!(a.job_get(job_id(201)).await.expect("get").is_none());
+    a.jobs_submit(vec![admitted(job_id(300), &one_step("sentinel"), at(0))])
+        .await
+        .expect("sentinel");
+    let seen = expect_signal(&mut on_b, "Ready sentinel on B", |s| {
+        *s == Signal::Ready {
+            agent: "sentinel".into(),
+        }
+    })
+    .await;
+    assert!(
+        !seen.contains(&Signal::Ready {
+            agent: "ghost".into()
+        }),
+        "a rolled-back submit was heard: {seen:?}"
+    );
+}
+
+// Proves migrations are safe when nodes start together: 4 stores opening one fresh database at
+// once all succeed, the schema is applied exactly once, and every store works afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_nodes_migrate_at_once() {
+    let _ticket = suite::Ticket::new();
+    let db = PgCluster::shared().database().await;
+    let mut opening = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let url = db.url().to_string();
+        opening.spawn(async move { PgStore::open(options(&url)).await });
+    }
+    let mut stores = Vec::new();
+    while let Some(result) = opening.join_next().await {
+        stores.push(result.expect("task").expect("open while others migrate"));
+    }
+    let client = overseer_store::pgtest::connect(db.url())
+        .await
+        .expect("connect");
+    let rows = client
+        .query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .expect("versions");
+    let versions: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    assert!(!versions.is_empty());
+    assert_eq!(versions, (1..=versions.len() as i32).collect::<Vec<_>>());
+    for (n, store) in stores.iter().enumerate() {
+        store
+            .jobs_submit(vec![admitted(job_id(n as u64 + 1), &one_step("w"), at(0))])
+            .await
+            .expect("submit after migrating");
+    }
+    assert_eq!(stores[0].agents_counts().await.expect("counts")[0].ready, 4);
+}
+
+// Proves racing nodes agree on what must be unique: 8 nodes submitting one idempotency key at
+// once store one job (the others get it back as existing), and 8 nodes submitting jobs of one
+// ordering key at once start exactly one of them, heading the key, with the rest queued behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_nodes_keep_idempotency_and_ordering_keys() {
+    let _ticket = suite::Ticket::new();
+    let db = PgCluster::shared().database().await;
+    let mut nodes = Vec::new();
+    for _ in 0..8 {
+        nodes.push(Arc::new(open(db.url()).await));
+    }
+
+    let same = conformance::spec(
+        json!({"idempotency_key": "once", "steps": [{"name": "s", "agent": "w"}]}),
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for (n, node) in nodes.iter().enumerate() {
+        let node = node.clone();
+        let new = admitted(job_id(n as u64 + 1), &same, at(0));
+        tasks.spawn(async move { node.jobs_submit(vec![new]).await });
+    }
+    let mut created = Vec::new();
+    let mut existing = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        match result.expect("task").expect("submit").pop() {
+            Some(Submitted::Created(t)) => created.push(t.job.id),
+            Some(Submitted::Existing(j)) => existing.push(j.id),
+            None => panic!("nothing submitted"),
+        }
+    }
+    assert_eq!(created.len(), 1, "one node stores the job");
+    assert!(existing.iter().all(|id| *id == created[0]));
+
+    let keyed =
+        conformance::spec(json!({"ordering_key": "acct", "steps": [{"name": "s", "agent": "k"}]}));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (n, node) in nodes.iter().enumerate() {
+        let node = node.clone();
+        let new = admitted(job_id(100 + n as u64), &keyed, at(5));
+        tasks.spawn(async move { node.jobs_submit(vec![new]).await });
+    }
+    let mut started = 0;
+    while let Some(result) = tasks.join_next().await {
+        match result.expect("task").expect("submit").pop() {
+            Some(Submitted::Created(t)) if t.job.state == JobState::Running => started += 1,
+            Some(Submitted::Created(t)) => assert_eq!(t.job.state, JobState::Pending),
+            other => panic!("expected a created job, got {other:?}"),
+        }
+    }
+    assert_eq!(started, 1, "exactly one job of the key starts");
+    let status = nodes[0].ordering_key_status("acct").await.expect("status");
+    assert_eq!(status.waiting, 7);
+    assert_eq!(
+        status.head.map(|j| j.state),
+        Some(JobState::Running),
+        "the started job heads the key"
+    );
+    assert!(nodes[0]
+        .jobs_due(at(1_000_000), 100)
+        .await
+        .expect("due")
+        .is_empty());
+}
+
+// Proves one leader among racing nodes: 8 nodes acquiring the free lease at once, exactly one
+// gets it (epoch 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_leader_among_racing_nodes() {
+    let _ticket = suite::Ticket::new();
+    let db = PgCluster::shared().database().await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..8 {
+        let store = open(db.url()).await;
+        tasks.spawn(async move {
+            store
+                .leader_acquire(&format!("node-{n}"), Span::from_secs(10), at(0))
+                .await
+        });
+    }
+    let mut leaders = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        if let Some(lease) = result.expect("task").expect("acquire") {
+            leaders.push(lease);
+        }
+    }
+    assert_eq!(leaders.len(), 1, "{leaders:?}");
+    assert_eq!(leaders[0].epoch, 1);
+}
+
+// Proves text PostgreSQL cannot hold is kept rather than refused: a label value and an agent's
+// error message containing NUL are stored (NUL as U+FFFD in text columns; the JSON copy of the
+// labels keeps it), and a label filter with the same value finds the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn text_with_nul_is_stored_not_refused() {
+    let _ticket = suite::Ticket::new();
+    let (store, _db) = fresh().await;
+    let spec = conformance::spec(json!({
+        "labels": {"tag": "a\u{0}b"},
+        "steps": [{"name": "s", "agent": "w", "max_attempts": 3}]
+    }));
+    let id = job_id(1);
+    store
+        .jobs_submit(vec![admitted(id, &spec, at(0))])
+        .await
+        .expect("submit with NUL in a label value");
+    let claimed = store
+        .steps_claim(Claim {
+            agent: "w".into(),
+            worker: "worker\u{0}1".into(),
+            lease_ids: vec![lease_id(1)],
+            now: at(10),
+        })
+        .await
+        .expect("claim by a worker with NUL in its name")
+        .claimed;
+    assert_eq!(claimed.len(), 1);
+    store
+        .job_apply(
+            id,
+            overseer_core::Command::Fail {
+                step: 0,
+                attempt: 1,
+                error: "bad\u{0}byte".into(),
+                retryable: true,
+                jitter: 0.0,
+            },
+            at(20),
+        )
+        .await
+        .expect("a failure report with NUL in its error");
+    let job = store.job_get(id).await.expect("get").expect("job");
+    assert_eq!(job.labels["tag"], "a\u{0}b");
+    assert_eq!(job.steps[0].last_error.as_deref(), Some("bad\u{FFFD}byte"));
+    assert_eq!(job.steps[0].worker.as_deref(), Some("worker\u{FFFD}1"));
+    let found = store
+        .jobs_list(overseer_store::JobQuery {
+            labels: vec![("tag".into(), "a\u{0}b".into())],
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(found.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+}
+
+async fn submit_ok(store: &PgStore, n: u64) {
+    let submitted = store
+        .jobs_submit(vec![admitted(job_id(n), &one_step("w"), at(0))])
+        .await
+        .unwrap_or_else(|e| panic!("submit {n}: {e}"));
+    assert!(matches!(submitted.as_slice(), [Submitted::Created(_)]));
+}
+
+// Proves the store rides out a server restart without being reopened: while the server is down
+// every call answers `Unavailable` (a submit never claims success for a job not committed), and
+// once it is back the pool replaces its broken connections, earlier jobs are all there, and the
+// listener reconnects and asks for a sweep (`Signal::Due { at: 0 }`). Uses a cluster of its own
+// (an external server cannot be stopped: without local binaries the restart is emulated there by
+// terminating every connection to the test's database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_store_survives_a_server_restart() {
+    let _ticket = suite::Ticket::new();
+    let private = match PgCluster::start_private() {
+        Ok(cluster) => Some(cluster),
+        Err(e) if !PgCluster::shared().is_local() => {
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!(
+                    "pgtest: no local binaries for a private cluster ({e}); emulating the \
+                     restart on the external server by terminating the test database's \
+                     connections\n"
+                )
+                .as_bytes(),
+            );
+            None
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let cluster = private.as_ref().unwrap_or_else(|| PgCluster::shared());
+    let db = cluster.database().await;
+    let mut opts = options(db.url());
+    opts.connect_timeout = Duration::from_secs(2);
+    opts.acquire_timeout = Duration::from_secs(3);
+    let store = PgStore::open(opts).await.expect("open");
+    let mut signals = store.signals().expect("signals");
+    for n in 1..=5 {
+        submit_ok(&store, n).await;
+    }
+
+    if let Some(cluster) = &private {
+        cluster.stop().expect("stop the server");
+        match store
+            .jobs_submit(vec![admitted(job_id(6), &one_step("w"), at(0))])
+            .await
+        {
+            Err(Error::Unavailable(_)) => {}
+            other => panic!("a submit while the server is down answered {other:?}"),
+        }
+        assert!(matches!(store.ping().await, Err(Error::Unavailable(_))));
+        assert!(matches!(
+            store.job_get(job_id(1)).await,
+            Err(Error::Unavailable(_))
+        ));
+        cluster.start().expect("start the server again");
+    } else {
+        db.terminate_connections().expect("terminate connections");
+    }
+
+    // The pool checks each connection before use, so the first call after the restart works.
+    submit_ok(&store, 7).await;
+    store.ping().await.expect("ping after restart");
+    for n in [1, 2, 3, 4, 5, 7] {
+        assert!(
+            store.job_get(job_id(n)).await.expect("get").is_some(),
+            "job {n}"
+        );
+    }
+    assert!(store.job_get(job_id(6)).await.expect("get").is_none());
+    expect_signal(&mut signals, "Due { at: 0 } after reconnecting", |s| {
+        *s == Signal::Due { at: Timestamp(0) }
+    })
+    .await;
+
+    // A restart in one go (`pg_ctl restart`): the very next call finds a working connection.
+    if let Some(cluster) = &private {
+        cluster.restart().expect("restart the server");
+        submit_ok(&store, 8).await;
+        assert_eq!(store.jobs_active(None, 100).await.expect("active").len(), 7);
+    }
+    drop(store);
+    drop(db);
+}
+
+/// Counts this binary's passing tests and reports when all of them have (see the module docs).
+mod suite {
+    use std::io::Write as _;
+    use std::path::PathBuf;
+    use std::process::Command;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Once, OnceLock};
+
+    use overseer_store::pgtest::PgCluster;
+
+    static STARTED: Once = Once::new();
+    static PASSED: AtomicUsize = AtomicUsize::new(0);
+    static EXPECTED: OnceLock<Option<usize>> = OnceLock::new();
+
+    /// Held by a test for its whole run: counts it as passed when dropped without a panic.
+    pub struct Ticket;
+
+    impl Ticket {
+        pub fn new() -> Ticket {
+            STARTED.call_once(|| {
+                if let Some(marker) = marker() {
+                    let _ = std::fs::remove_file(marker);
+                }
+            });
+            Ticket
+        }
+    }
+
+    impl Drop for Ticket {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                return;
+            }
+            let passed = PASSED.fetch_add(1, Ordering::SeqCst) + 1;
+            if Some(passed) == *EXPECTED.get_or_init(expected) {
+                finish(passed);
+            }
+        }
+    }
+
+    fn finish(passed: usize) {
+        let mode = if PgCluster::shared().is_local() {
+            "local cluster"
+        } else {
+            "external server"
+        };
+        let line = format!("postgres-suite: executed {passed} tests ({mode})");
+        let _ = writeln!(std::io::stderr(), "{line}");
+        if let Some(marker) = marker() {
+            let _ = std::fs::write(marker, format!("{line}\n"));
+        }
+    }
+
+    /// How many tests this run executes: the test binary asked to list them with the same
+    /// arguments (filters included), so a filtered run counts only what it runs.
+    fn expected() -> Option<usize> {
+        let exe = std::env::current_exe().ok()?;
+        let out = Command::new(exe)
+            .args(std::env::args().skip(1))
+            .args(["--list", "--format", "terse"])
+            .output()
+            .ok()?;
+        let listing = String::from_utf8_lossy(&out.stdout);
+        Some(listing.lines().filter(|l| l.ends_with(": test")).count())
+    }
+
+    /// `target/postgres-suite.ok`: the test binary lives in `target/<profile>/deps/`.
+    fn marker() -> Option<PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        let deps = exe.parent()?;
+        let target = deps.parent()?.parent()?;
+        Some(target.join("postgres-suite.ok"))
+    }
+}
