@@ -70,7 +70,7 @@ fn server_and_agent_crashes_lose_nothing_and_never_overlap() {
         Ok(s) => Mode::Seconds(s.trim().parse().expect("OVERSEER_CRASH_SECONDS is seconds")),
         Err(_) => Mode::Kills(DEFAULT_KILLS),
     };
-    eprintln!("crash test: seed={seed} mode={mode:?}");
+    eprintln!("\ncrash test: seed={seed} mode={mode:?}");
     // Declared first so it is dropped last, after the processes writing into the directory.
     let guard = OnFailure {
         seed,

@@ -122,7 +122,8 @@ async fn healthz() -> Json<Value> {
 async fn readyz(State(app): State<App>) -> Response {
     match app.store().ping().await {
         Ok(()) if !app.shutdown().is_cancelled() => {
-            Json(json!({ "status": "ready" })).into_response()
+            Json(json!({ "status": "ready", "node": app.node(), "leader": app.is_leader() }))
+                .into_response()
         }
         Ok(()) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -566,6 +567,12 @@ async fn report(
     };
     app.metrics().report(name, outcome);
     app.committed(&t);
+    if name != "heartbeat" {
+        // The lease ended: a slot under the agent's max_concurrency may have freed.
+        if let Some(s) = t.job.steps.get(lease.step) {
+            app.notifier().wake_agent(s.claim_agent_of_lease());
+        }
+    }
     Ok(t)
 }
 

@@ -200,17 +200,21 @@ impl App {
 
 /// A node name unique enough for the leader lease: host name, process id and a random suffix.
 fn default_node_id() -> String {
-    let host = std::env::var("HOSTNAME")
+    format!(
+        "{}-{}-{:04x}",
+        host_name(),
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
+
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "node".to_string());
-    format!(
-        "{host}-{}-{:04x}",
-        std::process::id(),
-        rand::random::<u16>()
-    )
+        .unwrap_or_else(|| "node".to_string())
 }
 
 /// Opens the store a URL names.
@@ -234,10 +238,36 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let mut config = config.clone();
+    if config.node_id.is_none() {
+        // Stable across restarts of the same node, so a restarted leader takes its own lease
+        // back at once; and unique among live nodes, since only one process can hold the port.
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        config.node_id = Some(format!("{}:{port}", host_name()));
+    }
+    let config = &config;
     let app = App::new(store, Arc::new(SystemClock), config, shutdown.clone());
     let supervisor = supervisor::Supervisor::new(app.clone(), config.sweep_interval)
-        .with_repair_batch(config.repair_batch);
-    app.metrics().is_leader.set(1);
+        .with_repair_batch(config.repair_batch)
+        .with_leader_ttl(config.leader_ttl);
+    if let Some(mut signals) = app.store().signals() {
+        // What other nodes committed that concerns this node's waiters.
+        let (app, shutdown) = (app.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    signal = signals.recv() => match signal {
+                        Ok(s) => app.signal(s),
+                        // Missed some: have the supervisor look at everything now.
+                        Err(RecvError::Lagged(_)) => app.notifier().due_at(Timestamp::from_millis(0)),
+                        Err(RecvError::Closed) => return,
+                    },
+                }
+            }
+        });
+    }
     let sweeper = tokio::spawn(supervisor.run(shutdown.clone()));
     let deliverer = deliver::Deliverer::new(app.clone(), deliver::Settings::from_config(config))?;
     let delivering = tokio::spawn(deliverer.run(shutdown.clone()));

@@ -67,7 +67,9 @@ struct Local {
     control: Mutex<()>,
 }
 
-static SHARED: OnceLock<PgCluster> = OnceLock::new();
+/// The shared cluster, or why there is none (kept, so every test fails with the reason at once
+/// instead of each trying again).
+static SHARED: OnceLock<Result<PgCluster, String>> = OnceLock::new();
 static DATABASES: AtomicU64 = AtomicU64::new(0);
 
 /// How a test process's clusters are reported: once, to the real stderr (not the captured one).
@@ -80,7 +82,7 @@ impl PgCluster {
     ///
     /// Panics with an explanation when no PostgreSQL can be had.
     pub fn shared() -> &'static PgCluster {
-        SHARED.get_or_init(|| match std::env::var(DATABASE_URL_VAR) {
+        let shared = SHARED.get_or_init(|| match std::env::var(DATABASE_URL_VAR) {
             Ok(url) if !url.trim().is_empty() => {
                 let url = url.trim().to_string();
                 announce(&format!(
@@ -88,10 +90,10 @@ impl PgCluster {
                      gets a fresh database",
                     redact(&url)
                 ));
-                PgCluster { url, local: None }
+                Ok(PgCluster { url, local: None })
             }
             _ => {
-                let cluster = PgCluster::start_local(false).unwrap_or_else(|e| panic!("{e}"));
+                let cluster = PgCluster::start_local(false)?;
                 announce(&format!(
                     "mode local: started a throw-away cluster in {} on 127.0.0.1:{} (set \
                      {DATABASE_URL_VAR} to use an existing server instead)",
@@ -101,9 +103,13 @@ impl PgCluster {
                         .map_or_else(String::new, |l| l.dir.display().to_string()),
                     cluster.local.as_ref().map_or(0, |l| l.port),
                 ));
-                cluster
+                Ok(cluster)
             }
-        })
+        });
+        match shared {
+            Ok(cluster) => cluster,
+            Err(e) => panic!("{e}"),
+        }
     }
 
     /// A cluster of its own for a test that stops or restarts the server, stopped and removed

@@ -17,9 +17,15 @@
 //!   inserted, so which job heads a key is decided by one node at a time;
 //! - the supervisor's writes check the leader row (`FOR SHARE`) in their own transaction.
 //!
+//! - an idempotency key is claimed by `INSERT … ON CONFLICT DO NOTHING`, which waits for a racing
+//!   insert of the same key to commit or roll back, so exactly one node stores the job and the
+//!   others find it (or a conflict) in the same call.
+//!
 //! Every instant comes from the caller; SQL's `now()` is never used. Serialization failures and
-//! deadlocks are retried a few times; connection trouble is [`Error::Unavailable`]. Commits wait
-//! for the WAL flush (`synchronous_commit=on` is set on every connection).
+//! deadlocks are retried a few times; connection trouble, a server shutting down (`57P01`) and
+//! any other failure to do the work is [`Error::Unavailable`], with nothing committed. Commits
+//! wait for the WAL flush (`synchronous_commit=on` is set on every connection). The pool checks
+//! each connection before handing it out, so after a server restart it heals by itself.
 //!
 //! Nodes hear each other through `LISTEN/NOTIFY` (see `listen`): [`Store::signals`].
 
@@ -53,8 +59,10 @@ use crate::{
 /// How to open a PostgreSQL store.
 #[derive(Clone, Debug)]
 pub struct PgOptions {
-    /// `postgres://user:password@host:port/database?…` (TLS is not supported: use a local
-    /// network or a TLS-terminating proxy).
+    /// `postgres://user:password@host:port/database?…`. The tables go in the first schema of the
+    /// search path (use a database or schema of Overseer's own, e.g. with
+    /// `?options=-c%20search_path%3Doverseer`). TLS is not supported: use a local network or a
+    /// TLS-terminating proxy.
     pub url: String,
     /// Events kept per job; older ones are deleted as new ones arrive. At least 1.
     pub history_per_job: usize,
@@ -96,7 +104,7 @@ struct Inner {
 }
 
 /// Why a unit of work against the database stopped: a PostgreSQL error (classified only at the
-/// end, so the retry loop and the idempotency handling can look at its SQLSTATE) or a store error.
+/// end, so the retry loop can look at its SQLSTATE), a store error, or a race to run again.
 #[derive(Debug)]
 enum Failure {
     Pg(tokio_postgres::Error),
@@ -267,6 +275,8 @@ impl PgStore {
         let (from, to) = self
             .write(move |tx, _| {
                 Box::pin(async move {
+                    // Another node's migrations may take a while: wait for them, however long.
+                    tx.batch_execute("SET LOCAL lock_timeout = 0").await?;
                     query(
                         tx,
                         "SELECT pg_advisory_xact_lock($1)",
@@ -312,20 +322,27 @@ impl PgStore {
     }
 
     async fn warn_if_not_durable(&self) {
-        let fsync = self
-            .read(|tx, _| {
-                Box::pin(async move {
-                    let row = query_one(tx, "SELECT current_setting('fsync')", &[]).await?;
-                    get::<String>(&row, 0, "fsync")
-                })
-            })
-            .await;
-        if let Ok(value) = fsync {
+        if let Ok(value) = self.server_setting("fsync").await {
             if value != "on" {
-                tracing::warn!(fsync = %value, "the PostgreSQL server runs with fsync off: a \
-                    crash of its machine can lose committed jobs");
+                tracing::warn!(
+                    fsync = %value,
+                    "the PostgreSQL server runs with fsync off: a crash of its machine can lose \
+                     committed jobs"
+                );
             }
         }
+    }
+
+    /// A run-time setting as a pooled connection of this store sees it (`current_setting`), e.g.
+    /// `synchronous_commit`, to check the store's durability settings are in force.
+    pub async fn server_setting(&self, name: &str) -> Result<String> {
+        self.read(move |tx, _| {
+            Box::pin(async move {
+                let row = query_one(tx, "SELECT current_setting($1)", &[&name]).await?;
+                get::<String>(&row, 0, name)
+            })
+        })
+        .await
     }
 
     /// Runs `work` in a read-write transaction (read committed) and commits it, trying the whole

@@ -79,6 +79,25 @@ async fn expect_signal(
     }
 }
 
+// Proves every pooled connection commits durably and guards against stuck sessions: the store
+// sets `synchronous_commit=on`, a lock timeout and an idle-in-transaction timeout on each one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_commit_durably() {
+    let _ticket = suite::Ticket::new();
+    let (store, _db) = fresh().await;
+    let setting = |name: &'static str| {
+        let store = store.clone();
+        async move { store.server_setting(name).await.expect(name) }
+    };
+    assert_eq!(setting("synchronous_commit").await, "on");
+    assert_eq!(setting("lock_timeout").await, "30s");
+    assert_eq!(setting("idle_in_transaction_session_timeout").await, "1min");
+    assert_eq!(setting("application_name").await, "overseer");
+    if PgCluster::shared().is_local() {
+        assert_eq!(setting("fsync").await, "on");
+    }
+}
+
 // Proves claims racing from 8 separate stores (8 nodes, each with its own pool) lease every
 // ready step exactly once: every step is leased, none twice, all at attempt 1, and what each node
 // was handed is what the database holds.

@@ -178,8 +178,8 @@ impl Drop for Server {
     }
 }
 
-/// A command agent process (`overseer agent ... -- sh -c SCRIPT`) in its own process group, so
-/// killing it takes its commands down too, like a machine dying.
+/// A command agent process (`overseer agent ... -- sh -c SCRIPT`) in its own process group;
+/// `kill` takes it and its commands down, like a machine dying.
 pub struct Agent {
     child: Option<Child>,
     pub name: String,
@@ -224,10 +224,26 @@ impl Agent {
         self.child.as_ref().expect("agent running").id()
     }
 
-    /// SIGKILL to the agent and every process it started.
+    /// SIGKILL to the agent and every process it started, like the machine dying. The command
+    /// agent runs each command in a process group of its own, so those groups are killed too
+    /// (after freezing the agent so it cannot start another one meanwhile).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
-            signal_group(c.id(), "KILL");
+            let pid = c.id();
+            signal(pid, "STOP");
+            let children = Command::new("pgrep")
+                .arg("-P")
+                .arg(pid.to_string())
+                .output();
+            if let Ok(out) = children {
+                for child in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    if let Ok(child) = child.parse::<u32>() {
+                        signal_group(child, "KILL");
+                        signal(child, "KILL");
+                    }
+                }
+            }
+            signal_group(pid, "KILL");
             let _ = c.wait();
         }
     }

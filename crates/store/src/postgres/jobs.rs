@@ -21,13 +21,21 @@ pub(super) async fn persist(
     now: Timestamp,
     history_per_job: usize,
 ) -> Res<()> {
-    if t.job_changed {
-        rows::update_job(tx, &t.job).await?;
-    }
-    rows::write_steps(tx, &t.job, t.changed_steps.iter().copied()).await?;
-    rows::append_events(tx, t.job.id, &t.events, history_per_job).await?;
-    rows::insert_deliveries(tx, t, now).await?;
-    notify(tx, &signals_of(t)).await
+    // Independent statements, sent together (pipelined) and answered together.
+    let signals = signals_of(t);
+    futures::try_join!(
+        async {
+            match t.job_changed {
+                true => rows::update_job(tx, &t.job).await,
+                false => Ok(()),
+            }
+        },
+        rows::write_steps(tx, &t.job, t.changed_steps.iter().copied()),
+        rows::append_events(tx, t.job.id, &t.events, history_per_job),
+        rows::insert_deliveries(tx, t, now),
+        notify(tx, &signals),
+    )?;
+    Ok(())
 }
 
 /// The notifications a committed transition should send to other nodes.
@@ -142,22 +150,30 @@ async fn apply_loaded(
         _ => None,
     };
     let t = overseer_core::apply(job, command, now)?;
-    persist(tx, &t, now, history_per_job).await?;
-    if let Some((step, lease_id, worker)) = claim {
-        let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
-            corrupt(
-                "transition",
-                format!("claimed step {step} is missing from job {}", job.id),
-            )
-        })?;
-        let lease = LeaseRef {
-            lease_id,
-            job_id: job.id,
-            step,
-            attempt,
-        };
-        rows::insert_lease(tx, &lease, &worker, now).await?;
-    }
+    let lease = match claim {
+        Some((step, lease_id, worker)) => {
+            let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
+                corrupt(
+                    "transition",
+                    format!("claimed step {step} is missing from job {}", job.id),
+                )
+            })?;
+            let lease = LeaseRef {
+                lease_id,
+                job_id: job.id,
+                step,
+                attempt,
+            };
+            Some((lease, worker))
+        }
+        None => None,
+    };
+    futures::try_join!(persist(tx, &t, now, history_per_job), async {
+        match &lease {
+            Some((lease, worker)) => rows::insert_lease(tx, lease, worker, now).await,
+            None => Ok(()),
+        }
+    })?;
     Ok(t)
 }
 
@@ -235,12 +251,15 @@ pub(super) async fn submit_one(
             .ok_or_else(|| Failure::Retry(format!("job {existing} vanished during a submit")))?;
         return Ok(Submitted::Existing(stored));
     };
-    rows::insert_job_parts(tx, job).await?;
     // An admission has no command time of its own: the job was last updated by it.
     let now = job.updated_at;
-    rows::append_events(tx, job.id, &new.transition.events, history_per_job).await?;
-    rows::insert_deliveries(tx, &new.transition, now).await?;
-    notify(tx, &signals_of(&new.transition)).await?;
+    let signals = signals_of(&new.transition);
+    futures::try_join!(
+        rows::insert_job_parts(tx, job),
+        rows::append_events(tx, job.id, &new.transition.events, history_per_job),
+        rows::insert_deliveries(tx, &new.transition, now),
+        notify(tx, &signals),
+    )?;
     // A keyed job heading its key starts in this same transaction.
     let t = admit_keyed(tx, new.transition.clone(), seq, history_per_job).await?;
     Ok(Submitted::Created(t))
@@ -300,23 +319,21 @@ pub(super) async fn claim(
     let limits = control::claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now).await?;
     let want = limits.want.min(claim.lease_ids.len());
     let mut claimed: Vec<Claimed> = Vec::with_capacity(want);
-    // Jobs another transaction holds, and steps the core refused: left out of later rounds.
-    let mut held: Vec<Uuid> = Vec::new();
+    // Steps the core refused (or that do not decode): left out of later rounds.
     let mut skipped_jobs: Vec<Uuid> = Vec::new();
     let mut skipped_steps: Vec<i32> = Vec::new();
-    // Jobs this claim has locked and loaded (or claimed from): under the lock they cannot change
-    // behind its back, so two steps of one job share one load.
+    // Jobs this claim has locked, as they now stand: under the lock they cannot change behind
+    // its back, so two steps of one job are claimed one after the other from one load.
     let mut loaded: HashMap<Uuid, Job> = HashMap::new();
-    while claimed.len() < want && held.len() + skipped_steps.len() < CLAIM_SKIPS_MAX {
+    while claimed.len() < want && skipped_steps.len() < CLAIM_SKIPS_MAX {
         let limit = (want - claimed.len()) as i64;
         let rows = query(
             tx,
-            CANDIDATES_SQL,
+            LOCK_CANDIDATES_SQL,
             &[
                 &claim.agent,
                 &claim.now.as_millis(),
                 &limit,
-                &held,
                 &skipped_jobs,
                 &skipped_steps,
             ],
@@ -325,55 +342,46 @@ pub(super) async fn claim(
         if rows.is_empty() {
             break;
         }
+        let mut candidates = Vec::with_capacity(rows.len());
         for row in &rows {
-            let job_uuid: Uuid = get(row, 0, "steps.job_id")?;
-            let idx: i32 = get(row, 1, "steps.idx")?;
-            if held.contains(&job_uuid) {
-                continue;
+            candidates.push((
+                get::<Uuid>(row, 0, "steps.job_id")?,
+                get::<i32>(row, 1, "steps.idx")?,
+            ));
+        }
+        let mut unloaded: Vec<JobId> = Vec::new();
+        for (job, _) in &candidates {
+            if !loaded.contains_key(job) && !unloaded.contains(&JobId(*job)) {
+                unloaded.push(JobId(*job));
             }
+        }
+        for job in load_locked(tx, &unloaded).await? {
+            loaded.insert(job.id.0, job);
+        }
+        for (job_uuid, idx) in candidates {
             let Some(&lease_id) = claim.lease_ids.get(claimed.len()) else {
                 break;
             };
-            let job_id = JobId(job_uuid);
             let step = rows::to_usize("steps.idx", idx)?;
-            let job = match loaded.remove(&job_uuid) {
-                Some(job) => job,
-                None => match rows::load_job(tx, job_id, Lock::SkipLocked).await {
-                    Ok(Some(job)) => job,
-                    // Locked by another transaction (or just deleted): someone else is on it.
-                    Ok(None) => {
-                        held.push(job_uuid);
-                        continue;
-                    }
-                    Err(Failure::Store(e @ Error::Corrupt(_))) => {
-                        tracing::error!(job = %job_id, step, error = %e,
-                            "skipping an unclaimable step");
-                        skipped_jobs.push(job_uuid);
-                        skipped_steps.push(idx);
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                },
+            let Some(job) = loaded.get(&job_uuid) else {
+                // It does not decode (logged when loading): one bad job must not stall every
+                // claim of its agent.
+                skipped_jobs.push(job_uuid);
+                skipped_steps.push(idx);
+                continue;
             };
             let command = Command::Claim {
                 step,
                 lease_id,
                 worker: claim.worker.clone(),
             };
-            match apply_loaded(tx, &job, command, claim.now, history_per_job).await {
+            match apply_loaded(tx, job, command, claim.now, history_per_job).await {
                 Ok(transition) => {
                     loaded.insert(job_uuid, transition.job.clone());
                     claimed.push(Claimed { step, transition });
                 }
                 // The core has the last word on claimability; a refused candidate changed nothing.
                 Err(Failure::Store(Error::Rejected(_))) => {
-                    loaded.insert(job_uuid, job);
-                    skipped_jobs.push(job_uuid);
-                    skipped_steps.push(idx);
-                }
-                // One unreadable job must not stall every claim of its agent.
-                Err(Failure::Store(e @ Error::Corrupt(_))) => {
-                    tracing::error!(job = %job_id, step, error = %e, "skipping an unclaimable step");
                     skipped_jobs.push(job_uuid);
                     skipped_steps.push(idx);
                 }
@@ -382,17 +390,14 @@ pub(super) async fn claim(
         }
     }
     // The bucket held the claim back if it ran dry before the claim's other bounds and
-    // claimable work is left over (work held by another transaction counts: it is claimable).
+    // claimable work is left over (work another transaction holds counts: it is claimable).
     let has_more = limits.ran_dry(claimed.len()) && {
-        let none: Vec<Uuid> = Vec::new();
         let left = query(
             tx,
             CANDIDATES_SQL,
             &[
                 &claim.agent,
                 &claim.now.as_millis(),
-                &1i64,
-                &none,
                 &skipped_jobs,
                 &skipped_steps,
             ],
@@ -409,13 +414,44 @@ pub(super) async fn claim(
 }
 
 /// The claimable steps of an agent that are due, best claim rank first (one ordered range of
-/// the `steps_claim` index), leaving out the jobs in `$4` and the steps in `($5, $6)`.
-const CANDIDATES_SQL: &str = "SELECT job_id, idx FROM steps \
+/// the `steps_claim` index), leaving out the steps in `($4, $5)`, locking each one's job row as
+/// it goes and passing over jobs another transaction holds (`SKIP LOCKED`): claimers never wait
+/// for each other, and the server skips held jobs without a round trip per job.
+const LOCK_CANDIDATES_SQL: &str = "SELECT s.job_id, s.idx FROM steps s \
+     JOIN jobs j ON j.id = s.job_id \
+     WHERE s.claim_agent = $1 AND s.next_attempt_at <= $2 \
+       AND (s.job_id, s.idx) NOT IN ( \
+         SELECT sj, si FROM unnest($4::uuid[], $5::integer[]) AS skipped (sj, si)) \
+     ORDER BY s.claim_rank, s.job_id, s.idx LIMIT $3 \
+     FOR UPDATE OF j SKIP LOCKED";
+
+/// Whether any claimable step of the agent is due, locked or not, leaving out `($3, $4)`.
+const CANDIDATES_SQL: &str = "SELECT 1 FROM steps \
      WHERE claim_agent = $1 AND next_attempt_at <= $2 \
-       AND job_id <> ALL($4::uuid[]) \
        AND (job_id, idx) NOT IN ( \
-         SELECT j, i FROM unnest($5::uuid[], $6::integer[]) AS s (j, i)) \
-     ORDER BY claim_rank, job_id, idx LIMIT $3";
+         SELECT sj, si FROM unnest($3::uuid[], $4::integer[]) AS skipped (sj, si)) \
+     LIMIT 1";
+
+/// Loads jobs this transaction has locked, in one go; if one does not decode, loads them one by
+/// one and leaves out (and logs) the ones that do not.
+async fn load_locked(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
+    match rows::load_jobs(tx, ids).await {
+        Err(Failure::Store(Error::Corrupt(_))) => {}
+        other => return other,
+    }
+    let mut jobs = Vec::with_capacity(ids.len());
+    for &id in ids {
+        match rows::load_job(tx, id, Lock::None).await {
+            Ok(Some(job)) => jobs.push(job),
+            Ok(None) => {}
+            Err(Failure::Store(e @ Error::Corrupt(_))) => {
+                tracing::error!(job = %id, error = %e, "skipping an unclaimable job");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(jobs)
+}
 
 pub(super) async fn list(tx: &Transaction<'_>, q: &JobQuery) -> Res<Vec<Job>> {
     let mut sql = String::from("SELECT id FROM jobs WHERE true");
@@ -455,7 +491,8 @@ pub(super) async fn due(tx: &Transaction<'_>, now: Timestamp, limit: usize) -> R
              WHERE j.state = 'pending' AND COALESCE(j.run_at, j.created_at) <= $1 \
                AND (j.ordering_key IS NULL OR NOT EXISTS ( \
                  SELECT 1 FROM jobs o WHERE o.ordering_key = j.ordering_key \
-                   AND o.seq < j.seq AND o.state NOT IN {TERMINAL})) \
+                   AND o.seq < j.seq AND o.ordering_key IS NOT NULL \
+                   AND o.state NOT IN {TERMINAL})) \
              ORDER BY COALESCE(j.run_at, j.created_at), j.id LIMIT $2"
         ),
         &[&now.as_millis(), &limit_param(limit)],

@@ -123,11 +123,17 @@ macro_rules! job_columns {
 }
 const JOB_COLUMNS: &str = job_columns!();
 
-const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
-     backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
-     lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
-     next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
-     comp_budget_from";
+/// The step columns every read decodes (see [`job_columns`]).
+macro_rules! step_columns {
+    () => {
+        "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
+         backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
+         lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
+         next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, \
+         comp_failures, comp_budget_from"
+    };
+}
+const STEP_COLUMNS: &str = step_columns!();
 
 /// Everything a step write sets: the job's key and copied priority, the step's own columns, and
 /// the columns derived from the step for the queries that find work (see the schema).
@@ -298,8 +304,6 @@ pub(super) enum Lock {
     None,
     /// `FOR UPDATE`: waits for whoever holds the job.
     Update,
-    /// `FOR UPDATE SKIP LOCKED`: a job someone else holds reads as absent.
-    SkipLocked,
 }
 
 /// Loads a job with its steps, in index order, locking its row as asked. Under a lock the steps
@@ -312,22 +316,16 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
             job_columns!(),
             " FROM jobs WHERE id = $1 FOR UPDATE"
         ),
-        Lock::SkipLocked => concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE id = $1 FOR UPDATE SKIP LOCKED"
-        ),
     };
-    let Some(row) = query_opt(tx, sql, &[&id.0]).await? else {
+    // Both statements are sent at once. The server runs them in order, so the steps are read
+    // after the job's lock is granted (read committed: a fresh snapshot per statement).
+    let (row, rows) = futures::try_join!(async { query_opt(tx, sql, &[&id.0]).await }, async {
+        query(tx, STEPS_OF_JOB, &[&id.0]).await
+    },)?;
+    let Some(row) = row else {
         return Ok(None);
     };
     let mut job = job_from_row(&row)?;
-    let rows = query(
-        tx,
-        &format!("SELECT {STEP_COLUMNS} FROM steps WHERE job_id = $1 ORDER BY idx"),
-        &[&id.0],
-    )
-    .await?;
     for row in &rows {
         let (idx, step) = step_from_row(row)?;
         if usize::try_from(idx).ok() != Some(job.steps.len()) {
@@ -343,6 +341,12 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
     }
     Ok(Some(job))
 }
+
+const STEPS_OF_JOB: &str = concat!(
+    "SELECT ",
+    step_columns!(),
+    " FROM steps WHERE job_id = $1 ORDER BY idx"
+);
 
 /// Jobs with the given ids, in that order (ids with no job are left out): two statements
 /// whatever their number.
@@ -449,11 +453,22 @@ pub(super) async fn insert_job_parts(tx: &Transaction<'_>, job: &Job) -> Res<()>
 
 /// Writes the job's own fields back (its labels and idempotency key never change).
 pub(super) async fn update_job(tx: &Transaction<'_>, job: &Job) -> Res<()> {
-    let n = execute(
+    // The claim rank is derived from the job's priority, so the steps' copies are kept in step
+    // with it, in the same statement; the expression is `Job::claim_rank` for every step whether
+    // or not the transition changed it.
+    let row = query_one(
         tx,
-        "UPDATE jobs SET fingerprint = $2, priority = $3, run_at = $4, ordering_key = $5, \
-         callback_url = $6, on_failure = $7, state = $8, desired_state = $9, created_at = $10, \
-         updated_at = $11, finished_at = $12, blocked_reason = $13 WHERE id = $1",
+        "WITH j AS ( \
+           UPDATE jobs SET fingerprint = $2, priority = $3, run_at = $4, ordering_key = $5, \
+             callback_url = $6, on_failure = $7, state = $8, desired_state = $9, \
+             created_at = $10, updated_at = $11, finished_at = $12, blocked_reason = $13 \
+           WHERE id = $1 RETURNING id), \
+         s AS ( \
+           UPDATE steps SET priority = $3, \
+             claim_rank = CASE WHEN claim_agent IS NOT NULL \
+                          THEN next_attempt_at - $3::bigint * $14::bigint END \
+           WHERE job_id = $1 AND priority <> $3 AND EXISTS (SELECT 1 FROM j)) \
+         SELECT count(*) FROM j",
         &[
             &job.id.0,
             &job.fingerprint,
@@ -468,23 +483,14 @@ pub(super) async fn update_job(tx: &Transaction<'_>, job: &Job) -> Res<()> {
             &job.updated_at.as_millis(),
             &ms(job.finished_at),
             &opt_text(&job.blocked_reason),
+            &PRIORITY_AGING.as_millis_i64(),
         ],
     )
     .await?;
+    let n: i64 = get(&row, 0, "count")?;
     if n != 1 {
         return Err(Failure::Store(Error::JobNotFound(job.id)));
     }
-    // The claim rank is derived from the job's priority, so keep the copies in step with it; the
-    // expression is `Job::claim_rank` for every step whether or not the transition changed it.
-    execute(
-        tx,
-        "UPDATE steps SET priority = $2::integer, \
-         claim_rank = CASE WHEN claim_agent IS NOT NULL \
-                      THEN next_attempt_at - $2::integer * $3::bigint END \
-         WHERE job_id = $1 AND priority <> $2::integer",
-        &[&job.id.0, &job.priority, &PRIORITY_AGING.as_millis_i64()],
-    )
-    .await?;
     Ok(())
 }
 
@@ -571,7 +577,8 @@ async fn write_step(
     Ok(())
 }
 
-/// Appends events with the next sequence numbers, then drops all but the newest `keep`.
+/// Appends events with the next sequence numbers, then drops all but the newest `keep`: two
+/// statements, sent together.
 pub(super) async fn append_events(
     tx: &Transaction<'_>,
     id: JobId,
@@ -582,46 +589,47 @@ pub(super) async fn append_events(
         return Ok(());
     }
     let count = events.len() as i64;
-    let row = query_opt(
-        tx,
-        "UPDATE jobs SET last_event_seq = last_event_seq + $2 WHERE id = $1 \
-         RETURNING last_event_seq",
-        &[&id.0, &count],
-    )
-    .await?
-    .ok_or(Failure::Store(Error::JobNotFound(id)))?;
-    let last: i64 = get(&row, 0, "jobs.last_event_seq")?;
-    // One statement for the lot: the columns as arrays, unnested.
-    let mut seqs = Vec::with_capacity(events.len());
     let mut ats = Vec::with_capacity(events.len());
     let mut kinds = Vec::with_capacity(events.len());
     let mut steps = Vec::with_capacity(events.len());
     let mut attempts = Vec::with_capacity(events.len());
     let mut details = Vec::with_capacity(events.len());
-    for (i, e) in events.iter().enumerate() {
-        seqs.push(last - count + 1 + i as i64);
+    for e in events {
         ats.push(e.at.as_millis());
         kinds.push(e.kind);
         steps.push(e.step.as_deref());
         attempts.push(e.attempt.map(i64::from));
         details.push(e.detail.as_ref().map(json_text));
     }
-    execute(
-        tx,
-        "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
-         SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], \
-         $6::bigint[], $7::text[])",
-        &[&id.0, &seqs, &ats, &kinds, &steps, &attempts, &details],
-    )
-    .await?;
     let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-    if last > keep {
-        execute(
-            tx,
-            "DELETE FROM events WHERE job_id = $1 AND seq <= $2",
-            &[&id.0, &(last - keep)],
-        )
-        .await?;
+    // The job row keeps the newest seq ever given out, as trimming may delete that event.
+    let (inserted, _) = futures::try_join!(
+        async {
+            execute(
+                tx,
+                "WITH s AS ( \
+               UPDATE jobs SET last_event_seq = last_event_seq + $2 WHERE id = $1 \
+               RETURNING last_event_seq) \
+             INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+             SELECT $1, s.last_event_seq - $2 + e.n, e.at, e.kind, e.step, e.attempt, e.detail \
+             FROM s, unnest($3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[]) \
+               WITH ORDINALITY AS e (at, kind, step, attempt, detail, n)",
+                &[&id.0, &count, &ats, &kinds, &steps, &attempts, &details],
+            )
+            .await
+        },
+        async {
+            execute(
+                tx,
+                "DELETE FROM events WHERE job_id = $1 \
+             AND seq <= (SELECT last_event_seq FROM jobs WHERE id = $1) - $2",
+                &[&id.0, &keep],
+            )
+            .await
+        },
+    )?;
+    if inserted != count as u64 {
+        return Err(Failure::Store(Error::JobNotFound(id)));
     }
     Ok(())
 }
@@ -724,24 +732,34 @@ pub(super) async fn insert_deliveries(
     if !t.effects.iter().any(|e| e.is_durable()) {
         return Ok(());
     }
-    for out in overseer_core::outbox::outgoing(t, now) {
-        execute(
-            tx,
-            "INSERT INTO deliveries \
-             (kind, job_id, url, idempotency_key, body, attempts, created_at, next_attempt_at, dead) \
-             VALUES ($1, $2, $3, $4, $5, 0, $6, $6, false) \
-             ON CONFLICT (idempotency_key) DO NOTHING",
-            &[
-                &out.kind.as_str(),
-                &t.job.id.0,
-                &out.url.as_deref().map(text),
-                &out.idempotency_key,
-                &json_text(&out.body),
-                &now.as_millis(),
-            ],
-        )
-        .await?;
-    }
+    let outgoing = overseer_core::outbox::outgoing(t, now);
+    let bodies: Vec<String> = outgoing.iter().map(|o| json_text(&o.body)).collect();
+    let urls: Vec<_> = outgoing
+        .iter()
+        .map(|o| o.url.as_deref().map(text))
+        .collect();
+    futures::future::try_join_all(outgoing.iter().zip(&bodies).zip(&urls).map(
+        |((out, body), url)| async move {
+            execute(
+                tx,
+                "INSERT INTO deliveries \
+                 (kind, job_id, url, idempotency_key, body, attempts, created_at, \
+                  next_attempt_at, dead) \
+                 VALUES ($1, $2, $3, $4, $5, 0, $6, $6, false) \
+                 ON CONFLICT (idempotency_key) DO NOTHING",
+                &[
+                    &out.kind.as_str(),
+                    &t.job.id.0,
+                    url,
+                    &out.idempotency_key,
+                    body,
+                    &now.as_millis(),
+                ],
+            )
+            .await
+        },
+    ))
+    .await?;
     Ok(())
 }
 

@@ -48,7 +48,10 @@ CREATE TABLE jobs (
     last_event_seq  bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX jobs_state_id ON jobs (state, id);
-CREATE INDEX jobs_pending_run_at ON jobs (run_at, id) WHERE state = 'pending';
+-- Pending jobs by their due instant: a keyed job is admitted `pending` even without a `run_at`
+-- and waits for its turn. Jobs without a key are due at their `run_at` whoever else waits.
+CREATE INDEX jobs_pending_due ON jobs ((COALESCE(run_at, created_at)), id) WHERE state = 'pending';
+CREATE INDEX jobs_pending_unkeyed ON jobs (run_at) WHERE state = 'pending' AND ordering_key IS NULL;
 CREATE INDEX jobs_active ON jobs (id) WHERE state NOT IN ('succeeded', 'failed', 'cancelled');
 CREATE INDEX jobs_ordering_key ON jobs (ordering_key, seq)
     WHERE ordering_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled');
