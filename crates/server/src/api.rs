@@ -167,7 +167,7 @@ fn parse_lease_id(raw: &str) -> Result<LeaseId> {
 /// Builds the job a spec describes, in its admitted state.
 fn admit_spec(app: &App, spec: &JobSpec) -> NewJob {
     let now = app.now();
-    let job = Job::from_spec(JobId::generate(), spec, now);
+    let job = Job::from_spec(app.new_job_id(), spec, now);
     NewJob {
         transition: admit(job, now),
     }
@@ -495,7 +495,7 @@ async fn take_leases(
         let claim = Claim {
             agent: agent.clone(),
             worker: req.worker.clone(),
-            lease_ids: (0..max).map(|_| LeaseId::generate()).collect(),
+            lease_ids: (0..max).map(|_| app.new_lease_id()).collect(),
             now,
         };
         let result = app.store().steps_claim(claim).await?;

@@ -53,6 +53,19 @@ impl App {
         config: &Config,
         shutdown: CancellationToken,
     ) -> App {
+        App::seeded(store, clock, config, shutdown, rand::random())
+    }
+
+    /// Like [`App::new`], with every random choice (job and lease ids, retry jitter) drawn from
+    /// a generator seeded with `seed`: with a manual clock and one request at a time, a run is
+    /// reproducible (the simulator relies on it).
+    pub fn seeded(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: &Config,
+        shutdown: CancellationToken,
+        seed: u64,
+    ) -> App {
         App {
             inner: Arc::new(Inner {
                 store,
@@ -61,7 +74,7 @@ impl App {
                 metrics: metrics::Metrics::default(),
                 limits: config.limits.clone(),
                 lease_wait_default: config.lease_wait_default,
-                rng: Mutex::new(StdRng::from_entropy()),
+                rng: Mutex::new(StdRng::seed_from_u64(seed)),
                 workers: Mutex::new(HashMap::new()),
                 shutdown,
                 node: config.node_id.clone().unwrap_or_else(default_node_id),
@@ -108,6 +121,29 @@ impl App {
 
     pub fn shutdown(&self) -> &CancellationToken {
         &self.inner.shutdown
+    }
+
+    /// A new job id: a UUIDv7 from this node's clock and random generator.
+    pub fn new_job_id(&self) -> overseer_core::JobId {
+        let mut random = [0u8; 10];
+        self.inner
+            .rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fill(&mut random);
+        let ms = self.now().as_millis().max(0) as u64;
+        overseer_core::JobId(uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid())
+    }
+
+    /// A new, unguessable lease id.
+    pub fn new_lease_id(&self) -> overseer_core::LeaseId {
+        let mut bytes = [0u8; 16];
+        self.inner
+            .rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fill(&mut bytes);
+        overseer_core::LeaseId(uuid::Builder::from_random_bytes(bytes).into_uuid())
     }
 
     /// A jitter value in `[0, 1)` for retry backoff.

@@ -263,7 +263,7 @@ impl Supervisor {
                 continue;
             };
             let spec = s.spec.job_for(fire_at);
-            let job = Job::from_spec(JobId::generate(), &spec, now);
+            let job = Job::from_spec(self.app.new_job_id(), &spec, now);
             let fire = Fire {
                 name: s.name.clone(),
                 due_at: due,
