@@ -314,6 +314,7 @@ impl LocalServer {
         };
         config.validate()?;
         let store = overseer_server::open_store(&config)
+            .await
             .with_context(|| format!("cannot open store {}", config.db))?;
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let url = format!("http://{}", listener.local_addr()?);

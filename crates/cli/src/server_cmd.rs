@@ -64,6 +64,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let config = build_config(&args)?;
     crate::init_logging(&config.log_format);
     let store = overseer_server::open_store(&config)
+        .await
         .with_context(|| format!("cannot open store {}", config.db))?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

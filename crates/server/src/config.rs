@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// `sqlite://PATH` (PostgreSQL follows).
+    /// `sqlite://PATH` or `postgres://user@host:port/database`.
     pub db: String,
     pub listen: SocketAddr,
     /// How often the supervisor sweeps when nothing wakes it earlier.
@@ -148,6 +148,7 @@ impl Config {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreUrl {
     Sqlite(std::path::PathBuf),
+    Postgres(String),
 }
 
 impl StoreUrl {
@@ -158,13 +159,10 @@ impl StoreUrl {
             }
             Ok(StoreUrl::Sqlite(path.into()))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Err(
-                "the PostgreSQL backend is not available in this version yet; use sqlite://PATH"
-                    .into(),
-            )
+            Ok(StoreUrl::Postgres(url.to_string()))
         } else {
             Err(format!(
-                "`{url}` is not a store URL (expected sqlite://PATH)"
+                "`{url}` is not a store URL (expected sqlite://PATH or postgres://…)"
             ))
         }
     }

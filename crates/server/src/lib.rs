@@ -253,13 +253,20 @@ fn host_name() -> String {
         .unwrap_or_else(|| "node".to_string())
 }
 
-/// Opens the store a URL names.
-pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+/// Opens the store a URL names (connecting and migrating for PostgreSQL).
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     match config::StoreUrl::parse(&config.db).map_err(anyhow::Error::msg)? {
         config::StoreUrl::Sqlite(path) => {
             let mut options = overseer_store::sqlite::SqliteOptions::new(path);
             options.history_per_job = config.limits.history_per_job;
             let store = SqliteStore::open(options)?;
+            Ok(Arc::new(store))
+        }
+        config::StoreUrl::Postgres(url) => {
+            let mut options = overseer_store::postgres::PgOptions::new(url);
+            options.history_per_job = config.limits.history_per_job;
+            options.pool_size = config.pool_size;
+            let store = overseer_store::postgres::PgStore::open(options).await?;
             Ok(Arc::new(store))
         }
     }
