@@ -461,6 +461,65 @@ async fn text_with_nul_is_stored_not_refused() {
     assert_eq!(found.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
 }
 
+/// Connections to `db` from Overseer stores (their `application_name`), and how many of them
+/// are listening.
+async fn overseer_connections(client: &tokio_postgres::Client, db: &TestDatabase) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT count(*), count(*) FILTER (WHERE query LIKE 'LISTEN%') \
+             FROM pg_stat_activity WHERE datname = $1 AND application_name = 'overseer'",
+            &[&db.name()],
+        )
+        .await
+        .expect("pg_stat_activity");
+    (row.get(0), row.get(1))
+}
+
+// Proves a store cleans up after itself: while open it holds one LISTEN connection besides its
+// pool, and once its last clone is dropped every connection it had is closed (its listening task
+// stopped), so nodes that come and go leak nothing on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_store_closes_its_connections() {
+    let _ticket = suite::Ticket::new();
+    let (store, db) = fresh().await;
+    let admin = overseer_store::pgtest::connect(&PgCluster::shared().url())
+        .await
+        .expect("connect");
+    let clone = store.clone();
+    submit_ok(&clone, 1).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (all, listening) = overseer_connections(&admin, &db).await;
+        if listening == 1 && all >= 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no LISTEN connection: {all} connections, {listening} listening"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(store);
+    assert_eq!(
+        overseer_connections(&admin, &db).await.1,
+        1,
+        "a clone keeps the store open"
+    );
+    drop(clone);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (all, _) = overseer_connections(&admin, &db).await;
+        if all == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{all} connections still open after the store was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn submit_ok(store: &PgStore, n: u64) {
     let submitted = store
         .jobs_submit(vec![admitted(job_id(n), &one_step("w"), at(0))])
@@ -515,6 +574,12 @@ async fn the_store_survives_a_server_restart() {
             other => panic!("a submit while the server is down answered {other:?}"),
         }
         assert!(matches!(store.ping().await, Err(Error::Unavailable(_))));
+        // A node starting meanwhile is told so, rather than hanging or half-opening.
+        match PgStore::open(options(db.url())).await {
+            Err(Error::Unavailable(_)) => {}
+            Ok(_) => panic!("opened a store on a stopped server"),
+            Err(e) => panic!("opening on a stopped server answered {e}"),
+        }
         assert!(matches!(
             store.job_get(job_id(1)).await,
             Err(Error::Unavailable(_))
