@@ -5,6 +5,7 @@
 //! store persists what [`machine::apply`] decides; the server only routes requests to it.
 
 pub mod backoff;
+pub mod bucket;
 pub mod id;
 pub mod job;
 pub mod machine;

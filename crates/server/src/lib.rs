@@ -44,6 +44,7 @@ struct Inner {
     shutdown: CancellationToken,
     node: String,
     leader: std::sync::atomic::AtomicBool,
+    last_job_id: Mutex<u128>,
 }
 
 impl App {
@@ -79,6 +80,7 @@ impl App {
                 shutdown,
                 node: config.node_id.clone().unwrap_or_else(default_node_id),
                 leader: std::sync::atomic::AtomicBool::new(false),
+                last_job_id: Mutex::new(0),
             }),
         }
     }
@@ -123,7 +125,9 @@ impl App {
         &self.inner.shutdown
     }
 
-    /// A new job id: a UUIDv7 from this node's clock and random generator.
+    /// A new job id: a UUIDv7 from this node's clock and random generator, strictly greater than
+    /// the previous one of this node, so jobs submitted within one millisecond still list in
+    /// submission order.
     pub fn new_job_id(&self) -> overseer_core::JobId {
         let mut random = [0u8; 10];
         self.inner
@@ -132,7 +136,23 @@ impl App {
             .unwrap_or_else(|p| p.into_inner())
             .fill(&mut random);
         let ms = self.now().as_millis().max(0) as u64;
-        overseer_core::JobId(uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid())
+        let candidate = uuid::Builder::from_unix_timestamp_millis(ms, &random)
+            .into_uuid()
+            .as_u128();
+        let mut last = self
+            .inner
+            .last_job_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Counting up in the low (random) bits keeps the version and variant bits as they are,
+        // short of 2^62 ids in one millisecond.
+        let id = if candidate > *last {
+            candidate
+        } else {
+            *last + 1
+        };
+        *last = id;
+        overseer_core::JobId(uuid::Uuid::from_u128(id))
     }
 
     /// A new, unguessable lease id.

@@ -32,6 +32,8 @@ pub struct Server {
     starts: u32,
     extra: Vec<String>,
     fault: Option<String>,
+    /// A store URL other than the SQLite file `db` (e.g. a shared `postgres://` database).
+    db_url: Option<String>,
 }
 
 impl Server {
@@ -50,6 +52,26 @@ impl Server {
             starts: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             fault: None,
+            db_url: None,
+        };
+        s.spawn();
+        s
+    }
+
+    /// A server on the store `db_url` names (e.g. one PostgreSQL database shared by several
+    /// nodes, each started with a directory of its own for its logs), with extra flags.
+    pub fn start_with_db(dir: &Path, db_url: &str, extra: &[&str]) -> Server {
+        let port = free_port();
+        let mut s = Server {
+            child: None,
+            port,
+            url: format!("http://127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+            db: dir.join("overseer.db"),
+            starts: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            fault: None,
+            db_url: Some(db_url.to_string()),
         };
         s.spawn();
         s
@@ -68,6 +90,7 @@ impl Server {
             starts: 0,
             extra: Vec::new(),
             fault: Some(fault.to_string()),
+            db_url: None,
         };
         s.spawn();
         s
@@ -98,10 +121,14 @@ impl Server {
             Some(f) => cmd.env("OVERSEER_FAULT", f),
             None => cmd.env_remove("OVERSEER_FAULT"),
         };
+        let db = match &self.db_url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.db.display()),
+        };
         let child = cmd
             .arg("server")
             .arg("--db")
-            .arg(format!("sqlite://{}", self.db.display()))
+            .arg(db)
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--sweep-interval")

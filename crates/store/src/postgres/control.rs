@@ -1,6 +1,7 @@
 //! What coordinates the nodes: the leader lease and its fence, agent limits, and schedules.
 
 use deadpool_postgres::Transaction;
+use overseer_core::bucket::{capacity, next_token_at, refill, whole};
 use overseer_core::schedule::{Overlap, ScheduleSpec};
 use overseer_core::{JobId, JobState, Rejection, Span, Timestamp};
 use tokio_postgres::Row;
@@ -201,55 +202,6 @@ pub(super) async fn agent_settings_list(tx: &Transaction<'_>) -> Res<Vec<(String
 // second's worth of tokens (`max(1, rate)`), refilled at `rate` per second from `tokens_at`,
 // one token per lease, stored lazily (`tokens` as of `tokens_at`) and written back only when a
 // claim took tokens.
-
-/// Slack when counting whole tokens, so float rounding never makes a full token look short.
-const TOKEN_EPSILON: f64 = 1e-9;
-
-/// What the bucket holds when full: one second's worth, and never less than one lease.
-fn capacity(rate: f64) -> f64 {
-    rate.max(1.0)
-}
-
-/// The bucket brought up to `now`: its tokens and the instant they are counted at. A `now`
-/// before the stored instant (another node's clock runs behind) adds nothing.
-fn refill(
-    rate: f64,
-    tokens: Option<f64>,
-    tokens_at: Option<Timestamp>,
-    now: Timestamp,
-) -> (f64, Timestamp) {
-    let cap = capacity(rate);
-    match (tokens, tokens_at) {
-        (Some(tokens), Some(at)) if at >= now => (tokens.min(cap), at),
-        (Some(tokens), Some(at)) => {
-            let elapsed_s = (now.as_millis() - at.as_millis()) as f64 / 1000.0;
-            ((tokens + rate * elapsed_s).min(cap), now)
-        }
-        _ => (cap, now),
-    }
-}
-
-/// Whole tokens in a bucket holding `tokens`.
-fn whole(tokens: f64) -> usize {
-    (tokens + TOKEN_EPSILON).floor().max(0.0) as usize
-}
-
-/// The first millisecond after `at` at which a bucket holding `left` tokens then holds a whole
-/// one, by the very arithmetic of [`refill`], so a claim made at that instant finds it.
-fn next_token_at(rate: f64, left: f64, at: Timestamp) -> Timestamp {
-    let missing = (1.0 - left).max(0.0);
-    let guess = ((missing * 1000.0 / rate).floor() as i64).max(1);
-    let mut wait_ms = guess;
-    // The float estimate is at most a millisecond or two short; step until the refill agrees.
-    while wait_ms < guess.saturating_add(4) {
-        let later = Timestamp::from_millis(at.as_millis().saturating_add(wait_ms));
-        if whole(refill(rate, Some(left), Some(at), later).0) >= 1 {
-            break;
-        }
-        wait_ms += 1;
-    }
-    Timestamp::from_millis(at.as_millis().saturating_add(wait_ms))
-}
 
 /// What an agent's settings allow one claim, worked out under the lock of its settings row.
 pub(super) struct ClaimLimits {

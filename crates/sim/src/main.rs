@@ -1,0 +1,133 @@
+//! `overseer-sim`: runs seeds of the deterministic simulation.
+//!
+//! ```text
+//! overseer-sim --seeds 10000            # seeds 0..10000, on every core
+//! overseer-sim --seeds 500 --start 7000 # seeds 7000..7500
+//! overseer-sim --seed 4242              # one seed, its trace on failure
+//! ```
+//!
+//! Prints `seeds=N failures=0`, or each failing seed with its trace, and exits non-zero when
+//! a seed fails.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use overseer_sim::{run_seed, Bug, Failure, Options};
+
+const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--bug none|stale-lease|lagging-clock]";
+
+struct Args {
+    start: u64,
+    count: u64,
+    threads: usize,
+    opts: Options,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        start: 0,
+        count: 100,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        opts: Options::default(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "-h" || flag == "--help" {
+            return Err(USAGE.to_string());
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let number = || -> Result<u64, String> {
+            value
+                .parse()
+                .map_err(|_| format!("{flag}: `{value}` is not a whole number"))
+        };
+        match flag.as_str() {
+            "--seeds" => args.count = number()?,
+            "--start" => args.start = number()?,
+            "--seed" => {
+                args.start = number()?;
+                args.count = 1;
+            }
+            "--actions" => args.opts.actions = number()? as usize,
+            "--jobs" => args.opts.jobs = (number()? as usize).max(1),
+            "--threads" => args.threads = (number()? as usize).max(1),
+            "--bug" => {
+                args.opts.bug = match value.as_str() {
+                    "none" => Bug::None,
+                    "stale-lease" => Bug::StaleLeaseLookup,
+                    "lagging-clock" => Bug::LaggingReportClock,
+                    other => return Err(format!("--bug: unknown bug `{other}`")),
+                }
+            }
+            other => return Err(format!("unknown flag {other}\n{USAGE}")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let next = AtomicU64::new(args.start);
+    let end = args.start.saturating_add(args.count);
+    let stop = AtomicBool::new(false);
+    let ran = AtomicU64::new(0);
+    let requests = AtomicU64::new(0);
+    let failures: Mutex<Vec<Failure>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..args.threads.min(args.count.max(1) as usize) {
+            scope.spawn(|| loop {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let seed = next.fetch_add(1, Ordering::SeqCst);
+                if seed >= end {
+                    return;
+                }
+                let outcome = run_seed(seed, &args.opts);
+                ran.fetch_add(1, Ordering::SeqCst);
+                match outcome {
+                    Ok(stats) => {
+                        requests.fetch_add(stats.requests, Ordering::Relaxed);
+                        if args.count == 1 {
+                            eprintln!("{stats:?}");
+                        }
+                    }
+                    Err(f) => {
+                        stop.store(true, Ordering::SeqCst);
+                        failures.lock().unwrap_or_else(|p| p.into_inner()).push(f);
+                    }
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    failures.sort_by_key(|f| f.seed);
+    for f in &failures {
+        println!("{f}\n");
+    }
+    let ran = ran.load(Ordering::SeqCst);
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "{ran} seeds in {secs:.1} s ({:.1} seeds/s, {} requests) on {} threads",
+        ran as f64 / secs.max(1e-9),
+        requests.load(Ordering::Relaxed),
+        args.threads
+    );
+    println!("seeds={ran} failures={}", failures.len());
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,693 @@
+//! What the simulator knows to be true, and the invariants checked against it.
+//!
+//! The harness sees every answer the server gives, even those it then drops on their way to a
+//! simulated agent or client (a "lost answer"), and the server never crashes in the middle of a
+//! request. So this model knows every lease ever handed out, its expiry by the server's clock,
+//! and every report, cancel and operator action the server acknowledged. Each answer and each
+//! job view is checked against it; a mismatch is a violation, reported as a readable message.
+
+use std::collections::HashMap;
+
+use overseer_core::wire::{JobView, Lease, LeaseKind};
+use overseer_core::{Event, JobId, JobState, LeaseId, StepState, Timestamp};
+use serde_json::Value;
+
+/// A violated invariant, in words.
+pub type Violation = String;
+pub type Check<T = ()> = Result<T, Violation>;
+
+/// Events a job keeps (the store's default `history_per_job`); beyond it the oldest are dropped
+/// and the history checks are skipped.
+const HISTORY_KEPT: usize = 1000;
+
+/// One job the clients submitted (or tried to).
+#[derive(Debug)]
+pub struct JobModel {
+    pub key: String,
+    /// The exact body sent, so a retry is byte-for-byte the same submit.
+    pub body: Value,
+    pub ordering_key: Option<String>,
+    pub steps: Vec<StepModel>,
+    /// Known once the server answered a submit with 2xx, delivered to the client or not.
+    pub id: Option<JobId>,
+    /// Whether the client received a 2xx: the job must never be lost.
+    pub acked: bool,
+    /// Position among committed jobs (the order ordering keys follow).
+    pub commit_order: Option<usize>,
+    /// When a cancel was acknowledged (2xx), by the server's clock.
+    pub cancel_at: Option<Timestamp>,
+    /// The terminal state once seen: it must never change.
+    pub terminal: Option<JobState>,
+}
+
+#[derive(Debug)]
+pub struct StepModel {
+    pub name: String,
+    pub deps: Vec<usize>,
+    /// Every step that depends on this one, directly or not.
+    pub dependants: Vec<usize>,
+    pub compensate: bool,
+    /// Every lease handed out for this step, work and undo, in order (attempt = index + 1).
+    pub leases: Vec<LeaseModel>,
+    /// The lease whose `complete` was acknowledged (2xx) for the step's work.
+    pub work_done: Option<usize>,
+    /// An operator skip of the failed step's work was acknowledged.
+    pub skipped: bool,
+    /// Acknowledged `complete`s of undo leases: at most one.
+    pub undo_done: u32,
+    /// An operator skip of the step's failed undo was acknowledged.
+    pub undo_skipped: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseModel {
+    pub id: LeaseId,
+    pub attempt: u32,
+    pub undo: bool,
+    pub granted_at: Timestamp,
+    /// By the server's clock; moved by every acknowledged heartbeat.
+    pub expires_at: Timestamp,
+    /// A complete or fail was acknowledged, or a late complete settled the step.
+    pub ended: bool,
+}
+
+impl LeaseModel {
+    /// Whether the server must treat this lease as the step's live lease at `now`.
+    pub fn live(&self, now: Timestamp) -> bool {
+        !self.ended && now < self.expires_at
+    }
+
+    fn describe(&self, now: Timestamp) -> String {
+        let what = if self.undo { "undo" } else { "work" };
+        let why = if self.ended {
+            "ended by an acknowledged report".to_string()
+        } else if now >= self.expires_at {
+            format!(
+                "expired {} ms ago",
+                now.as_millis() - self.expires_at.as_millis()
+            )
+        } else {
+            format!(
+                "live for {} ms more",
+                self.expires_at.as_millis() - now.as_millis()
+            )
+        };
+        format!("{what} lease {} (attempt {}, {why})", self.id, self.attempt)
+    }
+}
+
+/// What an agent told the server about a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportKind {
+    Heartbeat,
+    Complete,
+    Fail,
+}
+
+impl ReportKind {
+    pub fn path(self) -> &'static str {
+        match self {
+            ReportKind::Heartbeat => "heartbeat",
+            ReportKind::Complete => "complete",
+            ReportKind::Fail => "fail",
+        }
+    }
+}
+
+/// What the caller must still verify after a report's answer was checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Followup {
+    None,
+    /// A live work lease's `complete` was refused: allowed only if the job no longer wants the
+    /// work, in which case the step is now `cancelled`.
+    RefusedLiveComplete {
+        job: usize,
+        step: usize,
+    },
+}
+
+#[derive(Debug, Default)]
+pub struct Model {
+    pub jobs: Vec<JobModel>,
+    by_id: HashMap<JobId, usize>,
+    leases: HashMap<LeaseId, (usize, usize, usize)>,
+    commits: usize,
+}
+
+impl Model {
+    /// Registers a job the clients will submit; `deps` by step index.
+    pub fn add_job(
+        &mut self,
+        key: String,
+        body: Value,
+        ordering_key: Option<String>,
+        steps: Vec<(String, Vec<usize>, bool)>,
+    ) -> usize {
+        let n = steps.len();
+        let mut models: Vec<StepModel> = steps
+            .into_iter()
+            .map(|(name, deps, compensate)| StepModel {
+                name,
+                deps,
+                dependants: Vec::new(),
+                compensate,
+                leases: Vec::new(),
+                work_done: None,
+                skipped: false,
+                undo_done: 0,
+                undo_skipped: false,
+            })
+            .collect();
+        for i in 0..n {
+            let mut seen = vec![false; n];
+            let mut stack = vec![i];
+            while let Some(x) = stack.pop() {
+                for j in 0..n {
+                    if !seen[j] && models[j].deps.contains(&x) {
+                        seen[j] = true;
+                        stack.push(j);
+                    }
+                }
+            }
+            models[i].dependants = (0..n).filter(|&j| seen[j]).collect();
+        }
+        self.jobs.push(JobModel {
+            key,
+            body,
+            ordering_key,
+            steps: models,
+            id: None,
+            acked: false,
+            commit_order: None,
+            cancel_at: None,
+            terminal: None,
+        });
+        self.jobs.len() - 1
+    }
+
+    pub fn job_of(&self, id: JobId) -> Option<usize> {
+        self.by_id.get(&id).copied()
+    }
+
+    pub fn lease_of(&self, id: LeaseId) -> Option<(usize, usize, usize)> {
+        self.leases.get(&id).copied()
+    }
+
+    pub fn lease(&self, id: LeaseId) -> Option<&LeaseModel> {
+        let (j, s, l) = self.lease_of(id)?;
+        Some(&self.jobs[j].steps[s].leases[l])
+    }
+
+    /// A submit was answered `status` with job `id`.
+    pub fn on_submitted(&mut self, job: usize, status: u16, id: JobId) -> Check {
+        let m = &mut self.jobs[job];
+        match (status, m.id) {
+            (202, None) => {
+                m.id = Some(id);
+                m.commit_order = Some(self.commits);
+                self.commits += 1;
+                self.by_id.insert(id, job);
+                Ok(())
+            }
+            (202, Some(first)) => Err(format!(
+                "submit of key {} created a second job {id} (the first was {first})",
+                m.key
+            )),
+            (200, Some(first)) if first == id => Ok(()),
+            (200, Some(first)) => Err(format!(
+                "resubmit of key {} answered job {id}, but the key belongs to {first}",
+                m.key
+            )),
+            (200, None) => Err(format!(
+                "submit of key {} answered 200 (existing) with {id}, but no job was ever created for it",
+                m.key
+            )),
+            (s, _) => Err(format!("submit of key {} answered {s}", m.key)),
+        }
+    }
+
+    /// A lease was handed out at `now` (whether or not the agent got the answer). Checks fencing,
+    /// dependency order, cancellation and the order of compensation, then records it.
+    pub fn on_lease(&mut self, lease: &Lease, now: Timestamp) -> Check<usize> {
+        let j = self.job_of(lease.job_id).ok_or_else(|| {
+            format!(
+                "lease {} names job {}, which no submit created",
+                lease.lease_id, lease.job_id
+            )
+        })?;
+        let job = &self.jobs[j];
+        let s = job
+            .steps
+            .iter()
+            .position(|x| x.name == lease.step)
+            .ok_or_else(|| format!("lease {} names unknown step {}", lease.lease_id, lease.step))?;
+        let step = &job.steps[s];
+        let what = format!("job {j} ({}) step {}", job.key, step.name);
+        let expected = step.leases.len() as u32 + 1;
+        if lease.attempt != expected {
+            return Err(format!(
+                "{what}: lease {} has attempt {}, but {} leases were handed out before it",
+                lease.lease_id,
+                lease.attempt,
+                step.leases.len()
+            ));
+        }
+        if let Some(prev) = step.leases.iter().find(|l| l.live(now)) {
+            return Err(format!(
+                "{what}: a new lease (attempt {}) was handed out while {} is still live: two live leases",
+                lease.attempt,
+                prev.describe(now)
+            ));
+        }
+        let undo = lease.kind == LeaseKind::Compensate;
+        if !undo {
+            if let Some(at) = job.cancel_at {
+                return Err(format!(
+                    "{what}: work leased (attempt {}) after the job's cancel was acknowledged at {at}",
+                    lease.attempt
+                ));
+            }
+            if step.work_done.is_some() {
+                return Err(format!(
+                    "{what}: work leased again (attempt {}) after a completion was acknowledged",
+                    lease.attempt
+                ));
+            }
+            for &d in &step.deps {
+                let dep = &job.steps[d];
+                if dep.work_done.is_none() && !dep.skipped {
+                    return Err(format!(
+                        "{what}: work leased (attempt {}) before its dependency {} succeeded or was skipped",
+                        lease.attempt, dep.name
+                    ));
+                }
+            }
+        } else {
+            if step.work_done.is_none() {
+                return Err(format!(
+                    "{what}: undo leased (attempt {}) for a step whose work never succeeded",
+                    lease.attempt
+                ));
+            }
+            if step.undo_done > 0 {
+                return Err(format!(
+                    "{what}: undo leased again (attempt {}) after an undo completed",
+                    lease.attempt
+                ));
+            }
+            for &y in &step.dependants {
+                let dep = &job.steps[y];
+                if let Some(l) = dep.leases.iter().find(|l| !l.undo && l.live(now)) {
+                    return Err(format!(
+                        "{what}: undo leased (attempt {}) while its dependant {} still runs ({})",
+                        lease.attempt,
+                        dep.name,
+                        l.describe(now)
+                    ));
+                }
+                if dep.work_done.is_some()
+                    && dep.compensate
+                    && !dep.undo_skipped
+                    && dep.undo_done == 0
+                {
+                    return Err(format!(
+                        "{what}: undo leased (attempt {}) before its dependant {} was undone: not reverse dependency order",
+                        lease.attempt, dep.name
+                    ));
+                }
+            }
+        }
+        let model = LeaseModel {
+            id: lease.lease_id,
+            attempt: lease.attempt,
+            undo,
+            granted_at: now,
+            expires_at: lease.complete_by,
+            ended: false,
+        };
+        let step = &mut self.jobs[j].steps[s];
+        step.leases.push(model);
+        self.leases
+            .insert(lease.lease_id, (j, s, step.leases.len() - 1));
+        Ok(j)
+    }
+
+    /// A report about a known lease was answered `status` at `now`.
+    pub fn on_report(
+        &mut self,
+        lease_id: LeaseId,
+        kind: ReportKind,
+        status: u16,
+        answer: &Value,
+        now: Timestamp,
+    ) -> Check<Followup> {
+        let (j, s, l) = self
+            .lease_of(lease_id)
+            .ok_or_else(|| format!("report for lease {lease_id}, which was never handed out"))?;
+        let step = &self.jobs[j].steps[s];
+        let lease = &step.leases[l];
+        let what = format!(
+            "job {j} ({}) step {}: {} of {}",
+            self.jobs[j].key,
+            step.name,
+            kind.path(),
+            lease.describe(now)
+        );
+        let live = lease.live(now);
+        match status {
+            200..=299 => {
+                if !live {
+                    return Err(format!(
+                        "{what} was answered {status}: a report for a lease that is not live was accepted"
+                    ));
+                }
+                let step = &mut self.jobs[j].steps[s];
+                match kind {
+                    ReportKind::Heartbeat => {
+                        let until: Timestamp =
+                            serde_json::from_value(answer["complete_by"].clone()).map_err(|e| {
+                                format!("{what}: heartbeat answer without complete_by: {e}")
+                            })?;
+                        if until < step.leases[l].expires_at {
+                            return Err(format!(
+                                "{what}: heartbeat moved the lease's end back to {until}"
+                            ));
+                        }
+                        step.leases[l].expires_at = until;
+                    }
+                    ReportKind::Complete => {
+                        step.leases[l].ended = true;
+                        if step.leases[l].undo {
+                            step.undo_done += 1;
+                            if step.undo_done > 1 {
+                                return Err(format!(
+                                    "{what}: a second undo completion was acknowledged: undone twice"
+                                ));
+                            }
+                        } else {
+                            if let Some(first) = step.work_done {
+                                return Err(format!(
+                                    "{what}: a second completion was acknowledged (the first was attempt {})",
+                                    step.leases[first].attempt
+                                ));
+                            }
+                            step.work_done = Some(l);
+                        }
+                    }
+                    ReportKind::Fail => step.leases[l].ended = true,
+                }
+                Ok(Followup::None)
+            }
+            409 if live => match kind {
+                ReportKind::Complete if !lease.undo => {
+                    self.jobs[j].steps[s].leases[l].ended = true;
+                    Ok(Followup::RefusedLiveComplete { job: j, step: s })
+                }
+                _ => Err(format!(
+                    "{what} was refused (409) although the lease is live: {answer}"
+                )),
+            },
+            409 => Ok(Followup::None),
+            404 => Err(format!("{what}: the server does not know the lease (404)")),
+            other => Err(format!("{what} was answered {other}: {answer}")),
+        }
+    }
+
+    /// A cancel was acknowledged at `now`.
+    pub fn on_cancelled(&mut self, job: usize, now: Timestamp) {
+        let m = &mut self.jobs[job];
+        if m.cancel_at.is_none() {
+            m.cancel_at = Some(now);
+        }
+    }
+
+    /// An operator's skip of `step` was acknowledged; `undo` if it skipped a failed undo.
+    pub fn on_skipped(&mut self, job: usize, step: usize, undo: bool) {
+        let s = &mut self.jobs[job].steps[step];
+        if undo {
+            s.undo_skipped = true;
+        } else {
+            s.skipped = true;
+        }
+    }
+
+    /// Checks a job as the server shows it, and its history, against everything known.
+    /// `settled`: faults have stopped and the drain is over, so the job must be finished.
+    pub fn check_view(
+        &mut self,
+        j: usize,
+        view: &JobView,
+        events: &[Event],
+        settled: bool,
+    ) -> Check {
+        let m = &self.jobs[j];
+        let tag = format!("job {j} ({}, {})", m.key, view.id);
+        if Some(view.id) != m.id {
+            return Err(format!(
+                "{tag}: the server shows another id than it answered"
+            ));
+        }
+        if view.steps.len() != m.steps.len() {
+            return Err(format!(
+                "{tag}: {} steps shown, {} submitted",
+                view.steps.len(),
+                m.steps.len()
+            ));
+        }
+        if let Some(t) = m.terminal {
+            if view.state != t {
+                return Err(format!(
+                    "{tag}: was {t}, now {}: a finished job changed state",
+                    view.state
+                ));
+            }
+        }
+        let full_history = events.len() < HISTORY_KEPT;
+        for (i, (sm, sv)) in m.steps.iter().zip(&view.steps).enumerate() {
+            let stag = format!("{tag} step {}", sm.name);
+            if sv.name != sm.name {
+                return Err(format!("{stag}: shown as step {}", sv.name));
+            }
+            if sv.attempt as usize != sm.leases.len() {
+                return Err(format!(
+                    "{stag}: attempt is {}, but {} leases were handed out",
+                    sv.attempt,
+                    sm.leases.len()
+                ));
+            }
+            let undo_leases = sm.leases.iter().filter(|l| l.undo).count();
+            if sv.comp_attempts as usize != undo_leases {
+                return Err(format!(
+                    "{stag}: comp_attempts is {}, but {undo_leases} undo leases were handed out",
+                    sv.comp_attempts
+                ));
+            }
+            if let Some(result) = &sv.result {
+                let Some(done) = sm.work_done else {
+                    return Err(format!(
+                        "{stag}: a result is recorded ({result}) but no completion was acknowledged"
+                    ));
+                };
+                let l = &sm.leases[done];
+                let attempt = result["attempt"].as_u64();
+                let lease = result["lease"].as_str();
+                if attempt != Some(u64::from(l.attempt)) || lease != Some(&l.id.to_string()) {
+                    return Err(format!(
+                        "{stag}: recorded result {result} is not the acknowledged attempt {} (lease {})",
+                        l.attempt, l.id
+                    ));
+                }
+            }
+            match sv.state {
+                StepState::Succeeded => {
+                    let Some(done) = sm.work_done else {
+                        return Err(format!(
+                            "{stag}: succeeded without an acknowledged completion"
+                        ));
+                    };
+                    if sm.leases[done].attempt != sv.attempt {
+                        return Err(format!(
+                            "{stag}: succeeded at attempt {}, but its recorded completion is attempt {}",
+                            sv.attempt, sm.leases[done].attempt
+                        ));
+                    }
+                    if sv.result.is_none() {
+                        return Err(format!("{stag}: succeeded without a result"));
+                    }
+                }
+                StepState::Compensated if sm.undo_done != 1 => {
+                    return Err(format!(
+                        "{stag}: compensated, but {} undo completions were acknowledged",
+                        sm.undo_done
+                    ));
+                }
+                StepState::Compensating | StepState::Compensated if sm.work_done.is_none() => {
+                    return Err(format!("{stag}: {} a step that never succeeded", sv.state));
+                }
+                StepState::Running => {
+                    let last = sm.leases.last();
+                    if last.is_none_or(|l| l.undo || l.ended) {
+                        return Err(format!(
+                            "{stag}: running, but its last lease is not an open work lease"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            if sm.undo_done > 0 && sv.state != StepState::Compensated {
+                return Err(format!("{stag}: its undo completed but it is {}", sv.state));
+            }
+            if settled
+                && !matches!(
+                    sv.state,
+                    StepState::Succeeded
+                        | StepState::Failed
+                        | StepState::Skipped
+                        | StepState::Cancelled
+                        | StepState::Compensated
+                )
+            {
+                return Err(format!(
+                    "{stag}: still {} after the drain (job {})",
+                    sv.state, view.state
+                ));
+            }
+            if full_history {
+                check_step_history(&stag, i, m, events)?;
+            }
+        }
+        let compensated: Vec<String> = view
+            .steps
+            .iter()
+            .filter(|s| s.state == StepState::Compensated)
+            .map(|s| s.name.clone())
+            .collect();
+        if compensated != view.compensated {
+            return Err(format!(
+                "{tag}: lists {:?} as compensated, its steps say {compensated:?}",
+                view.compensated
+            ));
+        }
+        if view.state == JobState::Succeeded {
+            if m.cancel_at.is_some() {
+                return Err(format!(
+                    "{tag}: succeeded after its cancel was acknowledged"
+                ));
+            }
+            if let Some(s) = view
+                .steps
+                .iter()
+                .find(|s| !matches!(s.state, StepState::Succeeded | StepState::Skipped))
+            {
+                return Err(format!(
+                    "{tag}: succeeded while step {} is {}",
+                    s.name, s.state
+                ));
+            }
+        }
+        if view.state.is_terminal() {
+            if m.cancel_at.is_some() && view.state != JobState::Cancelled {
+                return Err(format!(
+                    "{tag}: ended {} after its cancel was acknowledged",
+                    view.state
+                ));
+            }
+            if full_history {
+                check_terminal_history(&tag, view.state, events)?;
+            }
+        } else if view.state == JobState::Blocked && view.blocked_reason.is_none() {
+            return Err(format!("{tag}: blocked without a reason"));
+        }
+        if full_history {
+            if let Some(at) = m.cancel_at {
+                if let Some(e) = events.iter().find(|e| e.kind == "step_leased" && e.at > at) {
+                    return Err(format!(
+                        "{tag}: step {:?} leased at {} after the cancel acknowledged at {at}",
+                        e.step, e.at
+                    ));
+                }
+            }
+        }
+        if settled && !view.state.is_terminal() {
+            return Err(format!(
+                "{tag}: still {} after the drain (blocked reason: {:?})",
+                view.state, view.blocked_reason
+            ));
+        }
+        if view.state.is_terminal() {
+            self.jobs[j].terminal = Some(view.state);
+        }
+        Ok(())
+    }
+}
+
+/// A step's leases in the history match the leases handed out, and its work was leased only
+/// after every dependency succeeded or was skipped.
+fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) -> Check {
+    let sm = &m.steps[step];
+    let mine = |e: &&Event| e.step.as_deref() == Some(sm.name.as_str());
+    let leased: Vec<(bool, Option<u32>)> = events
+        .iter()
+        .filter(mine)
+        .filter(|e| e.kind == "step_leased" || e.kind == "compensation_leased")
+        .map(|e| (e.kind == "compensation_leased", e.attempt))
+        .collect();
+    let handed: Vec<(bool, Option<u32>)> = sm
+        .leases
+        .iter()
+        .map(|l| (l.undo, Some(l.attempt)))
+        .collect();
+    if leased != handed {
+        return Err(format!(
+            "{tag}: history records leases (undo?, attempt) {leased:?}, but {handed:?} were handed out"
+        ));
+    }
+    for e in events
+        .iter()
+        .filter(mine)
+        .filter(|e| e.kind == "step_leased")
+    {
+        for &d in &sm.deps {
+            let dep = &m.steps[d].name;
+            let done = events.iter().any(|x| {
+                x.seq < e.seq
+                    && x.step.as_deref() == Some(dep.as_str())
+                    && (x.kind == "step_succeeded" || x.kind == "step_skipped")
+            });
+            if !done {
+                return Err(format!(
+                    "{tag}: history shows attempt {:?} leased (event {}) before dependency {dep} succeeded or was skipped",
+                    e.attempt, e.seq
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A finished job's history ends with its `job_<state>` event; after it only the settling of
+/// steps that were still running may follow (their late report or expiry cancels them).
+fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check {
+    let kind = format!("job_{state}");
+    let Some(pos) = events.iter().rposition(|e| e.kind.starts_with("job_")) else {
+        return Err(format!("{tag}: {state} without any job event"));
+    };
+    if events[pos].kind != kind {
+        return Err(format!(
+            "{tag}: {state}, but its last job event is {}",
+            events[pos].kind
+        ));
+    }
+    if events.iter().filter(|e| e.kind == kind).count() != 1 {
+        return Err(format!("{tag}: more than one {kind} event"));
+    }
+    if let Some(e) = events[pos + 1..].iter().find(|e| {
+        e.step.is_none() || !matches!(e.kind.as_str(), "step_lease_expired" | "step_cancelled")
+    }) {
+        return Err(format!(
+            "{tag}: event {} ({}) recorded after {kind}",
+            e.seq, e.kind
+        ));
+    }
+    Ok(())
+}

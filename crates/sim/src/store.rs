@@ -1,0 +1,310 @@
+//! The store the simulated server runs on: the real [`SqliteStore`] behind a thin wrapper that
+//! can make the process "die" between two writes of one server operation (a supervisor sweep
+//! writes many times), and that can plant a known bug so the simulator's own checks can be
+//! shown to catch it.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
+use overseer_store::{
+    AgentCounts, AgentSettings, Claim, ClaimResult, Delivery, DeliveryOutcome, Error, Fence, Fire,
+    FireOutcome, JobQuery, Leadership, LeaseRef, NewJob, OrderingKeyStatus, Result, Schedule,
+    SqliteStore, Store, Submitted,
+};
+
+/// A deliberately wrong behaviour, for proving that the simulator notices it. Never set outside
+/// the simulator's self-tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Bug {
+    #[default]
+    None,
+    /// Resolving a lease id answers the step's current attempt instead of the lease's own: a
+    /// stale agent's report is then applied to whichever attempt is live (no fencing).
+    StaleLeaseLookup,
+    /// Agent reports are applied at a clock reading 10 s old, as if `now` had been read before a
+    /// long await: a report arriving shortly after its lease expired is still accepted.
+    LaggingReportClock,
+}
+
+/// Shared switches of one simulated process and its store.
+#[derive(Debug, Default)]
+pub struct Crash {
+    /// Writes left before the process dies; negative when no crash is armed.
+    writes_left: AtomicI64,
+    /// Set once the process died: every later call fails.
+    dead: AtomicBool,
+}
+
+impl Crash {
+    pub fn new() -> Self {
+        Crash {
+            writes_left: AtomicI64::new(-1),
+            dead: AtomicBool::new(false),
+        }
+    }
+
+    /// Lets `writes` more writes commit, then kills the process before the next one.
+    pub fn arm(&self, writes: i64) {
+        self.writes_left.store(writes, Ordering::SeqCst);
+    }
+
+    pub fn disarm(&self) {
+        self.writes_left.store(-1, Ordering::SeqCst);
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        if self.is_dead() {
+            Err(Error::Unavailable(
+                "simulated crash: the process is gone".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Called before each write: counts it, or kills the process instead of performing it.
+    fn before_write(&self) -> Result<()> {
+        self.check_alive()?;
+        let left = self.writes_left.load(Ordering::SeqCst);
+        if left == 0 {
+            self.dead.store(true, Ordering::SeqCst);
+            return self.check_alive();
+        }
+        if left > 0 {
+            self.writes_left.store(left - 1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// The real SQLite store, with the crash switch and an optional planted bug.
+pub struct SimStore {
+    inner: SqliteStore,
+    crash: Arc<Crash>,
+    bug: Bug,
+}
+
+impl SimStore {
+    pub fn new(inner: SqliteStore, crash: Arc<Crash>, bug: Bug) -> Self {
+        SimStore { inner, crash, bug }
+    }
+}
+
+const REPORT_CLOCK_LAG: Span = Span::from_secs(10);
+
+fn is_report(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Heartbeat { .. } | Command::Complete { .. } | Command::Fail { .. }
+    )
+}
+
+#[async_trait]
+impl Store for SimStore {
+    async fn jobs_submit(&self, jobs: Vec<NewJob>) -> Result<Vec<Submitted>> {
+        self.crash.before_write()?;
+        self.inner.jobs_submit(jobs).await
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<Job>> {
+        self.crash.check_alive()?;
+        self.inner.job_get(id).await
+    }
+
+    async fn jobs_list(&self, query: JobQuery) -> Result<Vec<Job>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_list(query).await
+    }
+
+    async fn job_events(&self, id: JobId, after_seq: i64, limit: usize) -> Result<Vec<Event>> {
+        self.crash.check_alive()?;
+        self.inner.job_events(id, after_seq, limit).await
+    }
+
+    async fn job_apply(&self, id: JobId, command: Command, now: Timestamp) -> Result<Transition> {
+        self.crash.before_write()?;
+        let now = if self.bug == Bug::LaggingReportClock && is_report(&command) {
+            Timestamp::from_millis(now.as_millis() - REPORT_CLOCK_LAG.as_millis_i64())
+        } else {
+            now
+        };
+        self.inner.job_apply(id, command, now).await
+    }
+
+    async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
+        self.crash.before_write()?;
+        self.inner.steps_claim(claim).await
+    }
+
+    async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
+        self.crash.check_alive()?;
+        let found = self.inner.lease_find(lease_id).await?;
+        if self.bug != Bug::StaleLeaseLookup {
+            return Ok(found);
+        }
+        let Some(mut lease) = found else {
+            return Ok(None);
+        };
+        if let Some(job) = self.inner.job_get(lease.job_id).await? {
+            if let Some(step) = job.steps.get(lease.step) {
+                lease.attempt = step.attempt;
+            }
+        }
+        Ok(Some(lease))
+    }
+
+    async fn leases_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<LeaseRef>> {
+        self.crash.check_alive()?;
+        self.inner.leases_expired(now, limit).await
+    }
+
+    async fn jobs_due(&self, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_due(now, limit).await
+    }
+
+    async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>> {
+        self.crash.check_alive()?;
+        self.inner.agents_due(after, now).await
+    }
+
+    async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        self.crash.check_alive()?;
+        self.inner.next_due_at(now).await
+    }
+
+    async fn agents_counts(&self) -> Result<Vec<AgentCounts>> {
+        self.crash.check_alive()?;
+        self.inner.agents_counts().await
+    }
+
+    async fn deliveries_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Delivery>> {
+        self.crash.check_alive()?;
+        self.inner.deliveries_due(now, limit).await
+    }
+
+    async fn delivery_update(&self, id: i64, outcome: DeliveryOutcome) -> Result<()> {
+        self.crash.before_write()?;
+        self.inner.delivery_update(id, outcome).await
+    }
+
+    async fn deliveries_counts(&self) -> Result<(u64, u64)> {
+        self.crash.check_alive()?;
+        self.inner.deliveries_counts().await
+    }
+
+    async fn jobs_active(&self, after: Option<JobId>, limit: usize) -> Result<Vec<JobId>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_active(after, limit).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.crash.check_alive()?;
+        self.inner.ping().await
+    }
+
+    async fn job_apply_fenced(
+        &self,
+        id: JobId,
+        command: Command,
+        now: Timestamp,
+        fence: &Fence,
+    ) -> Result<Transition> {
+        self.crash.before_write()?;
+        self.inner.job_apply_fenced(id, command, now, fence).await
+    }
+
+    async fn leader_acquire(
+        &self,
+        node: &str,
+        ttl: Span,
+        now: Timestamp,
+    ) -> Result<Option<Leadership>> {
+        self.crash.before_write()?;
+        self.inner.leader_acquire(node, ttl, now).await
+    }
+
+    async fn leader_get(&self) -> Result<Option<Leadership>> {
+        self.crash.check_alive()?;
+        self.inner.leader_get().await
+    }
+
+    async fn leader_release(&self, node: &str, epoch: i64) -> Result<()> {
+        self.crash.before_write()?;
+        self.inner.leader_release(node, epoch).await
+    }
+
+    async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings> {
+        self.crash.check_alive()?;
+        self.inner.agent_settings_get(agent).await
+    }
+
+    async fn agent_settings_put(
+        &self,
+        agent: &str,
+        settings: AgentSettings,
+        now: Timestamp,
+    ) -> Result<AgentSettings> {
+        self.crash.before_write()?;
+        self.inner.agent_settings_put(agent, settings, now).await
+    }
+
+    async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>> {
+        self.crash.check_alive()?;
+        self.inner.agent_settings_list().await
+    }
+
+    async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
+        self.crash.check_alive()?;
+        self.inner.ordering_key_status(key).await
+    }
+
+    async fn schedule_create(&self, schedule: Schedule) -> Result<(Schedule, bool)> {
+        self.crash.before_write()?;
+        self.inner.schedule_create(schedule).await
+    }
+
+    async fn schedule_get(&self, name: &str) -> Result<Option<Schedule>> {
+        self.crash.check_alive()?;
+        self.inner.schedule_get(name).await
+    }
+
+    async fn schedules_list(&self) -> Result<Vec<Schedule>> {
+        self.crash.check_alive()?;
+        self.inner.schedules_list().await
+    }
+
+    async fn schedule_delete(&self, name: &str) -> Result<bool> {
+        self.crash.before_write()?;
+        self.inner.schedule_delete(name).await
+    }
+
+    async fn schedule_set_paused(
+        &self,
+        name: &str,
+        paused: bool,
+        next_fire_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<Schedule> {
+        self.crash.before_write()?;
+        self.inner
+            .schedule_set_paused(name, paused, next_fire_at, now)
+            .await
+    }
+
+    async fn schedules_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Schedule>> {
+        self.crash.check_alive()?;
+        self.inner.schedules_due(now, limit).await
+    }
+
+    async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome> {
+        self.crash.before_write()?;
+        self.inner.schedule_fire(fire, fence).await
+    }
+}
