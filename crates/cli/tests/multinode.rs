@@ -500,6 +500,9 @@ fn leader_kills_and_a_postgres_restart_lose_nothing() {
         submitted.repeats,
         began.elapsed()
     );
+    // Diagnostics: how often leadership changed hands beyond the kills and the outage.
+    let (elections, step_downs) = leadership_log(&nodes);
+    eprintln!("leader_elections={elections} step_downs={step_downs:?}");
     if let Mode::Kills(n) = mode {
         assert!(
             failovers.len() as u32 >= n,
@@ -697,6 +700,29 @@ impl Drop for OnFailure {
             );
         }
     }
+}
+
+/// From every node's log: how many times a node became the leader, and why nodes stepped
+/// down (reason → count).
+fn leadership_log(nodes: &[Server]) -> (usize, BTreeMap<String, usize>) {
+    let mut elections = 0;
+    let mut step_downs: BTreeMap<String, usize> = BTreeMap::new();
+    for node in nodes {
+        for line in node.logs().lines() {
+            if line.contains("became the leader") {
+                elections += 1;
+            } else if line.contains("stepped down as leader") {
+                let why = line
+                    .split_once("why=")
+                    .map_or("?", |(_, w)| w.trim())
+                    .trim_matches('"');
+                // Keep the reason, not the varying details after it.
+                let why = why.split(':').next().unwrap_or(why).to_string();
+                *step_downs.entry(why).or_default() += 1;
+            }
+        }
+    }
+    (elections, step_downs)
 }
 
 /// A client for readiness probes: short timeouts, so a dead node costs little.

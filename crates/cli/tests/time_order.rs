@@ -147,7 +147,7 @@ async fn ordered_keys_run_in_order_despite_failures() {
         &["--fatal-exit-codes", "7"],
         &["sh", "-c", "cat >/dev/null; exit 7"],
     );
-    let n = 25;
+    let n = 50;
     let mut ids = Vec::new();
     for i in 0..n {
         let spec = json!({"ordering_key": "account-1", "labels": {"n": i.to_string()},

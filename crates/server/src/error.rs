@@ -51,14 +51,6 @@ impl ApiError {
     pub fn conflict(kind: &'static str, detail: impl Into<String>) -> Self {
         ApiError::new(StatusCode::CONFLICT, kind, detail)
     }
-
-    pub fn not_implemented(what: &str) -> Self {
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not-implemented",
-            format!("{what} is not implemented by this server version yet"),
-        )
-    }
 }
 
 impl From<SpecError> for ApiError {
