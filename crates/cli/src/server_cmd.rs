@@ -32,6 +32,16 @@ pub struct ServerArgs {
     /// Once listening, write the bound address to this file (useful with `--listen 127.0.0.1:0`).
     #[arg(long, env = "OVERSEER_READY_FILE")]
     ready_file: Option<PathBuf>,
+    /// Also speak the Faktory work protocol on this address (Faktory's port is 7419); off
+    /// unless given.
+    #[arg(long, env = "OVERSEER_FAKTORY_LISTEN")]
+    faktory_listen: Option<SocketAddr>,
+    /// Password Faktory clients must prove they know (`tcp://:PASSWORD@host:port`).
+    #[arg(long, env = "OVERSEER_FAKTORY_PASSWORD", hide_env_values = true)]
+    faktory_password: Option<String>,
+    /// Allow the Faktory `FLUSH` command (cancels every Faktory job): development and tests only.
+    #[arg(long, env = "OVERSEER_FAKTORY_ALLOW_FLUSH")]
+    faktory_allow_flush: bool,
 }
 
 pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
@@ -83,7 +93,34 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("shutting down: finishing in-flight requests");
         on_signal.cancel();
     });
-    overseer_server::serve(store, &config, listener, shutdown).await?;
+    let faktory = match args.faktory_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} for Faktory clients"))?;
+            tracing::info!(addr = %listener.local_addr()?, "speaking the Faktory work protocol");
+            let settings = overseer_faktory::Config {
+                password: args.faktory_password.clone().filter(|p| !p.is_empty()),
+                allow_flush: args.faktory_allow_flush,
+                ..overseer_faktory::Config::default()
+            };
+            Some((listener, settings))
+        }
+        None => None,
+    };
+    overseer_server::serve_with(
+        store,
+        &config,
+        listener,
+        shutdown,
+        move |app| match faktory {
+            Some((listener, settings)) => {
+                overseer_faktory::Faktory::new(app, settings).start(listener)
+            }
+            None => Vec::new(),
+        },
+    )
+    .await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

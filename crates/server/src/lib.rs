@@ -301,6 +301,19 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    serve_with(store, config, listener, shutdown, |_| Vec::new()).await
+}
+
+/// Like [`serve`], and also runs what `extra` starts with this node's [`App`] (another protocol
+/// listener, such as the Faktory one): its tasks share the node's store, clock and wake-ups, and
+/// are awaited on shutdown after the HTTP server stopped (they must watch `app.shutdown()`).
+pub async fn serve_with(
+    store: Arc<dyn Store>,
+    config: &Config,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+    extra: impl FnOnce(App) -> Vec<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<()> {
     let mut config = config.clone();
     if config.node_id.is_none() {
         // Stable across restarts of the same node, so a restarted leader takes its own lease
@@ -334,6 +347,7 @@ pub async fn serve(
     let sweeper = tokio::spawn(supervisor.run(shutdown.clone()));
     let deliverer = deliver::Deliverer::new(app.clone(), deliver::Settings::from_config(config))?;
     let delivering = tokio::spawn(deliverer.run(shutdown.clone()));
+    let extras = extra(app.clone());
     let router = api::router(app);
     let result = axum::serve(listener, router)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
@@ -341,5 +355,8 @@ pub async fn serve(
     shutdown.cancel();
     let _ = sweeper.await;
     let _ = delivering.await;
+    for task in extras {
+        let _ = task.await;
+    }
     result.map_err(Into::into)
 }

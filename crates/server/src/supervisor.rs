@@ -20,6 +20,8 @@ use overseer_core::machine::admit;
 use overseer_core::schedule::{self, CronSchedule};
 use overseer_core::{Command, Job, JobId, Rejection, Span, Timestamp};
 use overseer_store::{Error as StoreError, Fence, Fire, FireOutcome, NewJob, Schedule, Submitted};
+use std::sync::{Arc, Mutex};
+
 use tokio_util::sync::CancellationToken;
 
 use crate::App;
@@ -34,8 +36,9 @@ pub struct Supervisor {
     interval: Span,
     node: String,
     leader_ttl: Span,
-    /// Held while this node is the leader.
-    fence: Option<Fence>,
+    /// Held while this node is the leader; shared with the renewal task, which keeps the lease
+    /// alive between sweeps however long a sweep takes.
+    fence: Arc<Mutex<Option<Fence>>>,
     /// Retries due after this instant have not been announced to their agents yet.
     announced_until: Timestamp,
     /// Where the repair scan continues (it walks active jobs in id order, then starts over).
@@ -63,7 +66,7 @@ impl Supervisor {
             interval,
             node,
             leader_ttl: Span::from_secs(10),
-            fence: None,
+            fence: Arc::new(Mutex::new(None)),
             announced_until,
             repair_cursor: None,
             repair_batch: 200,
@@ -81,10 +84,54 @@ impl Supervisor {
     }
 
     pub fn is_leader(&self) -> bool {
-        self.fence.is_some()
+        self.current_fence().is_some()
+    }
+
+    fn current_fence(&self) -> Option<Fence> {
+        self.fence.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_fence(&self, fence: Option<Fence>) {
+        *self.fence.lock().unwrap_or_else(|p| p.into_inner()) = fence;
+    }
+
+    /// Renews the lease every third of its life while this node leads, independently of the
+    /// sweep, so a long sweep on a busy machine never lets a healthy leader's lease lapse.
+    fn spawn_renewal(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let (app, fence, node, ttl) = (
+            self.app.clone(),
+            self.fence.clone(),
+            self.node.clone(),
+            self.leader_ttl,
+        );
+        let period = std::time::Duration::from_millis((ttl.as_millis() / 3).max(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(period) => {}
+                }
+                let held = fence.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let Some(held) = held else { continue };
+                let renewed = app.store().leader_acquire(&node, ttl, app.now()).await;
+                let mut current = fence.lock().unwrap_or_else(|p| p.into_inner());
+                if current.as_ref() != Some(&held) {
+                    continue; // the sweep changed it meanwhile
+                }
+                match renewed {
+                    Ok(Some(l)) if l.epoch == held.epoch => {}
+                    other => {
+                        tracing::warn!(node = %node, epoch = held.epoch, outcome = ?other.map(|l| l.map(|l| l.epoch)), "lost the leader lease on renewal; stepping down");
+                        *current = None;
+                        app.set_leader(false);
+                    }
+                }
+            }
+        })
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
+        let renewal = self.spawn_renewal(shutdown.clone());
         loop {
             let now = self.app.now();
             match self.sweep(now).await {
@@ -110,7 +157,9 @@ impl Supervisor {
                 _ = self.app.notifier().supervisor_wake().notified() => {}
             }
         }
-        if let Some(fence) = self.fence.take() {
+        let _ = renewal.await;
+        if let Some(fence) = self.current_fence() {
+            self.set_fence(None);
             // Hand over at once rather than make the next leader wait out the lease.
             if let Err(e) = self
                 .app
@@ -126,31 +175,32 @@ impl Supervisor {
 
     /// Takes or renews the leader lease; steps down when that fails.
     async fn lead(&mut self, now: Timestamp) {
-        match self
+        let acquired = self
             .app
             .store()
             .leader_acquire(&self.node, self.leader_ttl, now)
-            .await
-        {
+            .await;
+        match acquired {
             Ok(Some(lease)) => {
                 let fence = Fence {
                     node: lease.node,
                     epoch: lease.epoch,
                 };
-                if self.fence.as_ref() != Some(&fence) {
+                if self.current_fence().as_ref() != Some(&fence) {
                     tracing::info!(node = %self.node, epoch = fence.epoch, "became the leader");
                 }
-                self.fence = Some(fence);
+                self.set_fence(Some(fence));
             }
             Ok(None) => self.step_down("another node holds the leader lease"),
             // The store's own fencing keeps a stale leader harmless; stop acting anyway.
             Err(e) => self.step_down(&format!("cannot renew the leader lease: {e}")),
         }
-        self.app.set_leader(self.fence.is_some());
+        self.app.set_leader(self.current_fence().is_some());
     }
 
     fn step_down(&mut self, why: &str) {
-        if let Some(f) = self.fence.take() {
+        let held = self.fence.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(f) = held {
             tracing::warn!(node = %self.node, epoch = f.epoch, why, "stepped down as leader");
         }
     }
@@ -159,10 +209,10 @@ impl Supervisor {
     pub async fn sweep(&mut self, now: Timestamp) -> Result<Sweep, StoreError> {
         self.lead(now).await;
         let mut done = Sweep {
-            leader: self.fence.is_some(),
+            leader: self.is_leader(),
             ..Sweep::default()
         };
-        if let Some(fence) = self.fence.clone() {
+        if let Some(fence) = self.current_fence() {
             match self.lead_sweep(now, &fence, &mut done).await {
                 Err(StoreError::Fenced { epoch }) => {
                     self.step_down(&format!("epoch {epoch} was superseded"));

@@ -27,7 +27,8 @@ pub(super) const CHANNEL: &str = "overseer";
 pub(super) const PAYLOAD_MAX: usize = 7_999;
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+// Short: while disconnected this node hears nothing from the others, so come back quickly.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The listening task; aborted when dropped.
 pub(super) struct Listener {

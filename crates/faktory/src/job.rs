@@ -1,0 +1,390 @@
+//! Faktory jobs as Overseer jobs, and back.
+//!
+//! A pushed Faktory job becomes a one-step Overseer job:
+//!
+//! | Faktory            | Overseer                                                            |
+//! |--------------------|---------------------------------------------------------------------|
+//! | `queue`            | the step's `agent` (default `default`)                              |
+//! | `jobtype`          | the step's `name`                                                   |
+//! | the whole job JSON | the step's `payload`, exactly as received                           |
+//! | `jid`              | label `faktory_jid`, idempotency key `faktory/<jid>`                |
+//! | `at`               | `run_at` (when in the future)                                       |
+//! | `reserve_for`      | step `timeout`, clamped like Faktory: default 1800 s, at least the configured minimum (Faktory: 60 s), more than 86400 s is refused |
+//! | `retry`            | `max_attempts = retry + 1` (default retry 25; negative: 1 attempt)  |
+//! | `priority` 1..9    | job `priority = (p − 5) × 1000` (default 5 → 0)                      |
+//!
+//! Labels `via=faktory`, `faktory_jobtype` and `faktory_queue` are added too, so Faktory jobs
+//! can be listed (`GET /v1/jobs?label=via:faktory`) and scanned by `MUTATE`.
+
+use overseer_core::backoff::Backoff;
+use overseer_core::spec::{JobSpec, OnFailure, StepSpec};
+use overseer_core::{Job, Limits, Span, Timestamp};
+use serde_json::{json, Map, Value};
+
+/// Label naming the Faktory jid of a job pushed over the Faktory protocol.
+pub const LABEL_JID: &str = "faktory_jid";
+pub const LABEL_JOBTYPE: &str = "faktory_jobtype";
+pub const LABEL_QUEUE: &str = "faktory_queue";
+/// `via=faktory` marks every job pushed over the Faktory protocol.
+pub const LABEL_VIA: &str = "via";
+pub const VIA: &str = "faktory";
+
+/// Faktory's default `retry`.
+pub const DEFAULT_RETRY: i64 = 25;
+/// Faktory's default reservation when a job names none (`manager.DefaultTimeout`).
+pub const DEFAULT_RESERVE: Span = Span::from_secs(1800);
+/// Faktory refuses reservations longer than a day.
+pub const MAX_RESERVE: Span = Span::from_secs(86_400);
+/// Overseer priority points per Faktory priority level.
+pub const PRIORITY_STEP: i32 = 1000;
+
+/// What a pushed job turns into, and the numbers needed to answer for it later.
+#[derive(Debug)]
+pub struct Pushed {
+    pub jid: String,
+    pub spec: JobSpec,
+}
+
+/// Settings that shape the conversion.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub reserve_min: Span,
+    pub backoff: Backoff,
+}
+
+/// Checks a pushed job the way Faktory does (same messages) and builds its Overseer spec.
+/// Errors are the text after `-ERR `.
+pub fn from_push(
+    value: Value,
+    shape: &Shape,
+    limits: &Limits,
+    now: Timestamp,
+) -> Result<Pushed, String> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| "invalid JSON: a job must be a JSON object".to_string())?;
+    let jid = match obj.get("jid") {
+        Some(Value::String(s)) if s.len() >= 8 => s.clone(),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err("jobs must have a reasonable jid parameter".into())
+        }
+        Some(_) => return Err("invalid JSON: `jid` must be a string".into()),
+    };
+    let jobtype = match obj.get("jobtype") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err("jobs must have a jobtype parameter".into())
+        }
+        Some(_) => return Err("invalid JSON: `jobtype` must be a string".into()),
+    };
+    match obj.get("args") {
+        Some(Value::Array(_)) => {}
+        None | Some(Value::Null) => return Err("jobs must have an args parameter".into()),
+        Some(_) => return Err("invalid JSON: `args` must be an array".into()),
+    }
+    let reserve = match obj.get("reserve_for") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_i64()
+                .ok_or_else(|| "invalid JSON: `reserve_for` must be a whole number".to_string())?,
+        ),
+    };
+    if reserve.is_some_and(|r| r > MAX_RESERVE.as_millis_i64() / 1000) {
+        return Err("jobs cannot be reserved for more than one day".into());
+    }
+    let timeout = reserve_timeout(reserve, shape.reserve_min);
+    let queue = match obj.get("queue") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        None | Some(Value::Null) | Some(Value::String(_)) => "default".to_string(),
+        Some(_) => return Err("invalid JSON: `queue` must be a string".into()),
+    };
+    let run_at = match obj.get("at") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => {
+            let t = Timestamp::parse_rfc3339(s)
+                .map_err(|e| format!("invalid timestamp for 'at': {s:?}: {e}"))?;
+            (t > now).then_some(t)
+        }
+        Some(_) => return Err("invalid JSON: `at` must be a string".into()),
+    };
+    let retry = match obj.get("retry") {
+        None | Some(Value::Null) => DEFAULT_RETRY,
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| "invalid JSON: `retry` must be a whole number".to_string())?,
+    };
+    let priority = match obj.get("priority") {
+        None | Some(Value::Null) => 5,
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| "invalid JSON: `priority` must be a whole number".to_string())?,
+    };
+    let mut labels = std::collections::BTreeMap::new();
+    labels.insert(LABEL_JID.to_string(), jid.clone());
+    labels.insert(LABEL_JOBTYPE.to_string(), jobtype.clone());
+    labels.insert(LABEL_QUEUE.to_string(), queue.clone());
+    labels.insert(LABEL_VIA.to_string(), VIA.to_string());
+    let spec = JobSpec {
+        idempotency_key: Some(format!("faktory/{jid}")),
+        labels,
+        priority: (priority.clamp(1, 9) as i32 - 5) * PRIORITY_STEP,
+        run_at,
+        ordering_key: None,
+        callback_url: None,
+        on_failure: Some(OnFailure::Fail),
+        steps: vec![StepSpec {
+            name: jobtype,
+            agent: queue,
+            payload: value,
+            depends_on: Vec::new(),
+            timeout: Some(timeout),
+            max_attempts: Some(max_attempts(retry, limits)),
+            backoff: Some(shape.backoff),
+            compensate: None,
+        }],
+    };
+    spec.validate(limits).map_err(|e| e.to_string())?;
+    Ok(Pushed { jid, spec })
+}
+
+/// Faktory's reservation rule: none or 0 → the default; below the minimum → the minimum; more
+/// than a day → a day (a push asking for more was refused before this).
+pub fn reserve_timeout(reserve_for_secs: Option<i64>, min: Span) -> Span {
+    let secs = reserve_for_secs.unwrap_or(0);
+    let span = if secs == 0 {
+        DEFAULT_RESERVE
+    } else {
+        Span::from_secs(secs.max(0) as u64)
+    };
+    span.max(min).min(MAX_RESERVE)
+}
+
+/// `retry` → attempts: `retry + 1`; 0 → one attempt; negative (Faktory: straight to the dead
+/// set) → one attempt, after which the job is `failed`. Bounded by the server's limit, and never
+/// 0 (which would mean "no limit" to the core).
+pub fn max_attempts(retry: i64, limits: &Limits) -> u32 {
+    let attempts = retry.max(0).saturating_add(1);
+    attempts.min(i64::from(limits.max_attempts.max(1))) as u32
+}
+
+/// The retry policy closest to Faktory's `count⁴ + 15 + rand(30) × (count + 1)` seconds that an
+/// exponential backoff (initial × factor^(n−1), capped, jittered down by up to half) can give:
+/// the first retry waits 20–40 s (Faktory 15–44 s), the 25th about 3.6 days on average (Faktory
+/// about 3.8 days). In between the exponential curve runs below Faktory's quartic one (the 6th
+/// retry waits about 3–7 min where Faktory waits about 11–14 min).
+pub fn faktory_backoff() -> Backoff {
+    Backoff {
+        initial: Span::from_secs(40),
+        factor: 1.47,
+        max: Span::from_secs(5 * 86_400),
+    }
+}
+
+/// Whether an Overseer job was pushed over the Faktory protocol (its one step's payload is the
+/// Faktory job as received).
+pub fn is_faktory(job: &Job) -> bool {
+    job.steps.len() == 1 && job.labels.contains_key(LABEL_JID)
+}
+
+/// What a worker last reported with `FAIL`, kept to show in the job's `failure` block.
+#[derive(Clone, Debug)]
+pub struct FailInfo {
+    pub errtype: String,
+    pub message: String,
+    pub backtrace: Vec<String>,
+    pub failed_at: Timestamp,
+}
+
+impl FailInfo {
+    /// The error text recorded on the step: `errtype: message`.
+    pub fn error_text(&self) -> String {
+        format!("{}: {}", self.errtype, self.message)
+    }
+
+    /// Reads back a step's `last_error` when no fuller record is at hand.
+    pub fn parse(last_error: &str, failed_at: Timestamp) -> FailInfo {
+        if last_error.starts_with("lease expired") {
+            return FailInfo {
+                errtype: "ReservationExpired".into(),
+                message: "Faktory job reservation expired".into(),
+                backtrace: Vec::new(),
+                failed_at,
+            };
+        }
+        let (errtype, message) = last_error
+            .split_once(": ")
+            .unwrap_or(("unknown", last_error));
+        FailInfo {
+            errtype: errtype.to_string(),
+            message: message.to_string(),
+            backtrace: Vec::new(),
+            failed_at,
+        }
+    }
+}
+
+/// The job a worker receives from `FETCH` for a leased step.
+///
+/// For a Faktory job: the job as pushed, plus what a Faktory server adds on the way out:
+/// `enqueued_at`, `created_at` when the producer left it out, and a `failure` block once it has
+/// failed (`retry_count` counts from 0 at the first failure, `remaining` as Faktory does).
+///
+/// For a step of any other Overseer job, a synthesized Faktory job:
+/// `{"jid": "<job_id>/<step>", "jobtype": <step name>, "args": [payload], "queue": <agent>,
+/// "reserve_for": <timeout s>, "retry": <max_attempts − 1>, "custom": {"overseer": {"job_id",
+/// "step", "attempt", "kind", "inputs", "idempotency_key"}}}`.
+pub fn for_fetch(job: &Job, step: usize, fail: Option<&FailInfo>) -> Value {
+    let s = &job.steps[step];
+    let enqueued_at = s.ready_at.unwrap_or(job.created_at).to_rfc3339();
+    if is_faktory(job) && !s.is_compensating() {
+        let mut out = s.payload.clone();
+        if let Some(obj) = out.as_object_mut() {
+            obj.entry("created_at")
+                .or_insert_with(|| Value::String(job.created_at.to_rfc3339()));
+            obj.insert("enqueued_at".into(), Value::String(enqueued_at));
+            if s.failures > 0 {
+                let retry = obj
+                    .get("retry")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(DEFAULT_RETRY);
+                let info = fail.cloned().unwrap_or_else(|| {
+                    FailInfo::parse(
+                        s.last_error.as_deref().unwrap_or("unknown"),
+                        s.ready_at.unwrap_or(job.updated_at),
+                    )
+                });
+                obj.insert(
+                    "failure".into(),
+                    failure_block(s.failures, retry, s.next_attempt_at, &info),
+                );
+            }
+        }
+        return out;
+    }
+    let kind = if s.is_compensating() {
+        "compensate"
+    } else {
+        "work"
+    };
+    let mut custom = Map::new();
+    custom.insert(
+        "overseer".into(),
+        json!({
+            "job_id": job.id,
+            "step": s.name,
+            "attempt": s.attempt,
+            "kind": kind,
+            "inputs": job.inputs_of(step),
+            "idempotency_key": job.step_idempotency_key(step),
+        }),
+    );
+    json!({
+        "jid": format!("{}/{}", job.id, s.name),
+        "jobtype": s.name,
+        "args": [s.lease_payload()],
+        "queue": s.claim_agent_of_lease(),
+        "created_at": job.created_at.to_rfc3339(),
+        "enqueued_at": enqueued_at,
+        "reserve_for": s.lease_timeout().as_millis() / 1000,
+        "retry": s.max_attempts.saturating_sub(1),
+        "custom": custom,
+    })
+}
+
+fn failure_block(failures: u32, retry: i64, next_at: Option<Timestamp>, info: &FailInfo) -> Value {
+    let retry_count = i64::from(failures.saturating_sub(1));
+    let mut block = json!({
+        "retry_count": retry_count,
+        "remaining": (retry - retry_count).max(0),
+        "failed_at": info.failed_at.to_rfc3339(),
+        "message": info.message,
+        "errtype": info.errtype,
+    });
+    if let Some(at) = next_at {
+        block["next_at"] = Value::String(at.to_rfc3339());
+    }
+    if !info.backtrace.is_empty() {
+        block["backtrace"] = json!(info.backtrace);
+    }
+    block
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> Shape {
+        Shape {
+            reserve_min: Span::from_secs(60),
+            backoff: faktory_backoff(),
+        }
+    }
+
+    // Proves pushes are checked with Faktory's own messages, in Faktory's order.
+    #[test]
+    fn push_validation_uses_faktory_messages() {
+        let now = Timestamp::from_millis(0);
+        let l = Limits::default();
+        let cases = [
+            (
+                json!({"jobtype": "a", "args": []}),
+                "jobs must have a reasonable jid parameter",
+            ),
+            (
+                json!({"jid": "short", "jobtype": "a", "args": []}),
+                "jobs must have a reasonable jid parameter",
+            ),
+            (
+                json!({"jid": "0123456789", "args": []}),
+                "jobs must have a jobtype parameter",
+            ),
+            (
+                json!({"jid": "0123456789", "jobtype": "a"}),
+                "jobs must have an args parameter",
+            ),
+            (
+                json!({"jid": "0123456789", "jobtype": "a", "args": [], "reserve_for": 86401}),
+                "jobs cannot be reserved for more than one day",
+            ),
+        ];
+        for (job, message) in cases {
+            assert_eq!(from_push(job, &shape(), &l, now).unwrap_err(), message);
+        }
+    }
+
+    // Proves the Faktory fields map onto the step as documented (clamps, attempts, labels).
+    #[test]
+    fn push_maps_fields() {
+        let l = Limits::default();
+        let now = Timestamp::from_millis(1_000_000);
+        let job = json!({"jid": "0123456789", "jobtype": "Send", "args": [1], "queue": "mail",
+            "reserve_for": 5, "retry": 0, "priority": 9, "custom": {"x": 1}});
+        let p = from_push(job.clone(), &shape(), &l, now).unwrap();
+        let s = &p.spec.steps[0];
+        assert_eq!((s.name.as_str(), s.agent.as_str()), ("Send", "mail"));
+        assert_eq!(s.payload, job);
+        assert_eq!(s.timeout, Some(Span::from_secs(60)));
+        assert_eq!(s.max_attempts, Some(1));
+        assert_eq!(p.spec.priority, 4 * PRIORITY_STEP);
+        assert_eq!(
+            p.spec.idempotency_key.as_deref(),
+            Some("faktory/0123456789")
+        );
+        assert_eq!(p.spec.labels[LABEL_JID], "0123456789");
+        assert_eq!(max_attempts(-1, &l), 1);
+        assert_eq!(max_attempts(25, &l), 26);
+        assert_eq!(reserve_timeout(None, Span::from_secs(60)), DEFAULT_RESERVE);
+    }
+
+    // Proves the approximation of Faktory's retry delays stays within a factor of two at the ends.
+    #[test]
+    fn backoff_approximates_faktory_at_the_ends() {
+        let b = faktory_backoff();
+        let first = b.delay(1, 0.5).as_millis() / 1000;
+        assert!((15..=44).contains(&first), "{first}");
+        let last = b.delay(25, 0.5).as_millis() / 1000;
+        let faktory_last = 24u64.pow(4) + 15 + 15 * 25;
+        assert!(last > faktory_last / 2 && last < faktory_last * 2, "{last}");
+    }
+}
