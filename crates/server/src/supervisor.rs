@@ -258,7 +258,7 @@ impl Supervisor {
                 }
                 // A report or heartbeat got there first: nothing to heal.
                 Err(StoreError::Rejected(Rejection::NotExpired)) => {}
-                Err(e) => return Err(e),
+                Err(e) => per_item(e, "job")?,
             }
         }
         for job in store.jobs_due(now, SWEEP_BATCH).await? {
@@ -271,11 +271,18 @@ impl Supervisor {
                     self.app.committed(&t);
                 }
                 Err(StoreError::Rejected(Rejection::NotDue)) => {}
-                Err(e) => return Err(e),
+                Err(e) => per_item(e, "job")?,
             }
         }
         for s in store.schedules_due(now, SWEEP_BATCH).await? {
-            done.fired += self.fire(s, now, fence).await?;
+            let name = s.name.clone();
+            match self.fire(s, now, fence).await {
+                Ok(n) => done.fired += n,
+                // Losing the lease ends this sweep; anything else concerns this schedule only
+                // and must not stop the rest of the supervisor's work.
+                Err(e @ StoreError::Fenced { .. }) => return Err(e),
+                Err(e) => tracing::error!(schedule = %name, error = %e, "cannot fire schedule"),
+            }
         }
         done.repaired = self.repair_some(now, fence).await?;
         Ok(())
@@ -323,7 +330,22 @@ impl Supervisor {
                 },
                 now,
             };
-            match store.schedule_fire(fire, fence).await? {
+            let outcome = match store.schedule_fire(fire, fence).await {
+                Ok(o) => o,
+                Err(StoreError::IdempotencyConflict { key, existing, .. }) => {
+                    // A job under this due time's key exists with another body (the schedule was
+                    // deleted and recreated differently): that firing happened; move on.
+                    tracing::error!(schedule = %s.name, due = %due, %key, %existing,
+                        "this due time already fired with another job body; skipping it");
+                    store
+                        .schedule_set_paused(&s.name, false, plan.next, now)
+                        .await?;
+                    s.next_fire_at = plan.next;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match outcome {
                 FireOutcome::Fired(Submitted::Created(t)) => {
                     fired += 1;
                     tracing::info!(schedule = %s.name, due = %due, job = %t.job.id, "schedule fired");
@@ -375,9 +397,22 @@ impl Supervisor {
                     self.app.committed(&t);
                 }
                 Ok(_) | Err(StoreError::JobNotFound(_)) => {}
-                Err(e) => return Err(e),
+                Err(e) => per_item(e, "job")?,
             }
         }
         Ok(repaired)
+    }
+}
+
+/// Whether an error about one item (a job, a lease) ends the sweep: losing the leader lease or
+/// the store does; anything else is logged and the sweep goes on with the next item, so one bad
+/// record never stalls healing for everything else.
+fn per_item(e: StoreError, what: &str) -> Result<(), StoreError> {
+    match e {
+        StoreError::Fenced { .. } | StoreError::Unavailable(_) => Err(e),
+        other => {
+            tracing::error!(error = %other, what, "skipping one item this sweep");
+            Ok(())
+        }
     }
 }
