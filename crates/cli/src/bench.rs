@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Jobs per scenario. Default per scenario: submit 10000, drain 20000, latency 2000 (one every
-    /// 5 ms), dag 2500 (10000 steps); the submit rates of `timers` use the `submit` count.
+    /// Jobs per scenario. Default per scenario: submit 20000, drain 40000, latency 2000 (one every
+    /// 5 ms), dag 5000 (20000 steps); the submit rates of `timers` use the `submit` count.
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Concurrent submitting clients.

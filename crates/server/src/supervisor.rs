@@ -261,11 +261,14 @@ impl Supervisor {
                 Err(e) => per_item(e, "job")?,
             }
         }
-        for job in store.jobs_due(now, SWEEP_BATCH).await? {
-            match store
-                .job_apply_fenced(job, Command::Activate, now, fence)
-                .await
-            {
+        // Issued together so the store can commit them as one group (one fsync), which is what
+        // keeps a crowd of jobs due at the same instant on time.
+        let due = store.jobs_due(now, SWEEP_BATCH).await?;
+        let activations = due
+            .into_iter()
+            .map(|job| store.job_apply_fenced(job, Command::Activate, now, fence));
+        for result in futures::future::join_all(activations).await {
+            match result {
                 Ok(t) => {
                     done.activated += 1;
                     self.app.committed(&t);

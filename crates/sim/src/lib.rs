@@ -57,6 +57,8 @@ pub struct Failure {
     pub seed: u64,
     pub violation: String,
     pub trace: String,
+    /// The command that replays it.
+    pub replay: String,
 }
 
 impl fmt::Display for Failure {
@@ -65,12 +67,25 @@ impl fmt::Display for Failure {
         writeln!(f, "--- trace (last actions, oldest first) ---")?;
         write!(f, "{}", self.trace)?;
         writeln!(f, "--- seed {}: {}", self.seed, self.violation)?;
-        write!(
-            f,
-            "replay: cargo run --release -p overseer-sim -- --seed {}",
-            self.seed
-        )
+        write!(f, "replay: {}", self.replay)
     }
+}
+
+fn replay_command(seed: u64, opts: &Options) -> String {
+    let mut cmd = format!("cargo run --release -p overseer-sim -- --seed {seed}");
+    let default = Options::default();
+    if opts.actions != default.actions {
+        cmd.push_str(&format!(" --actions {}", opts.actions));
+    }
+    if opts.jobs != default.jobs {
+        cmd.push_str(&format!(" --jobs {}", opts.jobs));
+    }
+    match opts.bug {
+        Bug::None => {}
+        Bug::StaleLeaseLookup => cmd.push_str(" --bug stale-lease"),
+        Bug::LaggingReportClock => cmd.push_str(" --bug lagging-clock"),
+    }
+    cmd
 }
 
 fn scratch_dir(opts: &Options) -> PathBuf {
@@ -87,16 +102,31 @@ fn scratch_dir(opts: &Options) -> PathBuf {
 
 /// Runs one seed to the end. `Ok` when every invariant held.
 pub fn run_seed(seed: u64, opts: &Options) -> Result<Stats, Failure> {
+    run_seed_traced(seed, opts).0
+}
+
+/// Like [`run_seed`], also returning the kept end of the trace whatever the outcome.
+pub fn run_seed_traced(seed: u64, opts: &Options) -> (Result<Stats, Failure>, String) {
     let trace = Arc::new(Mutex::new(trace::Trace::default()));
+    let result = run(seed, opts, &trace);
+    let rendered = trace.lock().unwrap_or_else(|p| p.into_inner()).render();
+    (result, rendered)
+}
+
+fn run(seed: u64, opts: &Options, trace: &Arc<Mutex<trace::Trace>>) -> Result<Stats, Failure> {
     let fail = |violation: String| Failure {
         seed,
         violation,
         trace: trace.lock().unwrap_or_else(|p| p.into_inner()).render(),
+        replay: replay_command(seed, opts),
     };
     let dir = tempfile::Builder::new()
         .prefix("overseer-sim-")
         .tempdir_in(scratch_dir(opts))
         .map_err(|e| fail(format!("cannot create a scratch directory: {e}")))?;
+    // One thread, so requests run one at a time in a fixed order; the runtime's own clock is
+    // paused (it only serves the long-polls' `wait: 0s` timers, which then fire at once), so
+    // nothing reads the wall clock on the way. The server's clock is the simulation's.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)

@@ -14,14 +14,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use overseer_sim::{run_seed, Bug, Failure, Options};
+use overseer_sim::{run_seed_traced, Bug, Failure, Options};
 
-const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--bug none|stale-lease|lagging-clock]";
+const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--trace] [--bug none|stale-lease|lagging-clock]";
 
 struct Args {
     start: u64,
     count: u64,
     threads: usize,
+    /// Print the trace of a passing seed too (with `--seed`).
+    trace: bool,
     opts: Options,
 }
 
@@ -30,12 +32,17 @@ fn parse() -> Result<Args, String> {
         start: 0,
         count: 100,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        trace: false,
         opts: Options::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "-h" || flag == "--help" {
             return Err(USAGE.to_string());
+        }
+        if flag == "--trace" {
+            args.trace = true;
+            continue;
         }
         let value = it
             .next()
@@ -82,7 +89,7 @@ fn main() -> ExitCode {
     let end = args.start.saturating_add(args.count);
     let stop = AtomicBool::new(false);
     let ran = AtomicU64::new(0);
-    let requests = AtomicU64::new(0);
+    let total = Mutex::new(overseer_sim::Stats::default());
     let failures: Mutex<Vec<Failure>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..args.threads.min(args.count.max(1) as usize) {
@@ -94,11 +101,14 @@ fn main() -> ExitCode {
                 if seed >= end {
                     return;
                 }
-                let outcome = run_seed(seed, &args.opts);
+                let (outcome, trace) = run_seed_traced(seed, &args.opts);
+                if args.trace && outcome.is_ok() {
+                    println!("{trace}");
+                }
                 ran.fetch_add(1, Ordering::SeqCst);
                 match outcome {
                     Ok(stats) => {
-                        requests.fetch_add(stats.requests, Ordering::Relaxed);
+                        total.lock().unwrap_or_else(|p| p.into_inner()).add(&stats);
                         if args.count == 1 {
                             eprintln!("{stats:?}");
                         }
@@ -118,12 +128,29 @@ fn main() -> ExitCode {
     }
     let ran = ran.load(Ordering::SeqCst);
     let secs = started.elapsed().as_secs_f64();
+    let t = total.into_inner().unwrap_or_else(|p| p.into_inner());
     eprintln!(
-        "{ran} seeds in {secs:.1} s ({:.1} seeds/s, {} requests) on {} threads",
+        "{ran} seeds in {secs:.1} s ({:.1} seeds/s) on {} threads: {} requests, {} leases ({} undo), \
+         reports {} ok / {} refused, {} server crashes, {} cancels, {} operator actions, \
+         jobs {} succeeded / {} failed / {} cancelled, {} times blocked, {} steps compensated",
         ran as f64 / secs.max(1e-9),
-        requests.load(Ordering::Relaxed),
-        args.threads
+        args.threads,
+        t.requests,
+        t.leases,
+        t.undo_leases,
+        t.reports_ok,
+        t.reports_refused,
+        t.crashes,
+        t.cancels,
+        t.operator_ok,
+        t.succeeded,
+        t.failed,
+        t.cancelled,
+        t.blocked_seen,
+        t.compensated_steps
     );
+    let paths: Vec<String> = t.paths.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    eprintln!("paths taken: {}", paths.join("; "));
     println!("seeds={ran} failures={}", failures.len());
     if failures.is_empty() {
         ExitCode::SUCCESS

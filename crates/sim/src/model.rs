@@ -20,6 +20,21 @@ pub type Check<T = ()> = Result<T, Violation>;
 /// and the history checks are skipped.
 const HISTORY_KEPT: usize = 1000;
 
+/// A step as submitted: what its leases must carry.
+#[derive(Clone, Debug)]
+pub struct StepShape {
+    pub name: String,
+    /// Dependencies, by step index.
+    pub deps: Vec<usize>,
+    pub payload: Value,
+    pub timeout_ms: u64,
+    /// 0 = no limit.
+    pub max_attempts: u32,
+    /// The undo's payload, when the step declares `compensate`.
+    pub undo_payload: Option<Value>,
+    pub undo_max_attempts: u32,
+}
+
 /// One job the clients submitted (or tried to).
 #[derive(Debug)]
 pub struct JobModel {
@@ -27,6 +42,8 @@ pub struct JobModel {
     /// The exact body sent, so a retry is byte-for-byte the same submit.
     pub body: Value,
     pub ordering_key: Option<String>,
+    /// No work may start before it.
+    pub run_at: Option<Timestamp>,
     pub steps: Vec<StepModel>,
     /// Known once the server answered a submit with 2xx, delivered to the client or not.
     pub id: Option<JobId>,
@@ -44,6 +61,11 @@ pub struct JobModel {
 pub struct StepModel {
     pub name: String,
     pub deps: Vec<usize>,
+    pub payload: Value,
+    pub timeout_ms: u64,
+    pub max_attempts: u32,
+    pub undo_payload: Option<Value>,
+    pub undo_max_attempts: u32,
     /// Every step that depends on this one, directly or not.
     pub dependants: Vec<usize>,
     pub compensate: bool,
@@ -62,13 +84,20 @@ pub struct StepModel {
 #[derive(Clone, Debug)]
 pub struct LeaseModel {
     pub id: LeaseId,
+    /// The agent name it was handed to (the compensate agent for an undo).
+    pub agent: String,
     pub attempt: u32,
     pub undo: bool,
     pub granted_at: Timestamp,
     /// By the server's clock; moved by every acknowledged heartbeat.
     pub expires_at: Timestamp,
+    /// The end it was handed out with.
+    pub granted_until: Timestamp,
+    pub worker: String,
     /// A complete or fail was acknowledged, or a late complete settled the step.
     pub ended: bool,
+    /// The result of its acknowledged `complete`.
+    pub result: Option<Value>,
 }
 
 impl LeaseModel {
@@ -126,9 +155,17 @@ pub enum Followup {
     },
 }
 
+/// An agent name's limits as last acknowledged.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AgentLimits {
+    pub max_concurrency: Option<u32>,
+    pub paused: bool,
+}
+
 #[derive(Debug, Default)]
 pub struct Model {
     pub jobs: Vec<JobModel>,
+    pub limits: HashMap<String, AgentLimits>,
     by_id: HashMap<JobId, usize>,
     leases: HashMap<LeaseId, (usize, usize, usize)>,
     commits: usize,
@@ -141,16 +178,22 @@ impl Model {
         key: String,
         body: Value,
         ordering_key: Option<String>,
-        steps: Vec<(String, Vec<usize>, bool)>,
+        run_at: Option<Timestamp>,
+        steps: Vec<StepShape>,
     ) -> usize {
         let n = steps.len();
         let mut models: Vec<StepModel> = steps
             .into_iter()
-            .map(|(name, deps, compensate)| StepModel {
-                name,
-                deps,
+            .map(|shape| StepModel {
+                name: shape.name,
+                deps: shape.deps,
+                payload: shape.payload,
+                timeout_ms: shape.timeout_ms,
+                max_attempts: shape.max_attempts,
+                compensate: shape.undo_payload.is_some(),
+                undo_payload: shape.undo_payload,
+                undo_max_attempts: shape.undo_max_attempts,
                 dependants: Vec::new(),
-                compensate,
                 leases: Vec::new(),
                 work_done: None,
                 skipped: false,
@@ -175,6 +218,7 @@ impl Model {
             key,
             body,
             ordering_key,
+            run_at,
             steps: models,
             id: None,
             acked: false,
@@ -228,7 +272,7 @@ impl Model {
 
     /// A lease was handed out at `now` (whether or not the agent got the answer). Checks fencing,
     /// dependency order, cancellation and the order of compensation, then records it.
-    pub fn on_lease(&mut self, lease: &Lease, now: Timestamp) -> Check<usize> {
+    pub fn on_lease(&mut self, lease: &Lease, worker: &str, now: Timestamp) -> Check<usize> {
         let j = self.job_of(lease.job_id).ok_or_else(|| {
             format!(
                 "lease {} names job {}, which no submit created",
@@ -252,6 +296,13 @@ impl Model {
                 step.leases.len()
             ));
         }
+        let undo = lease.kind == LeaseKind::Compensate;
+        check_lease_content(&what, job, s, lease, now)?;
+        if !undo {
+            if let Some(at) = job.run_at.filter(|at| now < *at) {
+                return Err(format!("{what}: work leased before the job's run_at {at}"));
+            }
+        }
         if let Some(prev) = step.leases.iter().find(|l| l.live(now)) {
             return Err(format!(
                 "{what}: a new lease (attempt {}) was handed out while {} is still live: two live leases",
@@ -259,7 +310,28 @@ impl Model {
                 prev.describe(now)
             ));
         }
-        let undo = lease.kind == LeaseKind::Compensate;
+        let limits = self.limits.get(&lease.agent).copied().unwrap_or_default();
+        if limits.paused {
+            return Err(format!(
+                "{what}: lease {} handed to agent {} while it is paused",
+                lease.lease_id, lease.agent
+            ));
+        }
+        if let Some(max) = limits.max_concurrency {
+            let live = self
+                .jobs
+                .iter()
+                .flat_map(|j| &j.steps)
+                .flat_map(|s| &s.leases)
+                .filter(|l| l.agent == lease.agent && l.live(now))
+                .count();
+            if live + 1 > max as usize {
+                return Err(format!(
+                    "{what}: lease {} handed to agent {} with {live} of its leases live, over its max_concurrency {max}",
+                    lease.lease_id, lease.agent
+                ));
+            }
+        }
         if !undo {
             if let Some(at) = job.cancel_at {
                 return Err(format!(
@@ -319,11 +391,15 @@ impl Model {
         }
         let model = LeaseModel {
             id: lease.lease_id,
+            agent: lease.agent.clone(),
             attempt: lease.attempt,
             undo,
             granted_at: now,
             expires_at: lease.complete_by,
+            granted_until: lease.complete_by,
+            worker: worker.to_string(),
             ended: false,
+            result: None,
         };
         let step = &mut self.jobs[j].steps[s];
         step.leases.push(model);
@@ -337,6 +413,7 @@ impl Model {
         &mut self,
         lease_id: LeaseId,
         kind: ReportKind,
+        request: &Value,
         status: u16,
         answer: &Value,
         now: Timestamp,
@@ -377,6 +454,7 @@ impl Model {
                     }
                     ReportKind::Complete => {
                         step.leases[l].ended = true;
+                        step.leases[l].result = Some(request["result"].clone());
                         if step.leases[l].undo {
                             step.undo_done += 1;
                             if step.undo_done > 1 {
@@ -554,6 +632,23 @@ impl Model {
             }
             if full_history {
                 check_step_history(&stag, i, m, events)?;
+                // Every counted failure left its mark in the history, and nothing else counted
+                // (a refused report changes nothing).
+                let count = |kinds: [&str; 2]| {
+                    events
+                        .iter()
+                        .filter(|e| e.step.as_deref() == Some(sm.name.as_str()))
+                        .filter(|e| kinds.contains(&e.kind.as_str()))
+                        .count()
+                };
+                let failures = count(["step_retry_scheduled", "step_failed"]);
+                let undo_failures = count(["compensation_retry_scheduled", "compensation_failed"]);
+                if sv.failures as usize != failures || sv.comp_failures as usize != undo_failures {
+                    return Err(format!(
+                        "{stag}: failures {} and undo failures {}, but the history records {failures} and {undo_failures}",
+                        sv.failures, sv.comp_failures
+                    ));
+                }
             }
         }
         let compensated: Vec<String> = view
@@ -585,6 +680,12 @@ impl Model {
                 ));
             }
         }
+        if view.state.is_terminal() != view.finished_at.is_some() {
+            return Err(format!(
+                "{tag}: {} with finished_at {:?}",
+                view.state, view.finished_at
+            ));
+        }
         if view.state.is_terminal() {
             if m.cancel_at.is_some() && view.state != JobState::Cancelled {
                 return Err(format!(
@@ -597,6 +698,12 @@ impl Model {
             }
         } else if view.state == JobState::Blocked && view.blocked_reason.is_none() {
             return Err(format!("{tag}: blocked without a reason"));
+        }
+        if let Some(e) = events.iter().find(|e| e.kind == "job_repaired") {
+            return Err(format!(
+                "{tag}: the supervisor had to repair the job (event {}, {:?}): a transition left it inconsistent",
+                e.seq, e.detail
+            ));
         }
         if full_history {
             if let Some(at) = m.cancel_at {
@@ -621,26 +728,187 @@ impl Model {
     }
 }
 
+/// A lease carries what its step was submitted with: the idempotency key, the payload, the
+/// timeout counted from now, and each dependency's acknowledged result as `inputs` (for an undo,
+/// the undone step's own result).
+fn check_lease_content(
+    what: &str,
+    job: &JobModel,
+    s: usize,
+    lease: &Lease,
+    now: Timestamp,
+) -> Check {
+    let step = &job.steps[s];
+    let undo = lease.kind == LeaseKind::Compensate;
+    let id = job.id.map(|id| id.to_string()).unwrap_or_default();
+    let key = if undo {
+        format!("{id}/{}/compensate", step.name)
+    } else {
+        format!("{id}/{}", step.name)
+    };
+    if lease.idempotency_key != key {
+        return Err(format!(
+            "{what}: lease {} carries idempotency key {}, expected {key}",
+            lease.lease_id, lease.idempotency_key
+        ));
+    }
+    let payload = if undo {
+        step.undo_payload.clone().unwrap_or(Value::Null)
+    } else {
+        step.payload.clone()
+    };
+    if lease.payload != payload {
+        return Err(format!(
+            "{what}: lease {} carries payload {}, submitted {payload}",
+            lease.lease_id, lease.payload
+        ));
+    }
+    let until = now.plus(overseer_core::Span::from_millis(step.timeout_ms));
+    if lease.timeout_ms != step.timeout_ms
+        || lease.complete_by != until
+        || lease.lease_ms != step.timeout_ms
+    {
+        return Err(format!(
+            "{what}: lease {} runs until {} ({} ms, timeout {} ms); the step's timeout is {} ms from now",
+            lease.lease_id, lease.complete_by, lease.lease_ms, lease.timeout_ms, step.timeout_ms
+        ));
+    }
+    let result_of = |x: &StepModel| {
+        x.work_done
+            .and_then(|l| x.leases[l].result.clone())
+            .unwrap_or(Value::Null)
+    };
+    let mut inputs = serde_json::Map::new();
+    if undo {
+        inputs.insert(step.name.clone(), result_of(step));
+    } else {
+        for &d in &step.deps {
+            inputs.insert(job.steps[d].name.clone(), result_of(&job.steps[d]));
+        }
+    }
+    if lease.inputs != inputs {
+        return Err(format!(
+            "{what}: lease {} carries inputs {:?}, but the acknowledged results are {inputs:?}",
+            lease.lease_id, lease.inputs
+        ));
+    }
+    Ok(())
+}
+
 /// A step's leases in the history match the leases handed out, and its work was leased only
 /// after every dependency succeeded or was skipped.
 fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) -> Check {
     let sm = &m.steps[step];
     let mine = |e: &&Event| e.step.as_deref() == Some(sm.name.as_str());
-    let leased: Vec<(bool, Option<u32>)> = events
+    type Recorded = (bool, Option<u32>, Option<Timestamp>, Option<String>);
+    let leased: Vec<Recorded> = events
         .iter()
         .filter(mine)
         .filter(|e| e.kind == "step_leased" || e.kind == "compensation_leased")
-        .map(|e| (e.kind == "compensation_leased", e.attempt))
+        .map(|e| {
+            let detail = e.detail.clone().unwrap_or(Value::Null);
+            (
+                e.kind == "compensation_leased",
+                e.attempt,
+                serde_json::from_value(detail["lease_expires_at"].clone()).ok(),
+                detail["worker"].as_str().map(str::to_string),
+            )
+        })
         .collect();
-    let handed: Vec<(bool, Option<u32>)> = sm
+    let handed: Vec<Recorded> = sm
         .leases
         .iter()
-        .map(|l| (l.undo, Some(l.attempt)))
+        .map(|l| {
+            (
+                l.undo,
+                Some(l.attempt),
+                Some(l.granted_until),
+                Some(l.worker.clone()),
+            )
+        })
         .collect();
     if leased != handed {
         return Err(format!(
-            "{tag}: history records leases (undo?, attempt) {leased:?}, but {handed:?} were handed out"
+            "{tag}: history records leases (undo?, attempt, until, worker) {leased:?}, but {handed:?} were handed out"
         ));
+    }
+    // Attempt budgets: a step fails for running out of attempts exactly when it used
+    // `max_attempts` of them since its last fresh budget (an operator's retry), and is never
+    // rescheduled beyond that; the same for its undo.
+    let (mut used, mut used_undo) = (0u32, 0u32);
+    for e in events.iter().filter(mine) {
+        let exhausted = e
+            .detail
+            .as_ref()
+            .is_some_and(|d| d["reason"] == "attempts exhausted");
+        let (count, max, what) = match e.kind.as_str() {
+            "step_leased" => {
+                used += 1;
+                continue;
+            }
+            "compensation_leased" => {
+                used_undo += 1;
+                continue;
+            }
+            "step_retried" => {
+                used = 0;
+                continue;
+            }
+            "compensation_retried" => {
+                used_undo = 0;
+                continue;
+            }
+            "step_failed" | "step_retry_scheduled" => (used, sm.max_attempts, "attempts"),
+            "compensation_failed" | "compensation_retry_scheduled" => {
+                (used_undo, sm.undo_max_attempts, "undo attempts")
+            }
+            _ => continue,
+        };
+        if max == 0 {
+            continue;
+        }
+        let wrong = if e.kind.ends_with("retry_scheduled") {
+            count >= max
+        } else {
+            exhausted && count != max
+        };
+        if wrong {
+            return Err(format!(
+                "{tag}: event {} ({}) after {count} {what} of a budget of {max}",
+                e.seq, e.kind
+            ));
+        }
+    }
+    // A retry is not leased before its backoff ends, unless something made the step ready
+    // anew since (an operator's retry, the job being unblocked).
+    let mut not_before: Option<(Timestamp, i64)> = None;
+    for e in events {
+        let own = e.step.as_deref() == Some(sm.name.as_str());
+        match e.kind.as_str() {
+            "step_retry_scheduled" | "compensation_retry_scheduled" if own => {
+                let at = e.detail.as_ref().and_then(|d| {
+                    serde_json::from_value::<Timestamp>(d["next_attempt_at"].clone()).ok()
+                });
+                not_before = at.map(|t| (t, e.seq));
+            }
+            "step_retried" | "compensation_retried" | "step_ready" | "compensation_ready"
+                if own =>
+            {
+                not_before = None
+            }
+            "job_unblocked" => not_before = None,
+            "step_leased" | "compensation_leased" if own => {
+                if let Some((t, seq)) = not_before.take() {
+                    if e.at < t {
+                        return Err(format!(
+                            "{tag}: attempt {:?} leased at {} (event {}) before its backoff ended at {t} (event {seq})",
+                            e.attempt, e.at, e.seq
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
     }
     for e in events
         .iter()

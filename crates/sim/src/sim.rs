@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::http::Request;
 use axum::Router;
+use overseer_core::schedule::CronSchedule;
 use overseer_core::wire::{EventList, JobView, Lease, LeaseKind, LeaseResponse};
 use overseer_core::{CompPhase, JobId, JobState, LeaseId, Span, StepState, Timestamp};
 use overseer_server::supervisor::Supervisor;
@@ -23,7 +24,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use crate::model::{Check, Followup, Model, ReportKind};
+use crate::model::{Check, Followup, Model, ReportKind, StepShape};
 use crate::store::{Crash, SimStore};
 use crate::trace::Trace;
 use crate::Options;
@@ -37,6 +38,112 @@ const UNDO_AGENT: &str = "undo";
 const REPLAYS_MAX: usize = 40;
 /// Drain rounds before a job still not finished is a violation.
 const DRAIN_ROUNDS: usize = 400;
+
+/// The schedule some seeds run beside their jobs.
+const CRON_NAME: &str = "tick";
+const CRON_PATTERN: &str = "0 * * * * *";
+
+/// What is known of the schedule, to check it fired exactly once per due time.
+struct CronState {
+    cron: CronSchedule,
+    created_at: Timestamp,
+    /// The last leader sweep that ran to its end while the schedule existed.
+    swept_until: Option<Timestamp>,
+    deleted_at: Option<Timestamp>,
+}
+
+/// What the fault phase can do next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Submit,
+    Work,
+    Sweep,
+    Tick,
+    Jump,
+    Restart,
+    CrashMidSweep,
+    WorkerCrash,
+    WorkerPause,
+    Replay,
+    Cancel,
+    Operate,
+    Limits,
+}
+
+/// How often each action comes (relative weights), how often the network loses things, how
+/// agents' work goes: drawn per seed, so some seeds are calm and others stormy in one way or
+/// another.
+#[derive(Debug)]
+struct Mix {
+    /// Fault levels (0 never, 1 usual, 3 often): network, crashes, clock jumps, agent faults,
+    /// cancels, agent limits.
+    levels: [u32; 6],
+    weights: Vec<(Action, u32)>,
+    lose_request: f64,
+    lose_answer: f64,
+    work: (u32, u32, u32, u32),
+    undo: (u32, u32, u32, u32),
+    /// Probability that a step declares an undo.
+    compensate: f64,
+}
+
+impl Mix {
+    fn draw(rng: &mut StdRng) -> Mix {
+        // 0 = never, 1 = usual, 3 = often.
+        let mut level = || [0, 1, 1, 1, 3][rng.gen_range(0..5)];
+        let (net, crash, clock, agents, cancel, limits) =
+            (level(), level(), level(), level(), level(), level());
+        let weights = vec![
+            (Action::Submit, 60),
+            (Action::Work, 500),
+            (Action::Sweep, 60),
+            (Action::Tick, 160),
+            (Action::Jump, 10 * clock),
+            (Action::Restart, 6 * crash),
+            (Action::CrashMidSweep, 3 * crash),
+            (Action::WorkerCrash, 15 * agents),
+            (Action::WorkerPause, 15 * agents),
+            (Action::Replay, 25 + 15 * agents),
+            (Action::Cancel, 8 * cancel),
+            (Action::Operate, 50),
+            (Action::Limits, 6 * limits),
+        ];
+        // How work goes: percentages of (complete, retryable failure, fatal failure, vanish),
+        // the rest reports late; undos have their own.
+        let work = [(64, 16, 6, 7), (75, 15, 2, 4), (40, 25, 15, 10)][rng.gen_range(0..3)];
+        let undo = [(64, 16, 6, 7), (85, 8, 1, 3), (45, 30, 10, 8)][rng.gen_range(0..3)];
+        Mix {
+            levels: [net, crash, clock, agents, cancel, limits],
+            weights,
+            lose_request: 0.02 * f64::from(net),
+            lose_answer: 0.025 * f64::from(net),
+            work,
+            undo,
+            compensate: [0.3, 0.6, 0.9][rng.gen_range(0..3)],
+        }
+    }
+
+    fn describe(&self) -> String {
+        let [net, crash, clock, agents, cancel, limits] = self.levels;
+        format!(
+            "faults: network {net}, crashes {crash}, clock jumps {clock}, agents {agents}, cancels {cancel}, limits {limits}; \
+             work (complete, retry, fatal, vanish)% {:?}, undo {:?}; undo declared {}",
+            self.work, self.undo, self.compensate
+        )
+    }
+
+    fn pick(&self, rng: &mut StdRng) -> Action {
+        let total: u32 = self.weights.iter().map(|(_, w)| w).sum();
+        let mut roll = rng.gen_range(0..total.max(1));
+        for &(action, w) in &self.weights {
+            if roll < w {
+                return action;
+            }
+            roll -= w;
+        }
+        Action::Work
+    }
+}
 
 /// What a run did, for the summary line.
 #[derive(Clone, Debug, Default)]
@@ -53,11 +160,49 @@ pub struct Stats {
     pub fingerprint: u64,
     pub drain_rounds: u64,
     pub sim_ms: i64,
+    pub undo_leases: u64,
+    /// Reports (heartbeat, complete, fail) answered 2xx, and refused with 409.
+    pub reports_ok: u64,
+    pub reports_refused: u64,
+    pub cancels: u64,
+    /// Operator actions (retry, skip, resume) answered 2xx.
+    pub operator_ok: u64,
+    /// Times a job was seen blocked.
+    pub blocked_seen: u64,
+    pub compensated_steps: u64,
+    /// How often each interesting path was taken, by name.
+    pub paths: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl Stats {
+    /// Adds another run's counts (the fingerprint is combined, order-sensitively).
+    pub fn add(&mut self, o: &Stats) {
+        self.actions += o.actions;
+        self.requests += o.requests;
+        self.leases += o.leases;
+        self.crashes += o.crashes;
+        self.jobs += o.jobs;
+        self.succeeded += o.succeeded;
+        self.failed += o.failed;
+        self.cancelled += o.cancelled;
+        self.fingerprint = self.fingerprint.rotate_left(5) ^ o.fingerprint;
+        self.drain_rounds += o.drain_rounds;
+        self.sim_ms += o.sim_ms;
+        self.undo_leases += o.undo_leases;
+        self.reports_ok += o.reports_ok;
+        self.reports_refused += o.reports_refused;
+        self.cancels += o.cancels;
+        self.operator_ok += o.operator_ok;
+        self.blocked_seen += o.blocked_seen;
+        self.compensated_steps += o.compensated_steps;
+        for (k, v) in &o.paths {
+            *self.paths.entry(k).or_default() += v;
+        }
+    }
 }
 
 /// One server process: its app, router and supervisor over one open store.
 struct Server {
-    app: App,
     router: Router,
     supervisor: Supervisor,
     crash: Arc<Crash>,
@@ -137,8 +282,10 @@ pub struct Sim {
     workers: Vec<Worker>,
     replays: Vec<Replay>,
     /// Submits whose answer the client did not get: it will try again.
-    resubmits: Vec<usize>,
+    resubmits: Vec<Vec<usize>>,
     faults: bool,
+    mix: Mix,
+    cron: Option<CronState>,
     /// Jobs touched by the current action, to check after it.
     touched: Vec<usize>,
     pub stats: Stats,
@@ -160,7 +307,10 @@ impl Sim {
                 }
             })
             .collect();
+        let mix = Mix::draw(&mut rng);
         Sim {
+            mix,
+            cron: None,
             seed,
             opts,
             rng,
@@ -193,6 +343,10 @@ impl Sim {
             .push(at, entry);
     }
 
+    fn cover(&mut self, path: &'static str) {
+        *self.stats.paths.entry(path).or_default() += 1;
+    }
+
     fn chance(&mut self, p: f64) -> bool {
         self.rng.gen_bool(p)
     }
@@ -201,13 +355,17 @@ impl Sim {
     /// final checks.
     pub async fn run(&mut self) -> Check {
         self.log(format!(
-            "seed {} start: {} workers, {} jobs, {} actions",
+            "seed {} start: {} workers, {} jobs, {} actions; {}",
             self.seed,
             self.workers.len(),
             self.opts.jobs,
-            self.opts.actions
+            self.opts.actions,
+            self.mix.describe()
         ));
         self.open_server()?;
+        if self.chance(0.35) {
+            self.create_schedule().await?;
+        }
         for n in 0..self.opts.actions {
             self.stats.actions += 1;
             self.touched.clear();
@@ -223,6 +381,82 @@ impl Sim {
         self.drain().await?;
         self.final_checks().await?;
         self.stats.sim_ms = self.now().as_millis() - T0;
+        Ok(())
+    }
+
+    async fn create_schedule(&mut self) -> Check {
+        let body = json!({
+            "name": CRON_NAME,
+            "cron": CRON_PATTERN,
+            "overlap": "allow",
+            "misfire": "all",
+            "job": {"steps": [{"name": "tick", "agent": AGENTS[0], "timeout": "5s", "max_attempts": 2}]},
+        });
+        let a = self.http("POST", "/v1/schedules", Some(&body)).await;
+        self.log(format!(
+            "operator: POST /v1/schedules {} -> {}",
+            short(&body),
+            a.status
+        ));
+        if a.status != 201 {
+            return Err(format!(
+                "creating the schedule answered {}: {}",
+                a.status, a.body
+            ));
+        }
+        let cron = CronSchedule::parse(CRON_PATTERN, "UTC").map_err(|e| e.to_string())?;
+        self.cron = Some(CronState {
+            cron,
+            created_at: self.now(),
+            swept_until: None,
+            deleted_at: None,
+        });
+        Ok(())
+    }
+
+    /// Every due time of the schedule up to the last complete leader sweep fired exactly once,
+    /// and nothing after it was deleted.
+    fn check_cron(&self) -> Check {
+        let Some(cron) = &self.cron else {
+            return Ok(());
+        };
+        let prefix = format!("schedule/{CRON_NAME}/");
+        let mut fired: Vec<i64> = self
+            .model
+            .jobs
+            .iter()
+            .filter_map(|m| m.key.strip_prefix(&prefix).and_then(|d| d.parse().ok()))
+            .collect();
+        fired.sort_unstable();
+        let mut expected = Vec::new();
+        if let Some(until) = cron.swept_until {
+            let mut due = cron.cron.next_after(cron.created_at);
+            while let Some(d) = due.filter(|d| *d <= until) {
+                expected.push(d.as_millis());
+                due = cron.cron.next_after(d);
+            }
+        }
+        // Due times after the last complete leader sweep may have fired or not, up to deletion.
+        let extra: Vec<i64> = fired[expected.len().min(fired.len())..].to_vec();
+        let deleted = cron.deleted_at.map_or(i64::MAX, |t| t.as_millis());
+        let mut next = expected
+            .last()
+            .copied()
+            .map(|d| cron.cron.next_after(Timestamp::from_millis(d)))
+            .unwrap_or_else(|| cron.cron.next_after(cron.created_at));
+        for &d in &extra {
+            if next.map(|n| n.as_millis()) != Some(d) || d > deleted {
+                return Err(format!(
+                    "schedule fired at {fired:?}; expected every due time from its creation, at least {expected:?}, none after its deletion at {deleted}"
+                ));
+            }
+            next = cron.cron.next_after(Timestamp::from_millis(d));
+        }
+        if fired[..expected.len().min(fired.len())] != expected[..] {
+            return Err(format!(
+                "schedule fired at {fired:?}; expected exactly once at each of {expected:?} (and maybe later ones)"
+            ));
+        }
         Ok(())
     }
 
@@ -252,7 +486,6 @@ impl Sim {
             .with_repair_batch(config.repair_batch);
         let router = api::router(app.clone());
         self.server = Some(Server {
-            app,
             router,
             supervisor,
             crash,
@@ -287,6 +520,19 @@ impl Sim {
     }
 
     async fn http(&mut self, method: &str, path: &str, body: Option<&Value>) -> Answer {
+        let (status, bytes) = self.http_raw(method, path, body).await;
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Answer { status, body }
+    }
+
+    /// A request and its answer's status and bytes (decoded by the caller into the type it
+    /// expects, which is cheaper than through a `Value`).
+    async fn http_raw(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, axum::body::Bytes) {
         self.stats.requests += 1;
         let req = Request::builder().method(method).uri(path);
         let req = match body {
@@ -305,8 +551,7 @@ impl Sim {
         let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
             .await
             .unwrap_or_default();
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Answer { status, body }
+        (status, bytes)
     }
 
     /// Sends one request through the simulated network, which may lose it or its answer.
@@ -318,7 +563,10 @@ impl Sim {
         body: Option<&Value>,
     ) -> Check<Sent> {
         let (lose_request, lose_answer) = if self.faults {
-            (self.chance(0.04), self.chance(0.05))
+            (
+                self.chance(self.mix.lose_request),
+                self.chance(self.mix.lose_answer),
+            )
         } else {
             (false, false)
         };
@@ -331,7 +579,7 @@ impl Sim {
         self.log(format!(
             "{who}: {method} {path}{shown} -> {} {}{}",
             answer.status,
-            short(&answer.body),
+            summary(&answer.body),
             if lose_answer { " -- answer lost" } else { "" }
         ));
         if answer.status >= 500 {
@@ -352,15 +600,49 @@ impl Sim {
         match result {
             Ok(s) => {
                 self.log(format!(
-                    "supervisor sweep: leader={} expired={} activated={} repaired={}",
-                    s.leader, s.expired, s.activated, s.repaired
+                    "supervisor sweep: leader={} expired={} activated={} fired={} repaired={}",
+                    s.leader, s.expired, s.activated, s.fired, s.repaired
                 ));
-                // A sweep may move any job.
-                self.touched.extend(0..self.model.jobs.len());
+                self.note_sweep(s.leader, now);
+                if s.expired + s.activated + s.repaired + s.fired == 0 {
+                    return Ok(());
+                }
+                // A sweep may move any unfinished job (finished ones are rechecked regularly).
+                let open =
+                    (0..self.model.jobs.len()).filter(|&j| self.model.jobs[j].terminal.is_none());
+                let open: Vec<usize> = open.collect();
+                self.touched.extend(open);
                 Ok(())
             }
             Err(e) => Err(format!("supervisor sweep failed: {e}")),
         }
+    }
+
+    /// A leader's sweep that ran to its end fired every schedule due time up to `now`.
+    fn note_sweep(&mut self, leader: bool, now: Timestamp) {
+        if let Some(cron) = &mut self.cron {
+            if leader && cron.deleted_at.is_none() {
+                cron.swept_until = Some(now);
+            }
+        }
+    }
+
+    /// How far the end of some live lease is (give or take a millisecond), if one ends soon.
+    fn edge_of_a_lease(&mut self) -> Option<u64> {
+        let now = self.now();
+        let ends: Vec<i64> = self
+            .model
+            .jobs
+            .iter()
+            .flat_map(|j| &j.steps)
+            .flat_map(|s| &s.leases)
+            .filter(|l| l.live(now))
+            .map(|l| l.expires_at.as_millis() - now.as_millis())
+            .filter(|ms| *ms <= 20_000)
+            .collect();
+        let end = *ends.choose(&mut self.rng)?;
+        let ms = end + self.rng.gen_range(-1..=1);
+        u64::try_from(ms).ok()
     }
 
     fn advance(&mut self, ms: u64) {
@@ -371,42 +653,47 @@ impl Sim {
     // ----- the fault phase -----
 
     async fn step(&mut self) -> Check {
-        let submitted = self.model.jobs.len();
-        let can_submit = submitted < self.opts.jobs;
-        let roll = self.rng.gen_range(0..100);
-        match roll {
-            0..=7 if can_submit => self.submit_new().await,
-            0..=7 => self.worker_act().await,
-            8..=9 if !self.resubmits.is_empty() => self.resubmit().await,
-            8..=47 => self.worker_act().await,
-            48..=57 => self.sweep().await,
-            58..=72 => {
-                let ms = self.rng.gen_range(0..=1500);
+        let can_submit = self.model.jobs.len() < self.opts.jobs;
+        let action = self.mix.pick(&mut self.rng);
+        match action {
+            Action::Submit if can_submit => self.submit_new().await,
+            Action::Submit if !self.resubmits.is_empty() => self.resubmit().await,
+            Action::Submit | Action::Work => self.worker_act().await,
+            Action::Sweep => self.sweep().await,
+            Action::Tick => {
+                let ms = match self.edge_of_a_lease() {
+                    // Land exactly on a lease's end, or one millisecond either side of it.
+                    Some(ms) if self.chance(0.1) => {
+                        self.cover("clock lands on a lease's end");
+                        ms
+                    }
+                    _ => self.rng.gen_range(0..=1500),
+                };
                 self.advance(ms);
                 if self.chance(0.5) {
                     self.sweep().await?;
                 }
                 Ok(())
             }
-            73..=74 => {
-                let ms = self.rng.gen_range(5_000..=60_000);
+            Action::Jump => {
+                let ms = self.rng.gen_range(3_000..=30_000);
                 self.advance(ms);
                 Ok(())
             }
-            75..=76 => self.restart("at a random point").await,
-            77 => self.crash_mid_sweep().await,
-            78..=79 => {
+            Action::Restart => self.restart("at a random point").await,
+            Action::CrashMidSweep => self.crash_mid_sweep().await,
+            Action::WorkerCrash => {
                 self.worker_crash();
                 Ok(())
             }
-            80..=81 => {
+            Action::WorkerPause => {
                 self.worker_pause();
                 Ok(())
             }
-            82..=87 => self.replay().await,
-            88..=89 => self.cancel_some().await,
-            90..=95 => self.operate_some().await,
-            _ => self.worker_act().await,
+            Action::Replay => self.replay().await,
+            Action::Cancel => self.cancel_some().await,
+            Action::Operate => self.operate_some().await,
+            Action::Limits => self.set_limits().await,
         }
     }
 
@@ -420,6 +707,7 @@ impl Sim {
         match (result, dead) {
             (Ok(s), false) => {
                 self.server().crash.disarm();
+                self.note_sweep(s.leader, now);
                 self.log(format!(
                     "sweep with a crash armed after {writes} writes finished first: expired={} activated={}",
                     s.expired, s.activated
@@ -427,6 +715,7 @@ impl Sim {
                 self.restart("right after a sweep").await
             }
             (_, true) => {
+                self.cover("server died between two writes of a sweep");
                 self.restart(&format!("during a sweep, after {writes} of its writes"))
                     .await
             }
@@ -464,17 +753,28 @@ impl Sim {
                 "max_attempts": max_attempts,
                 "backoff": {"initial": format!("{initial}ms"), "factor": 2.0, "max": "10s"},
             });
-            let compensate = self.chance(0.45);
-            if compensate {
+            let compensate = self.chance(self.mix.compensate);
+            let undo_payload = compensate.then(|| json!({"undo": i}));
+            let mut undo_max_attempts = overseer_core::spec::DEFAULT_MAX_ATTEMPTS;
+            if let Some(undo_payload) = &undo_payload {
                 let undo_agent = if self.chance(0.5) { UNDO_AGENT } else { agent };
-                let mut c = json!({"agent": undo_agent, "payload": {"undo": i}});
+                let mut c = json!({"agent": undo_agent, "payload": undo_payload});
                 if self.chance(0.7) {
-                    c["max_attempts"] = json!(self.rng.gen_range(1..=3));
+                    undo_max_attempts = self.rng.gen_range(1..=3);
+                    c["max_attempts"] = json!(undo_max_attempts);
                 }
                 spec["compensate"] = c;
             }
             specs.push(spec);
-            shape.push((format!("s{i}"), deps, compensate));
+            shape.push(StepShape {
+                name: format!("s{i}"),
+                deps,
+                payload: json!({"n": i}),
+                timeout_ms,
+                max_attempts,
+                undo_payload,
+                undo_max_attempts,
+            });
         }
         let mut body = json!({
             "idempotency_key": key,
@@ -482,16 +782,17 @@ impl Sim {
             "priority": self.rng.gen_range(-3..=3),
             "steps": specs,
         });
-        match self.rng.gen_range(0..4) {
-            0 => body["on_failure"] = json!("compensate"),
-            1 => body["on_failure"] = json!("hold"),
-            2 => body["on_failure"] = json!("fail"),
+        match self.rng.gen_range(0..20) {
+            0..=6 => body["on_failure"] = json!("compensate"),
+            7..=11 => body["on_failure"] = json!("hold"),
+            12..=14 => body["on_failure"] = json!("fail"),
             _ => {}
         }
-        if self.chance(0.15) {
-            let at = self
-                .now()
-                .plus(Span::from_millis(self.rng.gen_range(500..=20_000)));
+        let run_at = self.chance(0.15).then(|| {
+            self.now()
+                .plus(Span::from_millis(self.rng.gen_range(500..=20_000)))
+        });
+        if let Some(at) = run_at {
             body["run_at"] = json!(at);
         }
         let ordering_key = if self.chance(0.25) {
@@ -502,19 +803,120 @@ impl Sim {
         if let Some(k) = &ordering_key {
             body["ordering_key"] = json!(k);
         }
-        self.model.add_job(key, body, ordering_key, shape)
+        self.model.add_job(key, body, ordering_key, run_at, shape)
     }
 
     async fn submit_new(&mut self) -> Check {
-        let j = self.gen_job();
-        self.stats.jobs += 1;
-        self.submit(j).await
+        if self.chance(0.05) {
+            return self.reuse_key().await;
+        }
+        let room = self.opts.jobs - self.model.jobs.len();
+        let n = if room >= 2 && self.chance(0.2) {
+            self.rng.gen_range(2..=room.min(3))
+        } else {
+            1
+        };
+        let group: Vec<usize> = (0..n).map(|_| self.gen_job()).collect();
+        self.stats.jobs += n as u64;
+        self.submit_group(group).await
+    }
+
+    async fn submit_group(&mut self, group: Vec<usize>) -> Check {
+        if group.len() == 1 {
+            self.submit(group[0]).await
+        } else {
+            self.submit_batch(group).await
+        }
+    }
+
+    /// A batch: all or nothing, answered with the jobs in request order.
+    async fn submit_batch(&mut self, group: Vec<usize>) -> Check {
+        self.cover("batch submit");
+        let bodies: Vec<Value> = group
+            .iter()
+            .map(|&j| self.model.jobs[j].body.clone())
+            .collect();
+        let who = format!("client (jobs {group:?})");
+        let body = json!({ "jobs": bodies });
+        match self
+            .send(&who, "POST", "/v1/jobs:batch", Some(&body))
+            .await?
+        {
+            Sent::Lost => {
+                if self.chance(0.8) {
+                    self.resubmits.push(group);
+                }
+            }
+            Sent::Answered { answer, delivered } => {
+                let jobs = answer.body["jobs"].as_array().cloned().unwrap_or_default();
+                if jobs.len() != group.len() {
+                    return Err(format!(
+                        "batch of {} answered {} with {} jobs: {}",
+                        group.len(),
+                        answer.status,
+                        jobs.len(),
+                        answer.body
+                    ));
+                }
+                let created = group.iter().any(|&j| self.model.jobs[j].id.is_none());
+                let expected = if created { 202 } else { 200 };
+                if answer.status != expected {
+                    return Err(format!(
+                        "batch answered {}, expected {expected}: {}",
+                        answer.status, answer.body
+                    ));
+                }
+                for (&j, view) in group.iter().zip(&jobs) {
+                    let id: JobId = serde_json::from_value(view["id"].clone())
+                        .map_err(|e| format!("batch answer without an id: {e}"))?;
+                    let status = if self.model.jobs[j].id.is_none() {
+                        202
+                    } else {
+                        200
+                    };
+                    self.model.on_submitted(j, status, id)?;
+                    self.touched.push(j);
+                    if delivered {
+                        self.model.jobs[j].acked = true;
+                    }
+                }
+                if !delivered && self.chance(0.7) {
+                    self.resubmits.push(group);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A buggy client reuses a committed job's key for another body: refused, nothing stored.
+    async fn reuse_key(&mut self) -> Check {
+        let committed: Vec<usize> = (0..self.model.jobs.len())
+            .filter(|&j| self.model.jobs[j].id.is_some() && !self.model.jobs[j].body.is_null())
+            .collect();
+        let Some(&j) = committed.choose(&mut self.rng) else {
+            return Ok(());
+        };
+        let mut body = self.model.jobs[j].body.clone();
+        body["steps"][0]["payload"] = json!({"changed": true});
+        let who = format!("careless client (key of job {j})");
+        self.cover("key reused with another body");
+        if let Sent::Answered { answer, .. } =
+            self.send(&who, "POST", "/v1/jobs", Some(&body)).await?
+        {
+            if answer.status != 409 {
+                return Err(format!(
+                    "a submit reusing job {j}'s key with another body answered {}: {}",
+                    answer.status, answer.body
+                ));
+            }
+        }
+        Ok(())
     }
 
     async fn resubmit(&mut self) -> Check {
         let i = self.rng.gen_range(0..self.resubmits.len());
-        let j = self.resubmits.swap_remove(i);
-        self.submit(j).await
+        let group = self.resubmits.swap_remove(i);
+        self.submit_group(group).await
     }
 
     async fn submit(&mut self, j: usize) -> Check {
@@ -523,7 +925,7 @@ impl Sim {
         match self.send(&who, "POST", "/v1/jobs", Some(&body)).await? {
             Sent::Lost => {
                 if self.chance(0.8) {
-                    self.resubmits.push(j);
+                    self.resubmits.push(vec![j]);
                 }
             }
             Sent::Answered { answer, delivered } => {
@@ -534,7 +936,7 @@ impl Sim {
                 if delivered {
                     self.model.jobs[j].acked = true;
                 } else if self.chance(0.7) {
-                    self.resubmits.push(j);
+                    self.resubmits.push(vec![j]);
                 }
             }
         }
@@ -669,13 +1071,20 @@ impl Sim {
         let got = leases.leases.len();
         for lease in leases.leases {
             self.stats.leases += 1;
+            if lease.kind == LeaseKind::Compensate {
+                self.stats.undo_leases += 1;
+            }
             if lease.agent != agent {
                 return Err(format!(
                     "agent {agent} was handed lease {} for agent {}",
                     lease.lease_id, lease.agent
                 ));
             }
-            let j = self.model.on_lease(&lease, now)?;
+            if self.model.job_of(lease.job_id).is_none() {
+                self.discover(lease.job_id).await?;
+            }
+            let worker = self.workers[w].name.clone();
+            let j = self.model.on_lease(&lease, &worker, now)?;
             self.touched.push(j);
             self.check_ordering(j).await?;
             if delivered {
@@ -684,6 +1093,93 @@ impl Sim {
             }
         }
         Ok(got)
+    }
+
+    /// A job no client submitted: only a schedule's firing may have created it.
+    async fn discover(&mut self, id: JobId) -> Check<usize> {
+        let view = self.get_job(id).await?;
+        let key = view.idempotency_key.clone().unwrap_or_default();
+        if self.cron.is_none() || !key.starts_with(&format!("schedule/{CRON_NAME}/")) {
+            return Err(format!(
+                "job {id} (key {key:?}) exists, but no client or schedule created it"
+            ));
+        }
+        let names: Vec<String> = view.steps.iter().map(|s| s.name.clone()).collect();
+        let shape = view
+            .steps
+            .iter()
+            .map(|s| {
+                let deps = s
+                    .depends_on
+                    .iter()
+                    .filter_map(|d| names.iter().position(|n| n == d))
+                    .collect();
+                StepShape {
+                    name: s.name.clone(),
+                    deps,
+                    payload: s.payload.clone(),
+                    timeout_ms: s.timeout.as_millis(),
+                    max_attempts: s.max_attempts,
+                    undo_payload: s.compensate.as_ref().map(|c| c.payload.clone()),
+                    undo_max_attempts: s
+                        .compensate
+                        .as_ref()
+                        .and_then(|c| c.max_attempts)
+                        .unwrap_or(overseer_core::spec::DEFAULT_MAX_ATTEMPTS),
+                }
+            })
+            .collect();
+        let j = self
+            .model
+            .add_job(key.clone(), Value::Null, None, view.run_at, shape);
+        self.model.on_submitted(j, 202, id)?;
+        self.model.jobs[j].acked = true;
+        self.log(format!("found job {j} ({key}) fired by the schedule"));
+        self.cover("job fired by the schedule");
+        Ok(j)
+    }
+
+    /// An operator changes an agent name's limits: a concurrency cap, none, pause or resume.
+    async fn set_limits(&mut self) -> Check {
+        let mut names: Vec<&str> = AGENTS.to_vec();
+        names.push(UNDO_AGENT);
+        let agent = *names.choose(&mut self.rng).unwrap_or(&AGENTS[0]);
+        let mut limits = self.model.limits.get(agent).copied().unwrap_or_default();
+        let (method, path, body) = match self.rng.gen_range(0..8) {
+            0..=3 => {
+                let max = self.rng.gen_range(1..=2);
+                limits.max_concurrency = Some(max);
+                (
+                    "PUT",
+                    format!("/v1/agents/{agent}/limits"),
+                    Some(json!({"max_concurrency": max})),
+                )
+            }
+            4..=5 => {
+                limits.max_concurrency = None;
+                ("PUT", format!("/v1/agents/{agent}/limits"), Some(json!({})))
+            }
+            6 => {
+                limits.paused = true;
+                ("POST", format!("/v1/agents/{agent}/pause"), None)
+            }
+            _ => {
+                limits.paused = false;
+                ("POST", format!("/v1/agents/{agent}/resume"), None)
+            }
+        };
+        if let Sent::Answered { answer, .. } =
+            self.send("operator", method, &path, body.as_ref()).await?
+        {
+            if answer.status != 200 {
+                return Err(format!(
+                    "{method} {path} answered {}: {}",
+                    answer.status, answer.body
+                ));
+            }
+            self.model.limits.insert(agent.to_string(), limits);
+        }
+        Ok(())
     }
 
     /// Jobs of one ordering key run one at a time, in the order they were committed.
@@ -719,16 +1215,17 @@ impl Sim {
         let now = self.now();
         let undo = lease.kind == LeaseKind::Compensate;
         let roll = self.rng.gen_range(0..100);
-        let plan = if !self.faults {
+        let (complete, retry, fatal, vanish) = if undo { self.mix.undo } else { self.mix.work };
+        let plan = if !self.faults || roll < complete {
             Plan::Complete
+        } else if roll < complete + retry {
+            Plan::FailRetryable
+        } else if roll < complete + retry + fatal {
+            Plan::FailFatal
+        } else if roll < complete + retry + fatal + vanish {
+            Plan::Vanish
         } else {
-            match roll {
-                0..=61 => Plan::Complete,
-                62..=79 => Plan::FailRetryable,
-                80..=83 => Plan::FailFatal,
-                84..=91 => Plan::Vanish,
-                _ => Plan::Late,
-            }
+            Plan::Late
         };
         let timeout = lease.timeout_ms.max(3);
         let work_ms = if self.faults {
@@ -856,18 +1353,48 @@ impl Sim {
     /// the agent got the answer, or None when the request was lost.
     async fn report(&mut self, who: &str, r: &Replay) -> Check<Option<(u16, bool, Value)>> {
         let path = format!("/v1/leases/{}/{}", r.lease, r.kind.path());
-        let sent = self.send(who, "POST", &path, Some(&r.body)).await?;
+        let who = match self.model.lease_of(r.lease) {
+            Some((j, s, l)) => {
+                let step = &self.model.jobs[j].steps[s];
+                let kind = if step.leases[l].undo { "undo" } else { "work" };
+                format!(
+                    "{who} (job {j} {}#{} {kind})",
+                    step.name, step.leases[l].attempt
+                )
+            }
+            None => who.to_string(),
+        };
+        let sent = self.send(&who, "POST", &path, Some(&r.body)).await?;
         let Sent::Answered { answer, delivered } = sent else {
             return Ok(None);
         };
         let now = self.now();
-        let follow = self
-            .model
-            .on_report(r.lease, r.kind, answer.status, &answer.body, now)?;
+        match answer.status {
+            200..=299 => self.stats.reports_ok += 1,
+            409 => self.stats.reports_refused += 1,
+            _ => {}
+        }
+        if let (409, Some((j, s, l))) = (answer.status, self.model.lease_of(r.lease)) {
+            let step = &self.model.jobs[j].steps[s];
+            let path = if step.leases[l].ended {
+                "report refused: repeats an acknowledged one"
+            } else if step.leases.len() > l + 1 {
+                "report refused: a newer attempt exists"
+            } else if now >= step.leases[l].expires_at {
+                "report refused: its lease expired"
+            } else {
+                "report refused: live lease"
+            };
+            self.cover(path);
+        }
+        let follow =
+            self.model
+                .on_report(r.lease, r.kind, &r.body, answer.status, &answer.body, now)?;
         if let Some((j, _, _)) = self.model.lease_of(r.lease) {
             self.touched.push(j);
         }
         if let Followup::RefusedLiveComplete { job, step } = follow {
+            self.cover("live complete refused: the job stopped wanting it");
             let id = self.model.jobs[job]
                 .id
                 .ok_or("a leased job without an id")?;
@@ -882,7 +1409,35 @@ impl Sim {
                 ));
             }
         }
+        if r.kind == ReportKind::Heartbeat && answer.status == 200 {
+            self.check_cancel_flag(r.lease, &answer.body).await?;
+        }
         Ok(Some((answer.status, delivered, answer.body)))
+    }
+
+    /// A heartbeat says `cancel: true` exactly when the job no longer wants the step's work;
+    /// an undo is never told to stop.
+    async fn check_cancel_flag(&mut self, lease: LeaseId, answer: &Value) -> Check {
+        let Some((j, s, l)) = self.model.lease_of(lease) else {
+            return Ok(());
+        };
+        let undo = self.model.jobs[j].steps[s].leases[l].undo;
+        let id = self.model.jobs[j].id.ok_or("a leased job without an id")?;
+        let view = self.get_job(id).await?;
+        let wanted = view.desired_state == overseer_core::DesiredState::Succeeded
+            && matches!(view.state, JobState::Running | JobState::Blocked);
+        let expected = !undo && !wanted;
+        if answer["cancel"].as_bool() != Some(expected) {
+            return Err(format!(
+                "job {j} step {}: heartbeat answered cancel={} for {} lease {lease}, but the job is {} (desired {})",
+                view.steps[s].name,
+                answer["cancel"],
+                if undo { "an undo" } else { "a work" },
+                view.state,
+                view.desired_state
+            ));
+        }
+        Ok(())
     }
 
     async fn replay(&mut self) -> Check {
@@ -927,6 +1482,7 @@ impl Sim {
             self.touched.push(j);
             match answer.status {
                 200 => {
+                    self.stats.cancels += 1;
                     let now = self.now();
                     self.model.on_cancelled(j, now);
                 }
@@ -993,6 +1549,12 @@ impl Sim {
             self.touched.push(j);
             match answer.status {
                 200 => {
+                    self.stats.operator_ok += 1;
+                    self.cover(match (choice, skip) {
+                        (_, Some(_)) => "operator skip",
+                        (1, None) => "operator retry",
+                        _ => "operator resume",
+                    });
                     if let Some((i, undo)) = skip {
                         self.model.on_skipped(j, i, undo);
                     }
@@ -1007,11 +1569,12 @@ impl Sim {
     // ----- reading the server -----
 
     async fn get_job(&mut self, id: JobId) -> Check<JobView> {
-        let a = self.http("GET", &format!("/v1/jobs/{id}"), None).await;
-        if a.status != 200 {
-            return Err(format!("GET job {id} answered {}: {}", a.status, a.body));
+        let (status, bytes) = self.http_raw("GET", &format!("/v1/jobs/{id}"), None).await;
+        if status != 200 {
+            let body = String::from_utf8_lossy(&bytes);
+            return Err(format!("GET job {id} answered {status}: {body}"));
         }
-        serde_json::from_value(a.body).map_err(|e| format!("job {id} does not parse: {e}"))
+        serde_json::from_slice(&bytes).map_err(|e| format!("job {id} does not parse: {e}"))
     }
 
     async fn check_job(&mut self, j: usize, settled: bool) -> Check {
@@ -1026,17 +1589,21 @@ impl Sim {
             };
             format!("{acked}job {j} is lost: {e}")
         })?;
-        let a = self
-            .http("GET", &format!("/v1/jobs/{id}/events"), None)
+        let (status, bytes) = self
+            .http_raw("GET", &format!("/v1/jobs/{id}/events"), None)
             .await;
-        if a.status != 200 {
-            return Err(format!(
-                "events of job {id} answered {}: {}",
-                a.status, a.body
-            ));
+        if status != 200 {
+            let body = String::from_utf8_lossy(&bytes);
+            return Err(format!("events of job {id} answered {status}: {body}"));
         }
         let events: EventList =
-            serde_json::from_value(a.body).map_err(|e| format!("events do not parse: {e}"))?;
+            serde_json::from_slice(&bytes).map_err(|e| format!("events do not parse: {e}"))?;
+        if view.state == JobState::Blocked {
+            self.stats.blocked_seen += 1;
+        }
+        if settled {
+            self.stats.compensated_steps += view.compensated.len() as u64;
+        }
         self.model.check_view(j, &view, &events.events, settled)
     }
 
@@ -1059,10 +1626,41 @@ impl Sim {
             w.paused_until = None;
         }
         self.replays.clear();
+        let mut names: Vec<&str> = AGENTS.to_vec();
+        names.push(UNDO_AGENT);
+        for agent in names {
+            for (method, path, body) in [
+                ("PUT", format!("/v1/agents/{agent}/limits"), Some(json!({}))),
+                ("POST", format!("/v1/agents/{agent}/resume"), None),
+            ] {
+                if let Sent::Answered { answer, .. } =
+                    self.send("operator", method, &path, body.as_ref()).await?
+                {
+                    if answer.status != 200 {
+                        return Err(format!("{method} {path} answered {}", answer.status));
+                    }
+                }
+            }
+        }
+        self.model.limits.clear();
+        if self.cron.is_some() {
+            let path = format!("/v1/schedules/{CRON_NAME}");
+            if let Sent::Answered { answer, .. } =
+                self.send("operator", "DELETE", &path, None).await?
+            {
+                if answer.status != 204 {
+                    return Err(format!("deleting the schedule answered {}", answer.status));
+                }
+            }
+            let now = self.now();
+            if let Some(c) = &mut self.cron {
+                c.deleted_at = Some(now);
+            }
+        }
         // Clients that never got an answer try once more, so every job they meant is known.
         let pending = std::mem::take(&mut self.resubmits);
-        for j in dedup(pending) {
-            self.submit(j).await?;
+        for group in pending {
+            self.submit_group(group).await?;
         }
         for round in 0..DRAIN_ROUNDS {
             self.stats.drain_rounds = round as u64 + 1;
@@ -1088,7 +1686,9 @@ impl Sim {
                     continue;
                 };
                 let view = self.get_job(id).await?;
-                if view.state.is_terminal() {
+                // A job that failed at once may still have a step running: it is cancelled
+                // when its report comes or its lease expires.
+                if view.state.is_terminal() && view.steps.iter().all(|s| s.state.is_settled()) {
                     continue;
                 }
                 unfinished += 1;
@@ -1144,6 +1744,52 @@ impl Sim {
                 _ => {}
             }
         }
+        self.check_cron()?;
+        // Listing by state agrees with each job's own state.
+        for state in [JobState::Succeeded, JobState::Failed, JobState::Cancelled] {
+            let a = self
+                .http("GET", &format!("/v1/jobs?state={state}&limit=500"), None)
+                .await;
+            let mut listed: Vec<String> = a.body["jobs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|j| j["id"].as_str().map(str::to_string))
+                .collect();
+            listed.sort();
+            let mut expected: Vec<String> = self
+                .model
+                .jobs
+                .iter()
+                .filter(|m| m.terminal == Some(state))
+                .filter_map(|m| m.id.map(|id| id.to_string()))
+                .collect();
+            expected.sort();
+            if listed != expected {
+                return Err(format!(
+                    "GET /v1/jobs?state={state} lists {listed:?}, but these jobs are {state}: {expected:?}"
+                ));
+            }
+        }
+        // Nothing is left ready or running, and every ordering key is free.
+        let a = self.http("GET", "/v1/agents", None).await;
+        for agent in a.body["agents"].as_array().cloned().unwrap_or_default() {
+            if agent["ready"] != json!(0) || agent["running"] != json!(0) {
+                return Err(format!("after the drain, GET /v1/agents shows {agent}"));
+            }
+        }
+        for key in ["key-0", "key-1"] {
+            let a = self
+                .http("GET", &format!("/v1/ordering-keys/{key}"), None)
+                .await;
+            if a.status != 200 || !a.body["head"].is_null() || a.body["waiting"] != json!(0) {
+                return Err(format!(
+                    "after the drain, ordering key {key} answers {} {}",
+                    a.status, a.body
+                ));
+            }
+        }
         self.log("final checks passed".into());
         Ok(())
     }
@@ -1153,6 +1799,47 @@ fn dedup(mut v: Vec<usize>) -> Vec<usize> {
     v.sort_unstable();
     v.dedup();
     v
+}
+
+/// An answer in one line: leases and jobs in a compact form, anything else cut short.
+fn summary(v: &Value) -> String {
+    let id8 = |v: &Value| {
+        v.as_str()
+            .map(|s| s[..s.len().min(8)].to_string())
+            .unwrap_or_default()
+    };
+    if let Some(leases) = v["leases"].as_array() {
+        let each: Vec<String> = leases
+            .iter()
+            .map(|l| {
+                format!(
+                    "{}#{} {} (job {}…, lease {}…, until {})",
+                    l["step"].as_str().unwrap_or("?"),
+                    l["attempt"],
+                    l["kind"].as_str().unwrap_or("?"),
+                    id8(&l["job_id"]),
+                    id8(&l["lease_id"]),
+                    l["complete_by"].as_str().unwrap_or("?"),
+                )
+            })
+            .collect();
+        return format!("leases [{}]", each.join(", "));
+    }
+    if let (Some(state), Some(steps)) = (v["state"].as_str(), v["steps"].as_array()) {
+        let each: Vec<String> = steps
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}#{}",
+                    s["name"].as_str().unwrap_or("?"),
+                    s["state"].as_str().unwrap_or("?"),
+                    s["attempt"]
+                )
+            })
+            .collect();
+        return format!("job {}… {state} [{}]", id8(&v["id"]), each.join(", "));
+    }
+    short(v)
 }
 
 /// A JSON value in one line, cut short.

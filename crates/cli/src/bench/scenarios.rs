@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use super::{rate, Countdown, Ctx, Percentiles, Row, Scenario};
 
 /// Default job counts when `--jobs` is not given.
-const SUBMIT_JOBS: usize = 10_000;
-const DRAIN_JOBS: usize = 20_000;
+const SUBMIT_JOBS: usize = 20_000;
+const DRAIN_JOBS: usize = 40_000;
 const LATENCY_JOBS: usize = 2_000;
-const DAG_JOBS: usize = 2_500;
+const DAG_JOBS: usize = 5_000;
 /// Jobs per request when a scenario loads its jobs before measuring (the server's maximum).
 const PRELOAD_BATCH: usize = 500;
 /// `latency`: one job every this long.
