@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use overseer_core::wire::{
     AgentList, BatchResponse, CompleteRequest, EventList, FailRequest, HeartbeatRequest,
-    HeartbeatResponse, JobList, JobView, LeaseRequest, LeaseResponse, OperatorRequest, Problem,
+    HeartbeatResponse, JobList, JobView, LeaseOutcome, LeaseRequest, LeaseResponse,
+    OperatorRequest, Problem, ReportBatch, ReportBatchResponse, ReportResult,
 };
 use overseer_core::{JobId, JobSpec, LeaseId, Span};
 use reqwest::{Method, StatusCode, Url};
@@ -324,6 +325,17 @@ impl Client {
             .await
             .map(drop)
             .map_err(lease_lost)
+    }
+
+    /// `POST /v1/leases:report`: many leases' outcomes in one call, answered one result per
+    /// report in order (each with the status its own `complete`/`fail` call would have had).
+    /// An `Err` means none of them was applied.
+    pub async fn report_batch(&self, reports: Vec<LeaseOutcome>) -> Result<Vec<ReportResult>> {
+        let url = self.url(&["v1", "leases:report"]);
+        let body = ReportBatch { reports };
+        self.call_ok::<ReportBatchResponse, _>(Method::POST, url, &[], Some(&body), REQUEST_TIMEOUT)
+            .await
+            .map(|r| r.results)
     }
 
     /// `GET /v1/agents`.

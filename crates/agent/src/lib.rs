@@ -28,6 +28,7 @@
 
 pub mod client;
 pub mod command;
+mod reports;
 pub mod worker;
 
 pub use client::Client;

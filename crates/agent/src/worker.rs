@@ -34,6 +34,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::{debug, error, info, warn, Instrument};
 
 use crate::client::{self, Client};
+use crate::reports::{send_report, Report, Reporter};
 
 /// Why a worker cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -187,8 +188,6 @@ where
 pub const LEASES_PER_CALL_MAX: usize = 100;
 /// The long-poll wait used unless the builder says otherwise.
 pub const DEFAULT_WAIT: Span = Span::from_secs(20);
-/// How many times a report is sent when no answer comes back.
-const REPORT_TRIES: u32 = 3;
 /// Poll back-off after errors: first pause, and the cap it doubles up to.
 const POLL_BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const POLL_BACKOFF_MAX: Duration = Duration::from_secs(15);
@@ -308,6 +307,8 @@ pub struct Worker {
 /// What every lease task of a worker shares.
 struct Shared {
     client: Client,
+    /// Sends the attempts' reports, batching them when many end at once.
+    reporter: Reporter,
     worker_id: Arc<str>,
     cancel_grace: Duration,
 }
@@ -345,6 +346,7 @@ impl Worker {
     /// saving those few attempts.
     pub async fn run_until_abandon(self, shutdown: CancellationToken, abandon: CancellationToken) {
         let shared = Arc::new(Shared {
+            reporter: Reporter::start(self.client.clone()),
             client: self.client,
             worker_id: self.worker_id,
             cancel_grace: self.cancel_grace,
@@ -547,11 +549,6 @@ enum Ending {
     Cancelled(Option<Outcome>),
 }
 
-enum Report {
-    Complete(Value),
-    Fail { error: String, retryable: bool },
-}
-
 /// One attempt: the handler, its heartbeats, its deadline and its report.
 struct Attempt {
     shared: Arc<Shared>,
@@ -719,7 +716,10 @@ impl Attempt {
                 retryable: false,
             },
         };
-        send_report(&client, lease_id, report, deadline, &self.abandon).await;
+        self.shared
+            .reporter
+            .send(lease_id, report, deadline, &self.abandon)
+            .await;
     }
 }
 
@@ -749,79 +749,6 @@ async fn refuse(client: Client, lease: Lease, sent_at: Instant, abandon: Cancell
         &abandon,
     )
     .await;
-}
-
-/// Sends a report, but only while the local deadline has not passed; retries a couple of
-/// times when no answer came back. A 409 means someone else's lease now: logged and dropped.
-async fn send_report(
-    client: &Client,
-    lease_id: LeaseId,
-    mut report: Report,
-    deadline: Instant,
-    abandon: &CancellationToken,
-) {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        if Instant::now() >= deadline {
-            warn!("the lease's local deadline passed before the report could be sent; reporting nothing");
-            return;
-        }
-        let call = async {
-            match &report {
-                Report::Complete(result) => client.complete(lease_id, Some(result.clone())).await,
-                Report::Fail { error, retryable } => client.fail(lease_id, error, *retryable).await,
-            }
-        };
-        let answer = tokio::select! {
-            biased;
-            _ = abandon.cancelled() => return,
-            // Sent in time; if the answer is late we stop waiting and never send again.
-            _ = sleep_until(deadline) => {
-                warn!("no answer to the report before the local deadline; not sending it again");
-                return;
-            }
-            answer = call => answer,
-        };
-        match answer {
-            Ok(()) => {
-                match &report {
-                    Report::Complete(_) => debug!("reported complete"),
-                    Report::Fail { error, retryable } => debug!(error, retryable, "reported fail"),
-                }
-                return;
-            }
-            Err(client::Error::LeaseLost(p)) => {
-                info!(detail = %p.detail, "report refused with 409: the lease is no longer ours");
-                return;
-            }
-            Err(e) if e.is_transient() && tries < REPORT_TRIES => {
-                let pause = Duration::from_millis(100 << tries)
-                    .mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
-                warn!(error = %e, ?pause, "report not answered; sending it again");
-                tokio::select! {
-                    _ = abandon.cancelled() => return,
-                    _ = sleep(pause) => {}
-                }
-            }
-            Err(client::Error::Api { status, problem })
-                if matches!(report, Report::Complete(_)) && matches!(status, 400 | 413 | 422) =>
-            {
-                // The server refused the result itself (too large, say). Every attempt would
-                // produce the same, so say so now instead of letting the lease expire.
-                error!(status, detail = %problem.detail, "the server refused the result; failing the step");
-                report = Report::Fail {
-                    error: format!("the server refused the step's result: {}", problem.detail),
-                    retryable: false,
-                };
-                tries = 0;
-            }
-            Err(e) => {
-                error!(error = %e, "report failed; the lease will expire");
-                return;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

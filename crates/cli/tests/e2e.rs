@@ -282,6 +282,101 @@ async fn stale_completions_are_refused() {
     assert_eq!(body["field"], "lease_id");
 }
 
+// Proves a batch report is fenced report by report: completions and failures of live leases
+// land, while an unknown lease, a second report of one lease and an oversized result are each
+// refused with the status their own call would get, and leave everything else untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_reports_are_fenced_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let spec = json!({"steps": [{"name": "s", "agent": "batched", "max_attempts": 1}]});
+    let (a, b, c) = (
+        api.submit(&spec).await,
+        api.submit(&spec).await,
+        api.submit(&spec).await,
+    );
+    let mut leases = std::collections::HashMap::new();
+    for _ in 0..3 {
+        let l = lease(&api, "batched").await;
+        leases.insert(
+            l["job_id"].as_str().unwrap().to_string(),
+            l["lease_id"].as_str().unwrap().to_string(),
+        );
+    }
+    let (la, lb, lc) = (&leases[&a], &leases[&b], &leases[&c]);
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    let huge = "x".repeat(300 << 10);
+    let (status, body) = api
+        .post(
+            "/v1/leases:report",
+            &json!({"reports": [
+                {"outcome": "complete", "lease_id": la, "result": {"ok": 1}},
+                {"outcome": "fail", "lease_id": lb, "error": "nope", "retryable": false},
+                {"outcome": "complete", "lease_id": unknown},
+                {"outcome": "complete", "lease_id": la, "result": "again"},
+                {"outcome": "complete", "lease_id": lc, "result": huge},
+            ]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().unwrap();
+    let statuses: Vec<u64> = results
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, vec![200, 200, 404, 409, 413], "{body}");
+    assert_eq!(results[0]["job_state"], "succeeded");
+    assert_eq!(results[1]["job_state"], "failed");
+    assert_eq!(results[4]["problem"]["field"], "reports[4].result");
+    assert_eq!(results[3]["lease_id"], la.as_str());
+
+    assert_eq!(step(&api.job(&a).await, "s")["result"], json!({"ok": 1}));
+    assert_eq!(step(&api.job(&b).await, "s")["last_error"], "nope");
+    let still = api.job(&c).await;
+    assert_eq!(step(&still, "s")["state"], "running", "{still}");
+    // Its lease is still good for a proper report.
+    let (status, body) = api
+        .post(
+            &format!("/v1/leases/{lc}/complete"),
+            &json!({"result": "small"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    // Malformed batches are refused as a whole, naming the field.
+    for (bad, field) in [
+        (json!({"reports": []}), "reports"),
+        (
+            json!({"reports": [{"outcome": "done", "lease_id": unknown}]}),
+            "reports[0]",
+        ),
+        (
+            json!({"reports": [{"outcome": "complete", "lease_id": "nope"}]}),
+            "reports[0]",
+        ),
+        (
+            json!({"reports": [{"outcome": "fail", "lease_id": unknown}]}),
+            "reports[0]",
+        ),
+    ] {
+        let (status, body) = api.post("/v1/leases:report", &bad).await;
+        assert_eq!(status, 400, "{bad} -> {body}");
+        assert!(
+            body["field"].as_str().is_some_and(|f| f.starts_with(field)),
+            "{bad} -> {body}"
+        );
+    }
+    let too_many: Vec<Value> = (0..101)
+        .map(|_| json!({"outcome": "complete", "lease_id": unknown}))
+        .collect();
+    let (status, body) = api
+        .post("/v1/leases:report", &json!({ "reports": too_many }))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["field"], "reports");
+}
+
 // Proves retry accounting: a step that always fails ends `failed` after exactly max_attempts
 // attempts, with the growing backoff recorded in the job's history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

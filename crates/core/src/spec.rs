@@ -121,7 +121,7 @@ pub struct Limits {
     pub name_bytes: usize,
     pub max_attempts: u32,
     pub timeout_max: Span,
-    /// Leases one call may take.
+    /// Leases one call may take, and lease outcomes one `POST /v1/leases:report` may carry.
     pub leases_per_call: usize,
     /// Longest a long-poll may wait.
     pub wait_max: Span,
@@ -136,7 +136,7 @@ impl Default for Limits {
             error_bytes: 8 << 10,
             steps_per_job: 100,
             labels_per_job: 32,
-            jobs_per_batch: 500,
+            jobs_per_batch: 1_000,
             history_per_job: 1_000,
             name_bytes: 200,
             max_attempts: 1_000,

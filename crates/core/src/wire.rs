@@ -244,6 +244,63 @@ fn yes() -> bool {
     true
 }
 
+/// `POST /v1/leases:report` body: the outcomes of many leases in one call (the SDK sends them
+/// this way when several attempts end at once). Each is fenced and applied exactly as its own
+/// `complete` or `fail` call would be.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportBatch {
+    pub reports: Vec<LeaseOutcome>,
+}
+
+/// One lease's outcome in a [`ReportBatch`]: `{"outcome": "complete", "lease_id", "result"}` or
+/// `{"outcome": "fail", "lease_id", "error", "retryable"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LeaseOutcome {
+    Complete {
+        lease_id: LeaseId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+    },
+    Fail {
+        lease_id: LeaseId,
+        error: String,
+        #[serde(default = "yes")]
+        retryable: bool,
+    },
+}
+
+impl LeaseOutcome {
+    pub fn lease_id(&self) -> LeaseId {
+        match self {
+            LeaseOutcome::Complete { lease_id, .. } | LeaseOutcome::Fail { lease_id, .. } => {
+                *lease_id
+            }
+        }
+    }
+}
+
+/// `POST /v1/leases:report` answer: one result per report, in the order sent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReportBatchResponse {
+    pub results: Vec<ReportResult>,
+}
+
+/// What became of one report: `status` is what its own `complete`/`fail` call would have
+/// answered (200, or the problem's status: 409 when the lease is no longer live, 404, 413…).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReportResult {
+    pub lease_id: LeaseId,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<JobId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_state: Option<JobState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<Problem>,
+}
+
 /// `GET /v1/agents` answer.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AgentList {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use overseer_core::machine::{admit, Reply as CoreReply};
-use overseer_core::{Command, Job, JobId, JobState, StepState, Timestamp};
+use overseer_core::{Command, Job, JobId, JobState, Timestamp};
 use overseer_store::{Claim, Claimed, JobQuery, NewJob, Submitted};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -277,6 +277,7 @@ impl Connection {
                 .to_string();
             match job::from_push(value, &shape, app.limits(), now) {
                 Ok(p) => {
+                    self.fk.queue_known(&p.spec.steps[0].agent);
                     let record = Job::from_spec(app.new_job_id(), &p.spec, now);
                     valid.push((
                         out.len(),
@@ -631,17 +632,24 @@ impl Connection {
 
     async fn info(&self) -> Reply {
         let app = self.fk.app();
-        let counts = match app.store().agents_counts().await {
+        let now = app.now();
+        // A queue's size is what a worker could fetch from it now, as in Faktory: jobs waiting
+        // for a retry or their `at` are in the retries and scheduled sets instead.
+        let ready = match app.store().agents_ready_now(now).await {
             Ok(c) => c,
             Err(e) => return Reply::err(e),
         };
-        let queues: Map<String, Value> = counts
-            .iter()
-            .map(|c| (c.agent.clone(), json!(c.ready)))
+        let mut queues: Map<String, Value> = self
+            .fk
+            .queues_known()
+            .into_iter()
+            .map(|q| (q, json!(0)))
             .collect();
-        let total: u64 = counts.iter().map(|c| c.ready).sum();
+        for (agent, n) in &ready {
+            queues.insert(agent.clone(), json!(n));
+        }
+        let total: u64 = ready.iter().map(|(_, n)| n).sum();
         let st = self.fk.stats();
-        let now = app.now();
         let day_secs = now.as_millis().div_euclid(1000).rem_euclid(86_400);
         let utc = format!(
             "{:02}:{:02}:{:02} UTC",
@@ -679,60 +687,122 @@ impl Connection {
         let mut parts = args.split_whitespace();
         let sub = parts.next().unwrap_or_default();
         let names: Vec<&str> = parts.collect();
-        let paused = match sub {
-            "PAUSE" => true,
-            "RESUME" => false,
-            "REMOVE" => {
-                return Reply::err(
-                    "QUEUE REMOVE is not supported: Overseer keeps every accepted job until it finishes (cancel jobs over HTTP instead)",
-                )
-            }
-            "LATENCY" => {
-                return Reply::err(
-                    "QUEUE LATENCY is not supported: the store cannot report the age of a queue's oldest ready job yet",
-                )
-            }
-            _ => return Reply::err("invalid format"),
-        };
-        if names.is_empty() {
+        if !matches!(sub, "PAUSE" | "RESUME" | "REMOVE" | "LATENCY") || names.is_empty() {
             return Reply::err("invalid format");
         }
-        let app = self.fk.app();
         let names: Vec<String> = if names == ["*"] {
-            let mut all: Vec<String> = match app.store().agents_counts().await {
-                Ok(c) => c.into_iter().map(|c| c.agent).collect(),
-                Err(e) => return Reply::err(e),
-            };
-            match app.store().agent_settings_list().await {
-                Ok(l) => all.extend(l.into_iter().map(|(a, _)| a)),
+            match self.all_queues().await {
+                Ok(all) => all,
                 Err(e) => return Reply::err(e),
             }
-            all.sort();
-            all.dedup();
-            all
         } else {
             names.into_iter().map(str::to_string).collect()
         };
+        let result = match sub {
+            "PAUSE" => self.queue_pause(&names, true).await,
+            "RESUME" => self.queue_pause(&names, false).await,
+            "REMOVE" => self.queue_remove(&names).await,
+            _ => return self.queue_latency(&names).await,
+        };
+        match result {
+            Ok(()) => Reply::Ok,
+            Err(e) => Reply::err(e),
+        }
+    }
+
+    /// Every queue `*` stands for: known ones, ones with work, and paused or limited ones.
+    async fn all_queues(&self) -> overseer_store::Result<Vec<String>> {
+        let app = self.fk.app();
+        let mut all: Vec<String> = self.fk.queues_known().into_iter().collect();
+        all.extend(
+            app.store()
+                .agents_counts()
+                .await?
+                .into_iter()
+                .map(|c| c.agent),
+        );
+        all.extend(
+            app.store()
+                .agent_settings_list()
+                .await?
+                .into_iter()
+                .map(|(a, _)| a),
+        );
+        all.sort();
+        all.dedup();
+        Ok(all)
+    }
+
+    async fn queue_pause(&self, names: &[String], paused: bool) -> overseer_store::Result<()> {
+        let app = self.fk.app();
         for name in names {
-            let result = async {
-                let mut settings = app.store().agent_settings_get(&name).await?;
+            let mut settings = app.store().agent_settings_get(name).await?;
+            if settings.paused != paused {
                 settings.paused = paused;
                 app.store()
-                    .agent_settings_put(&name, settings, app.now())
-                    .await
+                    .agent_settings_put(name, settings, app.now())
+                    .await?;
+                tracing::info!(queue = name, paused, "faktory queue pause changed");
             }
-            .await;
-            if let Err(e) = result {
-                return Reply::err(e);
-            }
-            tracing::info!(queue = name, paused, "faktory queue pause changed");
-            app.notifier().wake_agent(&name);
+            app.notifier().wake_agent(name);
         }
-        Reply::Ok
+        Ok(())
+    }
+
+    /// `QUEUE REMOVE`: deletes the Faktory jobs waiting in the queues (due, not leased; jobs in
+    /// the retries or scheduled sets stay, as in Faktory) and forgets the queues. Steps of
+    /// Overseer jobs submitted over HTTP are never removed this way.
+    async fn queue_remove(&self, names: &[String]) -> overseer_store::Result<()> {
+        let app = self.fk.app();
+        for name in names {
+            let now = app.now();
+            let labels = vec![(job::LABEL_QUEUE.to_string(), name.clone())];
+            let ids: Vec<JobId> = self
+                .scan(Some(JobState::Running), labels)
+                .await?
+                .into_iter()
+                .filter(|j| job::is_enqueued(j, now) && j.steps[0].agent == *name)
+                .map(|j| j.id)
+                .collect();
+            let deleted = app
+                .store()
+                .jobs_delete(ids, vec![JobState::Running])
+                .await?;
+            self.fk.queue_forget(name);
+            tracing::info!(queue = name, jobs = deleted.len(), "faktory queue removed");
+        }
+        Ok(())
+    }
+
+    /// `QUEUE LATENCY`: per queue, seconds since its oldest waiting Faktory job became ready
+    /// (0 when none waits).
+    async fn queue_latency(&self, names: &[String]) -> Reply {
+        let now = self.fk.app().now();
+        let mut out = Map::new();
+        for name in names {
+            let labels = vec![(job::LABEL_QUEUE.to_string(), name.clone())];
+            let jobs = match self.scan(Some(JobState::Running), labels).await {
+                Ok(j) => j,
+                Err(e) => return Reply::err(e),
+            };
+            let oldest = jobs
+                .iter()
+                .filter(|j| job::is_enqueued(j, now))
+                .filter_map(|j| {
+                    let s = &j.steps[0];
+                    s.next_attempt_at.max(s.ready_at)
+                })
+                .min();
+            let secs = oldest.map_or(0.0, |t| {
+                (now.as_millis() - t.as_millis()).max(0) as f64 / 1000.0
+            });
+            out.insert(name.clone(), json!(secs));
+        }
+        Reply::json(&Value::Object(out))
     }
 
     async fn mutate(&self, raw: &str) -> Reply {
-        #[derive(Deserialize)]
+        #[derive(Deserialize, Default)]
         struct Filter {
             #[serde(default)]
             jobtype: Option<String>,
@@ -752,73 +822,152 @@ impl Connection {
             Ok(op) => op,
             Err(e) => return Reply::err(format!("invalid JSON: {e}")),
         };
-        if !matches!(op.target.as_str(), "retries" | "scheduled" | "dead") {
-            return Reply::err("invalid target for mutation command");
-        }
         if !matches!(op.cmd.as_str(), "clear" | "kill" | "discard" | "requeue") {
             return Reply::err("unknown mutate operation");
         }
-        if op.target == "dead" {
-            return Reply::err(
-                "MUTATE on the dead set is not supported: failed jobs cannot be deleted or requeued through the store yet",
-            );
-        }
-        if op.cmd == "requeue" {
-            return Reply::err(
-                "MUTATE requeue is not supported: the core cannot make a waiting retry or scheduled job due early yet",
-            );
-        }
-        let filter = op.filter.unwrap_or(Filter {
-            jobtype: None,
-            jids: None,
-            regexp: None,
-        });
-        if filter
-            .regexp
-            .as_deref()
-            .is_some_and(|r| !r.is_empty() && r != "*")
-        {
-            return Reply::err("MUTATE regexp filters are not supported");
-        }
-        let app = self.fk.app();
-        let now = app.now();
-        let (state, retries) = if op.target == "retries" {
-            (JobState::Running, true)
-        } else {
-            (JobState::Pending, false)
+        let Some(set) = job::Set::parse(&op.target) else {
+            return Reply::err("invalid target for mutation command");
         };
-        let jobs = match self.scan(Some(state)).await {
-            Ok(j) => j,
+        let filter = op.filter.unwrap_or_default();
+        let now = self.fk.app().now();
+        let (by_jids, by_type) = match (filter.regexp.as_deref(), filter.jobtype.as_deref()) {
+            (Some(p), t) if !p.is_empty() => (None, t.filter(|t| !t.is_empty())),
+            (_, Some(t)) if !t.is_empty() => (None, Some(t)),
+            _ => (filter.jids.as_deref().filter(|j| !j.is_empty()), None),
+        };
+        let by_jids = if op.cmd == "clear" { None } else { by_jids };
+        let by_type = if op.cmd == "clear" { None } else { by_type };
+        let candidates = match self.set_candidates(set, by_jids, by_type).await {
+            Ok(c) => c,
             Err(e) => return Reply::err(e),
         };
-        for job in jobs {
-            let s = &job.steps[0];
-            let in_set = if retries {
-                s.state == StepState::Ready
-                    && s.failures > 0
-                    && s.next_attempt_at.is_some_and(|t| t > now)
-            } else {
-                job.run_at.is_some_and(|t| t > now)
-            };
-            let type_ok = filter
-                .jobtype
-                .as_deref()
-                .is_none_or(|t| job.labels.get(job::LABEL_JOBTYPE).map(String::as_str) == Some(t));
-            let jid_ok = filter.jids.as_ref().is_none_or(|jids| {
-                jids.is_empty()
-                    || job
-                        .labels
-                        .get(job::LABEL_JID)
-                        .is_some_and(|j| jids.contains(j))
-            });
-            if in_set && type_ok && jid_ok {
-                // kill, discard and clear all take the job out of the set for good: cancelled.
-                if let Err(e) = self.cancel(job.id).await {
-                    return Reply::err(e);
+        // Faktory's precedence: a pattern (with the jobtype, if any), else the jobtype, else the
+        // jids; no filter (or `clear`) takes the whole set.
+        let everything = op.cmd == "clear";
+        let pattern = filter.regexp.as_deref().filter(|p| !p.is_empty());
+        let jobtype = filter.jobtype.as_deref().filter(|t| !t.is_empty());
+        let jids = filter.jids.as_deref().filter(|j| !j.is_empty());
+        let chosen: Vec<Job> = candidates
+            .into_iter()
+            .filter(|j| set.contains(j, now))
+            .filter(|j| {
+                if everything {
+                    return true;
+                }
+                let jid = j.labels.get(job::LABEL_JID).map(String::as_str);
+                let type_ok = || {
+                    jobtype.is_none_or(|t| {
+                        j.labels.get(job::LABEL_JOBTYPE).map(String::as_str) == Some(t)
+                    })
+                };
+                match (pattern, jobtype, jids) {
+                    (Some(p), _, _) => {
+                        type_ok() && {
+                            let fail = jid.and_then(|jid| self.fk.failure_of(jid));
+                            job::glob_match(p, &job::view(j, fail.as_ref()).to_string())
+                        }
+                    }
+                    (None, Some(_), _) => type_ok(),
+                    (None, None, Some(jids)) => {
+                        jid.is_some_and(|jid| jids.iter().any(|x| x == jid))
+                    }
+                    (None, None, None) => true,
+                }
+            })
+            .collect();
+        let result = match op.cmd.as_str() {
+            "requeue" => self.requeue(set, chosen).await,
+            "kill" if set != job::Set::Dead => self.kill(chosen).await,
+            "kill" => Ok(0),
+            _ => {
+                let ids = chosen.iter().map(|j| j.id).collect();
+                self.fk
+                    .app()
+                    .store()
+                    .jobs_delete(ids, set.states())
+                    .await
+                    .map(|d| d.len())
+            }
+        };
+        match result {
+            Ok(n) => {
+                tracing::info!(cmd = op.cmd, target = op.target, jobs = n, "faktory MUTATE");
+                Reply::Ok
+            }
+            Err(e) => Reply::err(e),
+        }
+    }
+
+    /// Faktory jobs that may be in `set`, narrowed by the filter's jids or jobtype where the
+    /// labels can do it.
+    async fn set_candidates(
+        &self,
+        set: job::Set,
+        jids: Option<&[String]>,
+        jobtype: Option<&str>,
+    ) -> overseer_store::Result<Vec<Job>> {
+        let mut out = Vec::new();
+        for state in set.states() {
+            match jids {
+                Some(jids) => {
+                    for jid in jids.iter().take(SCAN_MAX) {
+                        let labels = vec![(job::LABEL_JID.to_string(), jid.clone())];
+                        out.extend(self.scan(Some(state), labels).await?);
+                    }
+                }
+                _ => {
+                    let mut labels = Vec::new();
+                    if let Some(t) = jobtype {
+                        labels.push((job::LABEL_JOBTYPE.to_string(), t.to_string()));
+                    }
+                    out.extend(self.scan(Some(state), labels).await?);
                 }
             }
         }
-        Reply::Ok
+        Ok(out)
+    }
+
+    /// Moves jobs to the dead set: cancelled, kept with their history.
+    async fn kill(&self, jobs: Vec<Job>) -> overseer_store::Result<usize> {
+        let mut n = 0;
+        for j in jobs {
+            self.cancel(j.id).await?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Starts jobs over, due at once, each replacing its old record in one transaction.
+    async fn requeue(&self, set: job::Set, jobs: Vec<Job>) -> overseer_store::Result<usize> {
+        let app = self.fk.app();
+        let shape = job::Shape {
+            reserve_min: self.fk.config().reserve_min,
+            backoff: self.fk.config().backoff,
+        };
+        let mut n = 0;
+        for old in jobs {
+            let now = app.now();
+            let jid = old.labels.get(job::LABEL_JID).cloned().unwrap_or_default();
+            let fail = self.fk.failure_of(&jid);
+            let pushed = match job::restart(&old, fail.as_ref(), &shape, app.limits(), now) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(jid, error = e, "cannot requeue a faktory job");
+                    continue;
+                }
+            };
+            let record = Job::from_spec(app.new_job_id(), &pushed.spec, now);
+            let new = NewJob {
+                transition: admit(record, now),
+            };
+            if let Some(t) = app.store().job_replace(old.id, set.states(), new).await? {
+                app.committed(&t);
+                self.fk.forget_failure(&jid);
+                self.fk.queue_known(&t.job.steps[0].agent);
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     async fn flush(&self) -> Reply {
@@ -828,7 +977,7 @@ impl Connection {
             );
         }
         for state in [JobState::Pending, JobState::Running, JobState::Blocked] {
-            let jobs = match self.scan(Some(state)).await {
+            let jobs = match self.scan(Some(state), Vec::new()).await {
                 Ok(j) => j,
                 Err(e) => return Reply::err(e),
             };
@@ -841,16 +990,21 @@ impl Connection {
         Reply::Ok
     }
 
-    /// Faktory jobs in `state`, newest first, at most [`SCAN_MAX`].
-    async fn scan(&self, state: Option<JobState>) -> overseer_store::Result<Vec<Job>> {
+    /// Faktory jobs in `state` with the given labels too, newest first, at most [`SCAN_MAX`].
+    async fn scan(
+        &self,
+        state: Option<JobState>,
+        mut labels: Vec<(String, String)>,
+    ) -> overseer_store::Result<Vec<Job>> {
         let store = self.fk.app().store();
+        labels.push((job::LABEL_VIA.to_string(), job::VIA.to_string()));
         let mut out = Vec::new();
         let mut before = None;
         while out.len() < SCAN_MAX {
             let page = store
                 .jobs_list(JobQuery {
                     state,
-                    labels: vec![(job::LABEL_VIA.to_string(), job::VIA.to_string())],
+                    labels: labels.clone(),
                     limit: SCAN_PAGE,
                     before,
                 })

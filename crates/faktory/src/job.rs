@@ -18,7 +18,7 @@
 
 use overseer_core::backoff::Backoff;
 use overseer_core::spec::{JobSpec, OnFailure, StepSpec};
-use overseer_core::{Job, Limits, Span, Timestamp};
+use overseer_core::{Job, JobState, Limits, Span, StepState, Timestamp};
 use serde_json::{json, Map, Value};
 
 /// Label naming the Faktory jid of a job pushed over the Faktory protocol.
@@ -181,6 +181,64 @@ pub fn faktory_backoff() -> Backoff {
     }
 }
 
+/// Faktory's sorted sets, as views of Faktory jobs' states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Set {
+    /// Running, its step ready again after a failure and waiting out the retry backoff.
+    Retries,
+    /// Pending: waiting for its `at`.
+    Scheduled,
+    /// Finished without success: `failed` (out of retries) or `cancelled` (killed).
+    Dead,
+}
+
+impl Set {
+    pub fn parse(name: &str) -> Option<Set> {
+        match name {
+            "retries" => Some(Set::Retries),
+            "scheduled" => Some(Set::Scheduled),
+            "dead" => Some(Set::Dead),
+            _ => None,
+        }
+    }
+
+    /// The job states the set is made of; a store write that takes a job out of the set checks
+    /// the job is still in one of them.
+    pub fn states(self) -> Vec<JobState> {
+        match self {
+            Set::Retries => vec![JobState::Running],
+            Set::Scheduled => vec![JobState::Pending],
+            Set::Dead => vec![JobState::Failed, JobState::Cancelled],
+        }
+    }
+
+    /// Whether a Faktory job is in the set at `now`.
+    pub fn contains(self, job: &Job, now: Timestamp) -> bool {
+        if !is_faktory(job) {
+            return false;
+        }
+        let s = &job.steps[0];
+        match self {
+            Set::Retries => {
+                job.state == JobState::Running
+                    && s.state == StepState::Ready
+                    && s.failures > 0
+                    && s.next_attempt_at.is_some_and(|t| t > now)
+            }
+            Set::Scheduled => job.state == JobState::Pending,
+            Set::Dead => matches!(job.state, JobState::Failed | JobState::Cancelled),
+        }
+    }
+}
+
+/// Whether a Faktory job waits in its queue at `now`: ready, due, not leased.
+pub fn is_enqueued(job: &Job, now: Timestamp) -> bool {
+    is_faktory(job)
+        && job.state == JobState::Running
+        && job.steps[0].state == StepState::Ready
+        && job.steps[0].next_attempt_at.is_none_or(|t| t <= now)
+}
+
 /// Whether an Overseer job was pushed over the Faktory protocol (its one step's payload is the
 /// Faktory job as received).
 pub fn is_faktory(job: &Job) -> bool {
@@ -196,13 +254,24 @@ pub struct FailInfo {
     pub failed_at: Timestamp,
 }
 
+/// Separates the backtrace from `errtype: message` in a step's `last_error`.
+const BACKTRACE_MARK: &str = "\n\nbacktrace:\n";
+
 impl FailInfo {
-    /// The error text recorded on the step: `errtype: message`.
+    /// The error text recorded on the step, so the failure survives restarts and is the same on
+    /// every node: `errtype: message`, then the backtrace (if any) one frame a line after a
+    /// `backtrace:` line.
     pub fn error_text(&self) -> String {
-        format!("{}: {}", self.errtype, self.message)
+        let mut text = format!("{}: {}", self.errtype, self.message);
+        if !self.backtrace.is_empty() {
+            text.push_str(BACKTRACE_MARK);
+            text.push_str(&self.backtrace.join("\n"));
+        }
+        text
     }
 
-    /// Reads back a step's `last_error` when no fuller record is at hand.
+    /// Reads back what [`FailInfo::error_text`] wrote in a step's `last_error` (or what the
+    /// core wrote for an expired reservation).
     pub fn parse(last_error: &str, failed_at: Timestamp) -> FailInfo {
         if last_error.starts_with("lease expired") {
             return FailInfo {
@@ -212,16 +281,136 @@ impl FailInfo {
                 failed_at,
             };
         }
-        let (errtype, message) = last_error
-            .split_once(": ")
-            .unwrap_or(("unknown", last_error));
+        let (head, backtrace) = match last_error.rsplit_once(BACKTRACE_MARK) {
+            Some((head, frames)) => (head, frames.lines().map(str::to_string).collect()),
+            None => (last_error, Vec::new()),
+        };
+        let (errtype, message) = head.split_once(": ").unwrap_or(("unknown", head));
         FailInfo {
             errtype: errtype.to_string(),
             message: message.to_string(),
-            backtrace: Vec::new(),
+            backtrace,
             failed_at,
         }
     }
+}
+
+/// The `retry_count` of the failure block a job carried when it was pushed or requeued, if any.
+fn prior_retry_count(payload: &Value) -> Option<i64> {
+    payload.get("failure")?.get("retry_count")?.as_i64()
+}
+
+/// Failures a Faktory job has had in all: those carried in its payload from earlier runs (a
+/// requeued job keeps its `failure` block, as in Faktory) plus those of its step.
+pub fn failures_in_all(job: &Job) -> i64 {
+    let s = &job.steps[0];
+    prior_retry_count(&s.payload).map_or(0, |c| c + 1) + i64::from(s.failures)
+}
+
+/// The Faktory job as a Faktory server would hold it now: the job as pushed, with its `failure`
+/// block once it has failed. `MUTATE` patterns are matched against this JSON.
+pub fn view(job: &Job, fail: Option<&FailInfo>) -> Value {
+    let mut v = for_fetch(job, 0, fail);
+    if let Some(obj) = v.as_object_mut() {
+        obj.remove("enqueued_at");
+    }
+    v
+}
+
+/// The spec of a Faktory job started over (`MUTATE requeue`): the job as Faktory holds it (see
+/// [`view`]), due at once, with the attempts its `retry` has left (at least one, as Faktory runs
+/// a requeued dead job once more).
+pub fn restart(
+    job: &Job,
+    fail: Option<&FailInfo>,
+    shape: &Shape,
+    limits: &Limits,
+    now: Timestamp,
+) -> Result<Pushed, String> {
+    let value = view(job, fail);
+    let retry = value
+        .get("retry")
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_RETRY);
+    let mut pushed = from_push(value, shape, limits, now)?;
+    pushed.spec.run_at = None;
+    let left = (retry.max(0) + 1 - failures_in_all(job)).max(1);
+    pushed.spec.steps[0].max_attempts = Some(max_attempts(left - 1, limits));
+    Ok(pushed)
+}
+
+/// Redis `MATCH` glob matching (what Faktory's `MUTATE` filter `regexp` is handed to): `*` any
+/// run, `?` any one character, `[abc]`, `[^a-z]` classes, `\x` a literal `x`.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // Iterative matcher with backtracking to the last `*` (linear in practice).
+    let (mut pi, mut ti) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        let step = if pi < p.len() {
+            match p[pi] {
+                '*' => {
+                    star = Some((pi, ti));
+                    pi += 1;
+                    continue;
+                }
+                '?' => Some(pi + 1),
+                '[' => class_match(&p, pi, t[ti]),
+                '\\' if pi + 1 < p.len() => (p[pi + 1] == t[ti]).then_some(pi + 2),
+                c => (c == t[ti]).then_some(pi + 1),
+            }
+        } else {
+            None
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                pi = next;
+                ti += 1;
+            }
+            (None, Some((sp, st))) => {
+                pi = sp + 1;
+                ti = st + 1;
+                star = Some((sp, st + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Matches `c` against the class opening at `p[open]`; the index after the class when it matches.
+fn class_match(p: &[char], open: usize, c: char) -> Option<usize> {
+    let mut i = open + 1;
+    let negate = p.get(i) == Some(&'^');
+    if negate {
+        i += 1;
+    }
+    let mut hit = false;
+    let mut first = true;
+    while i < p.len() && (p[i] != ']' || first) {
+        first = false;
+        let lo = if p[i] == '\\' && i + 1 < p.len() {
+            i += 1;
+            p[i]
+        } else {
+            p[i]
+        };
+        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+            let hi = p[i + 2];
+            let (lo, hi) = if lo <= hi { (lo, hi) } else { (hi, lo) };
+            hit |= (lo..=hi).contains(&c);
+            i += 3;
+        } else {
+            hit |= lo == c;
+            i += 1;
+        }
+    }
+    if i >= p.len() {
+        // An unclosed class: Redis treats the rest as the class; never matches past the end.
+        return None;
+    }
+    (hit != negate).then_some(i + 1)
 }
 
 /// The job a worker receives from `FETCH` for a leased step.
@@ -248,6 +437,7 @@ pub fn for_fetch(job: &Job, step: usize, fail: Option<&FailInfo>) -> Value {
                     .get("retry")
                     .and_then(Value::as_i64)
                     .unwrap_or(DEFAULT_RETRY);
+                let retry_count = failures_in_all(job) - 1;
                 let info = fail.cloned().unwrap_or_else(|| {
                     FailInfo::parse(
                         s.last_error.as_deref().unwrap_or("unknown"),
@@ -256,7 +446,7 @@ pub fn for_fetch(job: &Job, step: usize, fail: Option<&FailInfo>) -> Value {
                 });
                 obj.insert(
                     "failure".into(),
-                    failure_block(s.failures, retry, s.next_attempt_at, &info),
+                    failure_block(retry_count, retry, s.next_attempt_at, &info),
                 );
             }
         }
@@ -292,8 +482,12 @@ pub fn for_fetch(job: &Job, step: usize, fail: Option<&FailInfo>) -> Value {
     })
 }
 
-fn failure_block(failures: u32, retry: i64, next_at: Option<Timestamp>, info: &FailInfo) -> Value {
-    let retry_count = i64::from(failures.saturating_sub(1));
+fn failure_block(
+    retry_count: i64,
+    retry: i64,
+    next_at: Option<Timestamp>,
+    info: &FailInfo,
+) -> Value {
     let mut block = json!({
         "retry_count": retry_count,
         "remaining": (retry - retry_count).max(0),
@@ -375,6 +569,52 @@ mod tests {
         assert_eq!(max_attempts(-1, &l), 1);
         assert_eq!(max_attempts(25, &l), 26);
         assert_eq!(reserve_timeout(None, Span::from_secs(60)), DEFAULT_RESERVE);
+    }
+
+    // Proves the MUTATE filter pattern follows Redis glob rules, on the JSON a client matches.
+    #[test]
+    fn glob_matches_like_redis() {
+        let text = r#"{"args":["fizz"],"jid":"j1","jobtype":"t"}"#;
+        let cases = [
+            (r#"*\"args\":\[\"fizz\"\]*"#, true),
+            (r#"*\"args\":\[\"buzz\"\]*"#, false),
+            (r#"*"args":[[]"fi?z"\]*"#, true),
+            (r#"*"jid":"j[0-9]"*"#, true),
+            (r#"*"jid":"j[^0-9]"*"#, false),
+            ("*", true),
+            ("{*}", true),
+            ("*}x", false),
+            ("", false),
+        ];
+        for (pattern, expected) in cases {
+            assert_eq!(glob_match(pattern, text), expected, "{pattern}");
+        }
+        assert!(glob_match("", ""));
+        assert!(glob_match("a*b*c", "a-b-b-c"));
+        assert!(!glob_match("a*b*c", "a-b-b-"));
+    }
+
+    // Proves a FAIL report survives the step's `last_error` whole: errtype, message, backtrace.
+    #[test]
+    fn fail_info_round_trips_through_last_error() {
+        let at = Timestamp::from_millis(5);
+        let info = FailInfo {
+            errtype: "E".into(),
+            message: "bad: worse".into(),
+            backtrace: vec!["one".into(), "two".into()],
+            failed_at: at,
+        };
+        let back = FailInfo::parse(&info.error_text(), at);
+        assert_eq!(
+            (back.errtype, back.message, back.backtrace),
+            (
+                "E".to_string(),
+                "bad: worse".to_string(),
+                info.backtrace.clone()
+            )
+        );
+        let plain = FailInfo::parse("unknown: nope", at);
+        assert_eq!((plain.message.as_str(), plain.backtrace.len()), ("nope", 0));
     }
 
     // Proves the approximation of Faktory's retry delays stays within a factor of two at the ends.

@@ -37,7 +37,7 @@ pub mod conn;
 pub mod job;
 pub mod resp;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -142,8 +142,12 @@ struct Inner {
     workers: Mutex<HashMap<String, WorkerInfo>>,
     /// jid → the lease this node handed out for it.
     leases: Mutex<HashMap<String, Held>>,
-    /// jid → the last FAIL report, for the `failure` block (bounded).
+    /// jid → the last FAIL report, for the `failure` block (bounded). The step's `last_error`
+    /// keeps the same report durably; this only spares a parse.
     failures: Mutex<HashMap<String, FailInfo>>,
+    /// Queues pushed to through this node and not removed since: `INFO` lists them even when
+    /// empty, as Faktory lists the queues it knows (bounded).
+    queues: Mutex<BTreeSet<String>>,
     started: Instant,
     connections: AtomicU64,
     commands: AtomicU64,
@@ -154,6 +158,7 @@ struct Inner {
 }
 
 const FAILURES_KEPT: usize = 10_000;
+const QUEUES_KEPT: usize = 10_000;
 
 impl Faktory {
     pub fn new(app: App, config: Config) -> Faktory {
@@ -164,6 +169,7 @@ impl Faktory {
                 workers: Mutex::new(HashMap::new()),
                 leases: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
+                queues: Mutex::new(BTreeSet::new()),
                 started: Instant::now(),
                 connections: AtomicU64::new(0),
                 commands: AtomicU64::new(0),
@@ -414,6 +420,23 @@ impl Faktory {
 
     pub(crate) fn forget_failure(&self, jid: &str) {
         lock(&self.inner.failures).remove(jid);
+    }
+
+    /// Remembers a queue that was pushed to.
+    pub(crate) fn queue_known(&self, name: &str) {
+        let mut queues = lock(&self.inner.queues);
+        if queues.len() < QUEUES_KEPT && !queues.contains(name) {
+            queues.insert(name.to_string());
+        }
+    }
+
+    /// Forgets a removed queue.
+    pub(crate) fn queue_forget(&self, name: &str) {
+        lock(&self.inner.queues).remove(name);
+    }
+
+    pub(crate) fn queues_known(&self) -> BTreeSet<String> {
+        lock(&self.inner.queues).clone()
     }
 
     pub(crate) fn count_command(&self) {

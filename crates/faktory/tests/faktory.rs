@@ -748,8 +748,8 @@ async fn password_is_checked() {
     node.stop().await;
 }
 
-// Proves MUTATE kill takes a job out of the retry set (cancelled), and that what the store
-// cannot do yet answers a clear error.
+// Proves MUTATE kill takes a job out of the retry set (cancelled), and that bad operations and
+// targets answer Faktory's errors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_kill_on_retries() {
     let node = Node::start(overseer_faktory::Config {
@@ -770,8 +770,11 @@ async fn mutate_kill_on_retries() {
     bulk_json(raw.cmd("FETCH mq").await);
     let fail = r#"FAIL {"jid":"mutate-jid-01","errtype":"E","message":"m"}"#;
     assert_eq!(raw.cmd(fail).await, Answer::Simple("OK".into()));
-    let requeue = r#"MUTATE {"cmd":"requeue","target":"retries"}"#;
-    assert!(matches!(raw.cmd(requeue).await, Answer::Error(_)));
+    let bad_cmd = r#"MUTATE {"cmd":"explode","target":"retries"}"#;
+    assert_eq!(
+        raw.cmd(bad_cmd).await,
+        Answer::Error("ERR unknown mutate operation".into())
+    );
     let bad = r#"MUTATE {"cmd":"kill","target":"nowhere"}"#;
     assert_eq!(
         raw.cmd(bad).await,
@@ -780,6 +783,226 @@ async fn mutate_kill_on_retries() {
     let kill = r#"MUTATE {"cmd":"kill","target":"retries","filter":{"jids":["mutate-jid-01"]}}"#;
     assert_eq!(raw.cmd(kill).await, Answer::Simple("OK".into()));
     assert_eq!(node.job_by_jid("mutate-jid-01").await["state"], "cancelled");
+    drop(raw);
+    node.stop().await;
+}
+
+/// Pushes a job over a raw connection and expects `+OK`.
+async fn push_raw(raw: &mut Raw, job: Value) {
+    assert_eq!(
+        raw.cmd(&format!("PUSH {job}")).await,
+        Answer::Simple("OK".into())
+    );
+}
+
+/// The size INFO gives a queue (None when INFO does not list it).
+async fn queue_size(raw: &mut Raw, queue: &str) -> Option<u64> {
+    let info = bulk_json(raw.cmd("INFO").await);
+    info["faktory"]["queues"]
+        .get(queue)
+        .map(|v| v.as_u64().unwrap())
+}
+
+/// Fetches from `queue` and FAILs what came with a message and a backtrace; returns the job.
+async fn fetch_and_fail(raw: &mut Raw, queue: &str, message: &str) -> Value {
+    let job = bulk_json(raw.cmd(&format!("FETCH {queue}")).await);
+    let fail = json!({"jid": job["jid"], "errtype": "Boom", "message": message,
+        "backtrace": ["at a.rs:1", "at b.rs:2"]});
+    assert_eq!(
+        raw.cmd(&format!("FAIL {fail}")).await,
+        Answer::Simple("OK".into())
+    );
+    job
+}
+
+// Proves the MUTATE sets move jobs as Faktory's do: kill moves scheduled jobs to the dead set,
+// requeue brings dead and retrying jobs back to their queue at once (keeping the failure block,
+// backtrace included, and the retry count), discard deletes, and filters follow Faktory's
+// precedence (pattern with jobtype, else jobtype, else jids).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutate_moves_jobs_between_sets() {
+    let node = Node::start(overseer_faktory::Config {
+        backoff: Backoff {
+            initial: Span::from_secs(600),
+            factor: 1.0,
+            max: Span::from_secs(600),
+        },
+        ..fast()
+    })
+    .await;
+    let mut raw = Raw::connect(&node.faktory, Some("mutator-00000000000000000000002")).await;
+    let soon = "2999-01-01T00:00:00Z";
+    for (jid, arg) in [("mset-jid-fizz", "fizz"), ("mset-jid-buzz", "buzz")] {
+        let job = json!({"jid": jid, "jobtype": "mset", "args": [arg], "queue": "mq2",
+            "at": soon, "retry": 3});
+        push_raw(&mut raw, job).await;
+    }
+    let other = json!({"jid": "mset-jid-other", "jobtype": "other", "args": ["fizz"],
+        "queue": "mq2", "at": soon});
+    push_raw(&mut raw, other).await;
+    assert_eq!(
+        queue_size(&mut raw, "mq2").await,
+        Some(0),
+        "scheduled, not enqueued"
+    );
+
+    // kill by jobtype: both mset jobs go to the dead set (cancelled), `other` stays scheduled.
+    let kill = r#"MUTATE {"cmd":"kill","target":"scheduled","filter":{"jobtype":"mset"}}"#;
+    assert_eq!(raw.cmd(kill).await, Answer::Simple("OK".into()));
+    assert_eq!(node.job_by_jid("mset-jid-fizz").await["state"], "cancelled");
+    assert_eq!(node.job_by_jid("mset-jid-other").await["state"], "pending");
+
+    // requeue the dead set: both run now.
+    let requeue_dead = r#"MUTATE {"cmd":"requeue","target":"dead","filter":{"jobtype":"mset"}}"#;
+    assert_eq!(raw.cmd(requeue_dead).await, Answer::Simple("OK".into()));
+    assert_eq!(queue_size(&mut raw, "mq2").await, Some(2));
+    let fizz = node.job_by_jid("mset-jid-fizz").await;
+    assert_eq!(fizz["state"], "running");
+    assert_eq!(
+        fizz["steps"][0]["max_attempts"], 4,
+        "retry 3 → 4 attempts left"
+    );
+
+    // Fail both: they wait in the retries set (600 s backoff), not in the queue.
+    fetch_and_fail(&mut raw, "mq2", "first").await;
+    fetch_and_fail(&mut raw, "mq2", "first").await;
+    assert_eq!(queue_size(&mut raw, "mq2").await, Some(0));
+    assert_eq!(raw.cmd("FETCH mq2").await, Answer::Bulk(None));
+
+    // A pattern with a jobtype: only the fizz job of type mset (not `other`, not buzz).
+    // `[[]` is a class holding `[`, `\]` an escaped `]`: Redis glob syntax.
+    let by_pattern = json!({"cmd": "requeue", "target": "retries",
+        "filter": {"jobtype": "mset", "regexp": r#"*"args":[[]"fizz"\]*"#}});
+    assert_eq!(
+        raw.cmd(&format!("MUTATE {by_pattern}")).await,
+        Answer::Simple("OK".into())
+    );
+    assert_eq!(queue_size(&mut raw, "mq2").await, Some(1));
+    let again = bulk_json(raw.cmd("FETCH mq2").await);
+    assert_eq!(again["jid"], "mset-jid-fizz");
+    let failure = &again["failure"];
+    assert_eq!(failure["message"], "first");
+    assert_eq!(failure["errtype"], "Boom");
+    assert_eq!(failure["retry_count"], 0);
+    assert_eq!(failure["remaining"], 3);
+    assert_eq!(failure["backtrace"], json!(["at a.rs:1", "at b.rs:2"]));
+    // It fails again: the retry count carries on from the requeued failure.
+    let fail = json!({"jid": "mset-jid-fizz", "errtype": "Boom", "message": "second"});
+    assert_eq!(
+        raw.cmd(&format!("FAIL {fail}")).await,
+        Answer::Simple("OK".into())
+    );
+    let by_jid =
+        r#"MUTATE {"cmd":"requeue","target":"retries","filter":{"jids":["mset-jid-fizz"]}}"#;
+    assert_eq!(raw.cmd(by_jid).await, Answer::Simple("OK".into()));
+    let third = bulk_json(raw.cmd("FETCH mq2").await);
+    assert_eq!(third["failure"]["retry_count"], 1);
+    assert_eq!(third["failure"]["message"], "second");
+    assert_eq!(third["failure"]["remaining"], 2);
+    let ack = json!({"jid": "mset-jid-fizz"});
+    assert_eq!(
+        raw.cmd(&format!("ACK {ack}")).await,
+        Answer::Simple("OK".into())
+    );
+
+    // discard the retries set by jid: buzz is deleted for good, whatever else it matches.
+    let discard =
+        r#"MUTATE {"cmd":"discard","target":"retries","filter":{"jids":["mset-jid-buzz"]}}"#;
+    assert_eq!(raw.cmd(discard).await, Answer::Simple("OK".into()));
+    assert!(node.job_by_jid("mset-jid-buzz").await.is_null());
+    for target in ["retries", "scheduled", "dead"] {
+        let all = format!(
+            r#"MUTATE {{"cmd":"requeue","target":"{target}","filter":{{"jobtype":"mset"}}}}"#
+        );
+        assert_eq!(raw.cmd(&all).await, Answer::Simple("OK".into()));
+    }
+    assert_eq!(raw.cmd("FETCH mq2").await, Answer::Bulk(None));
+
+    // clear empties a whole set, filter or not.
+    let clear = r#"MUTATE {"cmd":"clear","target":"scheduled","filter":{"jobtype":"nothing"}}"#;
+    assert_eq!(raw.cmd(clear).await, Answer::Simple("OK".into()));
+    assert!(node.job_by_jid("mset-jid-other").await.is_null());
+    assert_eq!(node.job_by_jid("mset-jid-fizz").await["state"], "succeeded");
+    drop(raw);
+    node.stop().await;
+}
+
+// Proves QUEUE REMOVE deletes a queue's waiting jobs (not its retries or HTTP jobs) and INFO then
+// forgets it; `*` takes every queue; QUEUE LATENCY reports the oldest waiting job's age.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_remove_and_latency() {
+    let node = Node::start(overseer_faktory::Config {
+        backoff: Backoff {
+            initial: Span::from_secs(600),
+            factor: 1.0,
+            max: Span::from_secs(600),
+        },
+        ..fast()
+    })
+    .await;
+    let mut raw = Raw::connect(&node.faktory, Some("remover-000000000000000000000001")).await;
+    for n in 0..3 {
+        let job = json!({"jid": format!("remove-jid-{n:02}"), "jobtype": "r", "args": [n],
+            "queue": "rq"});
+        push_raw(&mut raw, job).await;
+    }
+    push_raw(
+        &mut raw,
+        json!({"jid": "remove-jid-other", "jobtype": "r", "args": [], "queue": "rq-other"}),
+    )
+    .await;
+    let failed = fetch_and_fail(&mut raw, "rq", "retry me").await;
+    assert_eq!(queue_size(&mut raw, "rq").await, Some(2));
+    // An HTTP job whose step runs on the same agent name.
+    let http_job = json!({"steps": [{"name": "s", "agent": "rq"}]});
+    let res = reqwest::Client::new()
+        .post(format!("{}/v1/jobs", node.http))
+        .json(&http_job)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    let http_id = res.json::<Value>().await.unwrap()["id"].clone();
+
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let latency = bulk_json(raw.cmd("QUEUE LATENCY rq nothing-here").await);
+    assert!(latency["rq"].as_f64().unwrap() > 0.0, "{latency}");
+    assert_eq!(latency["nothing-here"].as_f64(), Some(0.0));
+    assert_eq!(
+        raw.cmd("QUEUE LATENCY").await,
+        Answer::Error("ERR invalid format".into())
+    );
+
+    assert_eq!(
+        raw.cmd("QUEUE REMOVE rq").await,
+        Answer::Simple("OK".into())
+    );
+    assert_eq!(
+        queue_size(&mut raw, "rq").await,
+        Some(1),
+        "the HTTP step remains"
+    );
+    for n in [1, 2] {
+        assert!(node
+            .job_by_jid(&format!("remove-jid-{n:02}"))
+            .await
+            .is_null());
+    }
+    let retrying = node.job_by_jid(failed["jid"].as_str().unwrap()).await;
+    assert_eq!(retrying["state"], "running", "the retries set is untouched");
+    let url = format!("{}/v1/jobs/{}", node.http, http_id.as_str().unwrap());
+    let http_state = reqwest::get(url)
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(http_state["state"], "running");
+
+    assert_eq!(queue_size(&mut raw, "rq-other").await, Some(1));
+    assert_eq!(raw.cmd("QUEUE REMOVE *").await, Answer::Simple("OK".into()));
+    assert_eq!(queue_size(&mut raw, "rq-other").await, None);
+    assert!(node.job_by_jid("remove-jid-other").await.is_null());
     drop(raw);
     node.stop().await;
 }

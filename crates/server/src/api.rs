@@ -11,11 +11,12 @@ use overseer_core::schedule::{CronSchedule, ScheduleSpec};
 use overseer_core::spec::{decode_bytes, JobSpec};
 use overseer_core::wire::{
     AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
-    HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseRequest,
-    LeaseResponse, OperatorRequest, WorkerView,
+    HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseOutcome,
+    LeaseRequest, LeaseResponse, OperatorRequest, ReportBatch, ReportBatchResponse, ReportResult,
+    WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
-use overseer_store::{AgentSettings, Claim, JobQuery, NewJob, Schedule, Submitted};
+use overseer_store::{AgentSettings, Claim, JobQuery, LeaseReport, NewJob, Schedule, Submitted};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -45,6 +46,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/leases/{lease_id}/heartbeat", post(heartbeat))
         .route("/v1/leases/{lease_id}/complete", post(complete))
         .route("/v1/leases/{lease_id}/fail", post(fail))
+        .route("/v1/leases:report", post(report_batch))
         .route("/v1/schedules", get(list_schedules).post(create_schedule))
         .route(
             "/v1/schedules/{name}",
@@ -545,35 +547,45 @@ async fn report(
         .ok_or_else(|| ApiError::not_found(format!("lease {lease_id} not found")))?;
     let command = make(lease.step, lease.attempt);
     let name = command.name();
-    let t = match app
+    match app
         .store()
         .job_apply(lease.job_id, command, app.now())
         .await
     {
-        Ok(t) => t,
-        Err(e) => {
-            let outcome = match &e {
-                overseer_store::Error::Rejected(_) => "lease_lost",
-                _ => "error",
-            };
-            app.metrics().report(name, outcome);
-            return Err(e.into());
+        Ok(t) => {
+            reported(app, name, lease.step, &t);
+            Ok(t)
         }
-    };
+        Err(e) => {
+            report_refused(app, name, &e);
+            Err(e.into())
+        }
+    }
+}
+
+/// What follows a committed report: its metric, its effects, and a wake-up for the agent
+/// whose slot under `max_concurrency` the ended lease may have freed.
+fn reported(app: &App, name: &'static str, step: usize, t: &Transition) {
     let outcome = if matches!(t.reply, Reply::Refused(_)) {
         "lease_lost"
     } else {
         "ok"
     };
     app.metrics().report(name, outcome);
-    app.committed(&t);
+    app.committed(t);
     if name != "heartbeat" {
-        // The lease ended: a slot under the agent's max_concurrency may have freed.
-        if let Some(s) = t.job.steps.get(lease.step) {
+        if let Some(s) = t.job.steps.get(step) {
             app.notifier().wake_agent(s.claim_agent_of_lease());
         }
     }
-    Ok(t)
+}
+
+fn report_refused(app: &App, name: &'static str, e: &overseer_store::Error) {
+    let outcome = match e {
+        overseer_store::Error::Rejected(_) => "lease_lost",
+        _ => "error",
+    };
+    app.metrics().report(name, outcome);
 }
 
 async fn heartbeat(
@@ -619,14 +631,7 @@ async fn complete(
     OptionalBody(req): OptionalBody<CompleteRequest>,
 ) -> Result<Json<Value>> {
     let result = req.result.unwrap_or(Value::Null);
-    let size = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
-    let max = app.limits().result_bytes;
-    if size > max {
-        return Err(ApiError::too_large(
-            "result",
-            format!("result is {size} bytes, more than the limit of {max}"),
-        ));
-    }
+    check_result_size(&app, &result, "result")?;
     let t = report(&app, &lease_id, |step, attempt| Command::Complete {
         step,
         attempt,
@@ -636,12 +641,8 @@ async fn complete(
     report_answer(&t, &lease_id)
 }
 
-async fn fail(
-    State(app): State<App>,
-    Path(lease_id): Path<String>,
-    Body(req): Body<FailRequest>,
-) -> Result<Json<Value>> {
-    let mut error = req.error;
+/// Cuts an error message to the configured size (on a character boundary), marking the cut.
+fn cut_error(app: &App, mut error: String) -> String {
     let max = app.limits().error_bytes;
     if error.len() > max {
         let mut cut = max;
@@ -651,6 +652,124 @@ async fn fail(
         error.truncate(cut);
         error.push('…');
     }
+    error
+}
+
+/// Refuses a result over the size limit; `field` names it in the problem.
+fn check_result_size(app: &App, result: &Value, field: &str) -> Result<()> {
+    let size = serde_json::to_vec(result).map(|v| v.len()).unwrap_or(0);
+    let max = app.limits().result_bytes;
+    if size > max {
+        return Err(ApiError::too_large(
+            field,
+            format!("result is {size} bytes, more than the limit of {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /v1/leases:report`: many leases' outcomes in one call and one commit. Each report is
+/// checked, fenced and applied as its own `complete`/`fail` call would be, and answered in
+/// `results` with the status that call would have had; the call itself fails only when the
+/// request is malformed or the store cannot commit (then none of them was applied).
+async fn report_batch(
+    State(app): State<App>,
+    Body(req): Body<ReportBatch>,
+) -> Result<Json<ReportBatchResponse>> {
+    let max = app.limits().leases_per_call;
+    if req.reports.is_empty() || req.reports.len() > max {
+        return Err(ApiError::bad_request(
+            "reports",
+            format!("reports must hold between 1 and {max} lease outcomes"),
+        ));
+    }
+    app.metrics().report_batches.inc();
+    app.metrics()
+        .reports_batched
+        .inc_by(req.reports.len() as u64);
+    let mut results: Vec<Option<ReportResult>> = vec![None; req.reports.len()];
+    let mut batch = Vec::with_capacity(req.reports.len());
+    let mut positions = Vec::with_capacity(req.reports.len());
+    for (i, report) in req.reports.into_iter().enumerate() {
+        let lease_id = report.lease_id();
+        let report = match report {
+            LeaseOutcome::Complete { result, .. } => {
+                let result = result.unwrap_or(Value::Null);
+                if let Err(e) = check_result_size(&app, &result, &format!("reports[{i}].result")) {
+                    results[i] = Some(report_problem(lease_id, e));
+                    continue;
+                }
+                LeaseReport::Complete { result }
+            }
+            LeaseOutcome::Fail {
+                error, retryable, ..
+            } => LeaseReport::Fail {
+                error: cut_error(&app, error),
+                retryable,
+                jitter: app.jitter(),
+            },
+        };
+        positions.push((i, command_name(&report)));
+        batch.push((lease_id, report));
+    }
+    let lease_ids: Vec<LeaseId> = batch.iter().map(|(id, _)| *id).collect();
+    let outcomes = if batch.is_empty() {
+        Vec::new()
+    } else {
+        app.store().leases_report(batch, app.now()).await?
+    };
+    for (((i, name), lease_id), outcome) in positions.into_iter().zip(lease_ids).zip(outcomes) {
+        results[i] = Some(match outcome {
+            Ok((lease, t)) => {
+                reported(&app, name, lease.step, &t);
+                match &t.reply {
+                    Reply::Refused(r) => report_problem(lease_id, r.clone().into()),
+                    _ => ReportResult {
+                        lease_id,
+                        status: StatusCode::OK.as_u16(),
+                        job_id: Some(t.job.id),
+                        job_state: Some(t.job.state),
+                        problem: None,
+                    },
+                }
+            }
+            Err(e) => {
+                report_refused(&app, name, &e);
+                report_problem(lease_id, e.into())
+            }
+        });
+    }
+    let results = results
+        .into_iter()
+        .map(|r| r.expect("every report is answered"))
+        .collect();
+    Ok(Json(ReportBatchResponse { results }))
+}
+
+fn command_name(report: &LeaseReport) -> &'static str {
+    match report {
+        LeaseReport::Complete { .. } => "complete",
+        LeaseReport::Fail { .. } => "fail",
+    }
+}
+
+fn report_problem(lease_id: LeaseId, e: ApiError) -> ReportResult {
+    let problem = e.problem();
+    ReportResult {
+        lease_id,
+        status: problem.status,
+        job_id: None,
+        job_state: None,
+        problem: Some(problem),
+    }
+}
+
+async fn fail(
+    State(app): State<App>,
+    Path(lease_id): Path<String>,
+    Body(req): Body<FailRequest>,
+) -> Result<Json<Value>> {
+    let error = cut_error(&app, req.error);
     let jitter = app.jitter();
     let retryable = req.retryable;
     let t = report(&app, &lease_id, |step, attempt| Command::Fail {

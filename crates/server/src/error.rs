@@ -139,27 +139,35 @@ impl From<Rejection> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The problem document this error answers with.
+    pub fn problem(self) -> Problem {
         let title = self
             .status
             .canonical_reason()
             .unwrap_or("Error")
             .to_string();
-        let problem = Problem {
+        Problem {
             kind: format!("https://overseer.dev/problems/{}", self.kind),
             title,
             status: self.status.as_u16(),
             detail: self.detail,
             field: self.field,
-        };
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status;
+        let problem = self.problem();
         let body = serde_json::to_vec(&problem).unwrap_or_default();
-        let mut res = (self.status, body).into_response();
+        let mut res = (status, body).into_response();
         res.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

@@ -44,6 +44,9 @@ pub struct Metrics {
     pub leases_granted: Family<AgentLabel, Counter>,
     pub leases_expired: Counter,
     pub reports: Family<ReportLabel, Counter>,
+    /// `POST /v1/leases:report` calls, and the reports they carried.
+    pub report_batches: Counter,
+    pub reports_batched: Counter,
     pub alerts: Family<KindLabel, Counter>,
     pub deliveries: Family<DeliveryLabel, Counter>,
     pub repairs: Counter,
@@ -64,6 +67,8 @@ impl Default for Metrics {
             leases_granted: Family::default(),
             leases_expired: Counter::default(),
             reports: Family::default(),
+            report_batches: Counter::default(),
+            reports_batched: Counter::default(),
             alerts: Family::default(),
             deliveries: Family::default(),
             repairs: Counter::default(),
@@ -99,6 +104,16 @@ impl Default for Metrics {
             "reports",
             "Agent reports by kind and outcome",
             m.reports.clone(),
+        );
+        registry.register(
+            "report_batches",
+            "Batch report calls (POST /v1/leases:report)",
+            m.report_batches.clone(),
+        );
+        registry.register(
+            "reports_batched",
+            "Agent reports that arrived in batch report calls",
+            m.reports_batched.clone(),
         );
         registry.register("alerts", "Alerts raised, by kind", m.alerts.clone());
         registry.register(

@@ -307,4 +307,28 @@ impl Store for SimStore {
         self.crash.before_write()?;
         self.inner.schedule_fire(fire, fence).await
     }
+
+    async fn jobs_delete(
+        &self,
+        ids: Vec<JobId>,
+        states: Vec<overseer_core::JobState>,
+    ) -> Result<Vec<JobId>> {
+        self.crash.before_write()?;
+        self.inner.jobs_delete(ids, states).await
+    }
+
+    async fn job_replace(
+        &self,
+        old: JobId,
+        states: Vec<overseer_core::JobState>,
+        new: NewJob,
+    ) -> Result<Option<Transition>> {
+        self.crash.before_write()?;
+        self.inner.job_replace(old, states, new).await
+    }
+
+    async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>> {
+        self.crash.check_alive()?;
+        self.inner.agents_ready_now(now).await
+    }
 }

@@ -67,6 +67,7 @@ macro_rules! conformance_tests {
             concurrent_claims_lease_each_step_once,
             complete_promotes_dependants_and_finishes_job,
             stale_report_is_rejected_and_changes_nothing,
+            lease_reports_apply_each_and_refuse_only_their_own,
             expired_lease_requeues_with_backoff,
             run_at_jobs_come_due_and_activate,
             history_keeps_the_newest_events,
@@ -98,6 +99,9 @@ macro_rules! conformance_tests {
             schedule_fire_with_a_stale_due_time_writes_nothing,
             schedule_fire_is_fenced,
             next_due_at_includes_schedules,
+            jobs_delete_removes_only_unleased_jobs_in_the_given_states,
+            job_replace_starts_a_job_over_under_the_same_key,
+            agents_ready_now_counts_only_due_claimable_steps,
         );
     };
     (@cases ($make:expr) $($case:ident),+ $(,)?) => {
@@ -754,6 +758,100 @@ pub async fn stale_report_is_rejected_and_changes_nothing(f: &Fixture) {
     }
     assert_eq!(get(store, id).await, before);
     assert_eq!(all_events(store, id).await, history);
+}
+
+// Proves a batch of lease reports is applied report by report: completions and failures land
+// as their own calls would, while an unknown lease, a superseded attempt and a second report for
+// the same lease are refused without touching the reports around them.
+pub async fn lease_reports_apply_each_and_refuse_only_their_own(f: &Fixture) {
+    let store = &*f.store;
+    let retrying = spec(
+        json!({"steps": [{"name": "s", "agent": "w", "backoff": {"initial": "1s", "factor": 1, "max": "1s"}}]}),
+    );
+    let short = spec(json!({"steps": [{"name": "s", "agent": "w", "timeout": "1s"}]}));
+    for n in 1..=3 {
+        submit(store, admitted(job_id(n), &retrying, at(0))).await;
+    }
+    submit(store, admitted(job_id(4), &short, at(0))).await;
+    let claimed = claim(store, "w", 4, 1, at(10)).await;
+    assert_eq!(claimed.len(), 4);
+    let lease_of = |id: JobId| {
+        let c = claimed
+            .iter()
+            .find(|c| c.transition.job.id == id)
+            .expect("claimed");
+        c.transition.job.steps[c.step]
+            .lease_id
+            .expect("leased step has a lease id")
+    };
+    // Job 4's lease expires and is taken again: its first lease is superseded.
+    let (l1, l2, l4) = (
+        lease_of(job_id(1)),
+        lease_of(job_id(2)),
+        lease_of(job_id(4)),
+    );
+    let expired = Command::Expire {
+        step: 0,
+        attempt: 1,
+        jitter: 0.0,
+    };
+    apply(store, job_id(4), expired, at(1_010)).await;
+    let again = claim(store, "w", 1, 100, at(2_100)).await;
+    assert_eq!(claimed_jobs(&again), vec![job_id(4)]);
+    let job4_before = get(store, job_id(4)).await;
+    let job3_before = get(store, job_id(3)).await;
+
+    let complete = |v: Value| crate::LeaseReport::Complete { result: v };
+    let reports = vec![
+        (l1, complete(json!({"n": 1}))),
+        (
+            l2,
+            crate::LeaseReport::Fail {
+                error: "boom".into(),
+                retryable: true,
+                jitter: 0.0,
+            },
+        ),
+        (lease_id(999), complete(json!("nobody's"))),
+        (l4, complete(json!("late"))),
+        (l1, complete(json!("twice"))),
+    ];
+    let out = store
+        .leases_report(reports, at(2_200))
+        .await
+        .expect("a batch with refusals still commits");
+    assert_eq!(out.len(), 5);
+
+    let (lease, t) = out[0].as_ref().expect("first report applies");
+    assert_eq!(
+        (lease.lease_id, lease.job_id, lease.step),
+        (l1, job_id(1), 0)
+    );
+    assert_eq!(t.job.state, JobState::Succeeded);
+    let (_, t) = out[1].as_ref().expect("second report applies");
+    assert_eq!(t.job.steps[0].state, StepState::Ready);
+    assert_eq!(t.job.steps[0].next_attempt_at, Some(at(3_200)));
+    assert!(matches!(out[2], Err(Error::LeaseNotFound(l)) if l == lease_id(999)));
+    // A refusal is an `Err(Rejected)` or a committed refusal reply, as the same `job_apply`
+    // would answer; either way nothing about the job changes.
+    let refused = |o: &crate::Reported| match o {
+        Err(Error::Rejected(_)) => true,
+        Ok((_, t)) => matches!(t.reply, Reply::Refused(_)),
+        Err(_) => false,
+    };
+    assert!(refused(&out[3]), "superseded lease: {:?}", out[3]);
+    assert!(refused(&out[4]), "second report of one lease: {:?}", out[4]);
+
+    assert_eq!(
+        get(store, job_id(1)).await.steps[0].result,
+        Some(json!({"n": 1}))
+    );
+    let job4 = get(store, job_id(4)).await;
+    assert_eq!(job4.steps[0].state, job4_before.steps[0].state);
+    assert_eq!(job4.steps[0].attempt, 2);
+    assert_eq!(job4.steps[0].result, None);
+    // A lease left out of the batch is untouched.
+    assert_eq!(get(store, job_id(3)).await, job3_before);
 }
 
 // Proves an expired lease is listed by `leases_expired` exactly from its expiry on, and that
@@ -2740,4 +2838,214 @@ pub async fn next_due_at_includes_schedules(f: &Fixture) {
         .await
         .expect("pause");
     assert_eq!(store.next_due_at(at(2)).await.expect("next"), None);
+}
+
+// Proves `jobs_delete` removes exactly the jobs in the given states holding no live lease, with
+// their labels and history, skips missing, leased and other-state jobs, and frees their keys.
+pub async fn jobs_delete_removes_only_unleased_jobs_in_the_given_states(f: &Fixture) {
+    let store = &*f.store;
+    let keyed = |n: u64| {
+        spec(
+            json!({"idempotency_key": format!("k{n}"), "labels": {"set": "x"},
+            "steps": [{"name": "s", "agent": "a"}]}),
+        )
+    };
+    for n in 1..=3 {
+        submit(store, admitted(job_id(n), &keyed(n), at(0))).await;
+    }
+    let later = spec(json!({"run_at": at(60_000), "steps": [{"name": "s", "agent": "a"}]}));
+    submit(store, admitted(job_id(4), &later, at(0))).await;
+    // Job 1 is leased; job 2 and 3 stay ready; job 4 is pending.
+    let leased = claim(store, "a", 1, 1, at(1)).await;
+    assert_eq!(claimed_jobs(&leased), vec![job_id(1)]);
+
+    let deleted = store
+        .jobs_delete(
+            vec![job_id(1), job_id(2), job_id(4), job_id(99)],
+            vec![JobState::Running],
+        )
+        .await
+        .expect("delete");
+    assert_eq!(
+        deleted,
+        vec![job_id(2)],
+        "leased, pending and missing jobs stay"
+    );
+    assert!(store.job_get(job_id(2)).await.expect("get").is_none());
+    assert!(matches!(
+        store.job_events(job_id(2), 0, 10).await,
+        Err(Error::JobNotFound(_))
+    ));
+    let listed = store
+        .jobs_list(JobQuery {
+            labels: vec![("set".into(), "x".into())],
+            limit: 10,
+            ..JobQuery::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(ids(&listed), vec![job_id(3), job_id(1)]);
+    // Its ready step is gone from claims and counts: only job 3 is left to claim.
+    let next = claim(store, "a", 5, 10, at(2)).await;
+    assert_eq!(claimed_jobs(&next), vec![job_id(3)]);
+
+    // Pending and finished jobs go when their state is named; the key is free again.
+    let done = Command::Complete {
+        step: 0,
+        attempt: 1,
+        result: Value::Null,
+    };
+    apply(store, job_id(3), done, at(3)).await;
+    let deleted = store
+        .jobs_delete(
+            vec![job_id(3), job_id(4), job_id(1)],
+            vec![JobState::Pending, JobState::Succeeded, JobState::Failed],
+        )
+        .await
+        .expect("delete");
+    assert_eq!(deleted, vec![job_id(3), job_id(4)]);
+    assert_eq!(
+        store.next_due_at(at(4)).await.expect("next due"),
+        get(store, job_id(1)).await.steps[0].lease_expires_at,
+        "the deleted pending job no longer makes the supervisor wake up"
+    );
+    submit(store, admitted(job_id(5), &keyed(3), at(5))).await;
+    assert!(store
+        .jobs_delete(Vec::new(), vec![JobState::Running])
+        .await
+        .expect("nothing")
+        .is_empty());
+}
+
+// Proves `job_replace` swaps an unleased job for a new one under the same idempotency key in one
+// step, refuses (writing nothing) when the old job is leased, missing or in another state, and
+// rolls the delete back when the new key belongs to a third job.
+pub async fn job_replace_starts_a_job_over_under_the_same_key(f: &Fixture) {
+    let store = &*f.store;
+    let body = |payload: i64| {
+        spec(
+            json!({"idempotency_key": "same", "steps": [{"name": "s", "agent": "a",
+            "payload": payload, "max_attempts": 1}]}),
+        )
+    };
+    submit(store, admitted(job_id(1), &body(1), at(0))).await;
+    let c = claim(store, "a", 1, 1, at(1)).await;
+    assert_eq!(claimed_jobs(&c), vec![job_id(1)]);
+    // Leased: not replaceable.
+    let refused = store
+        .job_replace(
+            job_id(1),
+            vec![JobState::Running],
+            admitted(job_id(2), &body(2), at(2)),
+        )
+        .await
+        .expect("replace");
+    assert!(refused.is_none());
+    assert!(store.job_get(job_id(2)).await.expect("get").is_none());
+    apply(store, job_id(1), fatal(0, 1, "boom"), at(3)).await;
+    assert_eq!(get(store, job_id(1)).await.state, JobState::Failed);
+    // Wrong expected state: nothing written.
+    let refused = store
+        .job_replace(
+            job_id(1),
+            vec![JobState::Running],
+            admitted(job_id(2), &body(2), at(4)),
+        )
+        .await
+        .expect("replace");
+    assert!(refused.is_none());
+    assert_eq!(get(store, job_id(1)).await.state, JobState::Failed);
+
+    // The failed job starts over as job 2, under the same key, ready at once.
+    let t = store
+        .job_replace(
+            job_id(1),
+            vec![JobState::Failed],
+            admitted(job_id(2), &body(2), at(5)),
+        )
+        .await
+        .expect("replace")
+        .expect("replaced");
+    assert_eq!(t.job.id, job_id(2));
+    assert!(store.job_get(job_id(1)).await.expect("get").is_none());
+    let again = claim(store, "a", 1, 2, at(6)).await;
+    assert_eq!(claimed_jobs(&again), vec![job_id(2)]);
+    assert_eq!(again[0].transition.job.steps[0].payload, json!(2));
+    // The same key submitted again finds the replacement.
+    match store
+        .jobs_submit(vec![admitted(job_id(3), &body(2), at(7))])
+        .await
+        .expect("resubmit")
+        .pop()
+    {
+        Some(Submitted::Existing(j)) => assert_eq!(j.id, job_id(2)),
+        other => panic!("expected the replacement, got {other:?}"),
+    }
+
+    // A replacement whose key a third job holds is refused and the old job stays.
+    let other = spec(json!({"idempotency_key": "other", "steps": [{"name": "s", "agent": "b"}]}));
+    submit(store, admitted(job_id(4), &other, at(8))).await;
+    let taken = spec(json!({"idempotency_key": "same", "steps": [{"name": "s", "agent": "b"}]}));
+    let err = store
+        .job_replace(
+            job_id(4),
+            vec![JobState::Running],
+            admitted(job_id(5), &taken, at(9)),
+        )
+        .await
+        .expect_err("key taken");
+    assert!(matches!(err, Error::IdempotencyConflict { .. }), "{err:?}");
+    assert_eq!(get(store, job_id(4)).await.state, JobState::Running);
+    assert!(store.job_get(job_id(5)).await.expect("get").is_none());
+    assert!(store
+        .job_replace(
+            job_id(99),
+            vec![JobState::Running],
+            admitted(job_id(6), &other, at(10))
+        )
+        .await
+        .expect("missing")
+        .is_none());
+}
+
+// Proves `agents_ready_now` counts claimable steps that are due, by the agent that may claim them,
+// leaving out leased steps, retries still backing off, pending and finished jobs.
+pub async fn agents_ready_now_counts_only_due_claimable_steps(f: &Fixture) {
+    let store = &*f.store;
+    let backing_off = spec(
+        json!({"steps": [{"name": "s", "agent": "b", "backoff": {"initial": "1m", "factor": 1, "max": "1m"}}]}),
+    );
+    submit(store, admitted(job_id(1), &one_step("a"), at(0))).await;
+    submit(store, admitted(job_id(2), &one_step("a"), at(0))).await;
+    submit(store, admitted(job_id(3), &backing_off, at(0))).await;
+    submit(store, admitted(job_id(4), &one_step("b"), at(0))).await;
+    let later = spec(json!({"run_at": at(60_000), "steps": [{"name": "s", "agent": "c"}]}));
+    submit(store, admitted(job_id(5), &later, at(0))).await;
+    submit(store, admitted(job_id(6), &one_step("d"), at(0))).await;
+    apply(store, job_id(6), Command::Cancel, at(1)).await;
+
+    assert_eq!(
+        claimed_jobs(&claim(store, "b", 1, 1, at(1)).await),
+        vec![job_id(3)]
+    );
+    let retry = Command::Fail {
+        step: 0,
+        attempt: 1,
+        error: "later".into(),
+        retryable: true,
+        jitter: 0.0,
+    };
+    apply(store, job_id(3), retry, at(2)).await;
+    let now = store.agents_ready_now(at(3)).await.expect("ready now");
+    assert_eq!(now, vec![("a".to_string(), 2), ("b".to_string(), 1)]);
+    // Once the backoff is over, the retry counts too; a leased step never does.
+    assert_eq!(
+        claimed_jobs(&claim(store, "a", 1, 2, at(4)).await),
+        vec![job_id(1)]
+    );
+    let later = store
+        .agents_ready_now(at(62_002))
+        .await
+        .expect("ready later");
+    assert_eq!(later, vec![("a".to_string(), 1), ("b".to_string(), 2)]);
 }

@@ -237,6 +237,47 @@ pub enum FireOutcome {
     Stale,
 }
 
+/// What the holder of a lease reports, in a [`Store::leases_report`] batch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LeaseReport {
+    Complete {
+        result: serde_json::Value,
+    },
+    /// `jitter` in `[0, 1)` spreads a retry, as in [`Command::Fail`].
+    Fail {
+        error: String,
+        retryable: bool,
+        jitter: f64,
+    },
+}
+
+impl LeaseReport {
+    /// The command this report is for the attempt a lease stands for.
+    pub fn command(self, step: usize, attempt: u32) -> Command {
+        match self {
+            LeaseReport::Complete { result } => Command::Complete {
+                step,
+                attempt,
+                result,
+            },
+            LeaseReport::Fail {
+                error,
+                retryable,
+                jitter,
+            } => Command::Fail {
+                step,
+                attempt,
+                error,
+                retryable,
+                jitter,
+            },
+        }
+    }
+}
+
+/// One report's outcome: the lease it resolved to and the committed transition, or why not.
+pub type Reported = Result<(LeaseRef, Transition)>;
+
 /// Ready and running counts of one agent name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentCounts {
@@ -324,6 +365,33 @@ pub trait Store: Send + Sync + 'static {
     /// walks them a page at a time.
     async fn jobs_active(&self, after: Option<JobId>, limit: usize) -> Result<Vec<JobId>>;
 
+    /// Applies many lease holders' reports, each exactly as [`Store::lease_find`] followed by
+    /// [`Store::job_apply`] would: the lease resolves to its step and attempt, and the core's
+    /// fence refuses a report for an attempt that is no longer live. Answers one outcome per
+    /// report, in order; one report's refusal leaves the others untouched. The outer `Err`
+    /// means none of them was applied. Each applied report is durable before this returns.
+    ///
+    /// This default applies them one at a time; a backend may commit them together.
+    async fn leases_report(
+        &self,
+        reports: Vec<(LeaseId, LeaseReport)>,
+        now: Timestamp,
+    ) -> Result<Vec<Reported>> {
+        let mut out = Vec::with_capacity(reports.len());
+        for (lease_id, report) in reports {
+            let outcome = match self.lease_find(lease_id).await {
+                Ok(Some(lease)) => self
+                    .job_apply(lease.job_id, report.command(lease.step, lease.attempt), now)
+                    .await
+                    .map(|t| (lease, t)),
+                Ok(None) => Err(Error::LeaseNotFound(lease_id)),
+                Err(e) => Err(e),
+            };
+            out.push(outcome);
+        }
+        Ok(out)
+    }
+
     /// Whether the store answers at all (for `/readyz`).
     async fn ping(&self) -> Result<()>;
 
@@ -400,4 +468,32 @@ pub trait Store: Send + Sync + 'static {
     /// (idempotent on its key), and advances the schedule. A firing can be neither lost nor
     /// doubled, whatever crashes and however many nodes race.
     async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome>;
+
+    /// Deletes the jobs among `ids` that are in one of `states` and hold no live lease (no step
+    /// `Step::is_leased()`), with their steps, labels, history and lease records, each checked
+    /// and deleted in the write transaction; recorded deliveries stay (they outlive their job).
+    /// Missing jobs, jobs in another state and jobs with a live lease are left alone, so a
+    /// caller that looked at a job earlier cannot delete it after it moved on. Returns the ids
+    /// deleted, in the order given. Nothing else is needed to forget a job: an ordering key whose
+    /// head is deleted is headed by its next job.
+    async fn jobs_delete(&self, ids: Vec<JobId>, states: Vec<JobState>) -> Result<Vec<JobId>>;
+
+    /// Replaces job `old` by `new` in one transaction: deletes `old` exactly as
+    /// [`Store::jobs_delete`] would (only when in one of `states` with no live lease) and inserts
+    /// `new` as [`Store::jobs_submit`] would; `new` may reuse `old`'s idempotency key. So a job
+    /// can be started over (an operator's requeue) with no instant at which neither exists.
+    /// `Ok(None)` when `old` is missing or not removable: nothing written. When `new`'s key is
+    /// held by a third job, [`Error::IdempotencyConflict`] and nothing written.
+    async fn job_replace(
+        &self,
+        old: JobId,
+        states: Vec<JobState>,
+        new: NewJob,
+    ) -> Result<Option<Transition>>;
+
+    /// Per agent name, the claimable steps of unfinished jobs (by `Step::claim_agent()`) whose
+    /// `next_attempt_at` has come at `now`: what the agent could be handed right now, its
+    /// limits and pause aside (unlike [`Store::agents_counts`], retries still waiting out their
+    /// backoff are left out). Agents with none are left out; sorted by name.
+    async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>>;
 }

@@ -32,6 +32,7 @@
 mod control;
 mod jobs;
 mod listen;
+mod removal;
 mod rows;
 mod schema;
 
@@ -52,8 +53,8 @@ use tokio_postgres::{IsolationLevel, NoTls};
 use self::rows::{get, limit_param, query, query_one, to_u64, Lock};
 use crate::{
     AgentCounts, AgentSettings, Claim, ClaimResult, Delivery, DeliveryOutcome, Error, Fence, Fire,
-    FireOutcome, JobQuery, Leadership, LeaseRef, NewJob, OrderingKeyStatus, Result, Schedule,
-    Signal, Store, Submitted,
+    FireOutcome, JobQuery, Leadership, LeaseRef, LeaseReport, NewJob, OrderingKeyStatus, Reported,
+    Result, Schedule, Signal, Store, Submitted,
 };
 
 /// How to open a PostgreSQL store.
@@ -482,6 +483,17 @@ impl Store for PgStore {
         .await
     }
 
+    async fn leases_report(
+        &self,
+        reports: Vec<(LeaseId, LeaseReport)>,
+        now: Timestamp,
+    ) -> Result<Vec<Reported>> {
+        let history = self.inner.history_per_job;
+        let reports = &reports;
+        self.write(move |tx, _| Box::pin(jobs::report_leases(tx, reports, now, history)))
+            .await
+    }
+
     async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
         if claim.lease_ids.is_empty() {
             return Ok(ClaimResult::default());
@@ -756,6 +768,36 @@ impl Store for PgStore {
         let history = self.inner.history_per_job;
         let fire = &fire;
         self.write(move |tx, _| Box::pin(control::schedule_fire(tx, fire, fence, history)))
+            .await
+    }
+
+    async fn jobs_delete(
+        &self,
+        ids: Vec<JobId>,
+        states: Vec<overseer_core::JobState>,
+    ) -> Result<Vec<JobId>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, states) = (&ids, &states);
+        self.write(move |tx, _| Box::pin(removal::delete(tx, ids, states)))
+            .await
+    }
+
+    async fn job_replace(
+        &self,
+        old: JobId,
+        states: Vec<overseer_core::JobState>,
+        new: NewJob,
+    ) -> Result<Option<Transition>> {
+        let history = self.inner.history_per_job;
+        let (states, new) = (&states, &new);
+        self.write(move |tx, _| Box::pin(removal::replace(tx, old, states, new, history)))
+            .await
+    }
+
+    async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>> {
+        self.read(move |tx, _| Box::pin(removal::ready_now(tx, now)))
             .await
     }
 }

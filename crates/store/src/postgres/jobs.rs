@@ -9,7 +9,8 @@ use uuid::Uuid;
 use super::rows::{self, corrupt, get, limit_param, query, query_opt, Lock};
 use super::{control, job_ids, listen, param_refs, DynParams, Failure, Res, TERMINAL};
 use crate::{
-    Claim, ClaimResult, Claimed, Error, JobQuery, LeaseRef, NewJob, OrderingKeyStatus, Submitted,
+    Claim, ClaimResult, Claimed, Error, JobQuery, LeaseRef, LeaseReport, NewJob, OrderingKeyStatus,
+    Reported, Submitted,
 };
 
 /// Stores what the core decided at `now`: the job row, the changed steps, the new history, the
@@ -90,6 +91,45 @@ pub(super) async fn notify(tx: &Transaction<'_>, payloads: &[String]) -> Res<()>
 /// Loads a job under `FOR UPDATE`, applies a command through the core, and stores the
 /// transition. A claim also records its lease so the lease id stays resolvable after later
 /// attempts.
+/// Applies lease holders' reports in one transaction, each as `lease_find` + `apply_command`
+/// would. Jobs are locked in id order whatever the order of the reports, so two batches that
+/// share jobs wait for each other instead of deadlocking; answers come back in report order.
+pub(super) async fn report_leases(
+    tx: &Transaction<'_>,
+    reports: &[(overseer_core::LeaseId, LeaseReport)],
+    now: Timestamp,
+    history_per_job: usize,
+) -> Res<Vec<Reported>> {
+    let mut leases = Vec::with_capacity(reports.len());
+    for (lease_id, _) in reports {
+        leases.push(rows::find_lease(tx, *lease_id).await?);
+    }
+    let mut order: Vec<usize> = (0..reports.len()).collect();
+    // Stable: two reports of one lease keep their order, so the second is the one refused.
+    order.sort_by_key(|&i| leases[i].map(|l| l.job_id));
+    let mut out: Vec<Option<Reported>> = (0..reports.len()).map(|_| None).collect();
+    for i in order {
+        let (lease_id, report) = &reports[i];
+        let Some(lease) = leases[i] else {
+            out[i] = Some(Err(Error::LeaseNotFound(*lease_id)));
+            continue;
+        };
+        let command = report.clone().command(lease.step, lease.attempt);
+        out[i] = Some(
+            match apply_command(tx, lease.job_id, command, now, history_per_job).await {
+                Ok(t) => Ok((lease, t)),
+                // Refused before anything was written: this report only.
+                Err(Failure::Store(e @ (Error::Rejected(_) | Error::JobNotFound(_)))) => Err(e),
+                Err(f) => return Err(f),
+            },
+        );
+    }
+    Ok(out
+        .into_iter()
+        .map(|o| o.expect("every report is answered"))
+        .collect())
+}
+
 pub(super) async fn apply_command(
     tx: &Transaction<'_>,
     id: JobId,

@@ -135,7 +135,7 @@ mod tests {
         let id = JobId(Uuid::now_v7());
         let admitted = admit(Job::from_spec(id, &spec, t(0)), t(0));
         rows::insert_job(&conn, &admitted.job).expect("insert");
-        rows::append_events(&conn, id, &admitted.events, HISTORY).expect("events");
+        rows::append_events(&conn, id, &admitted.events, HISTORY, None).expect("events");
         (conn, id)
     }
 

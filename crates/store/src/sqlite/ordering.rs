@@ -67,7 +67,7 @@ pub(super) fn admit_keyed(
         return Ok(admission);
     }
     let activation = overseer_core::apply(job, Command::Activate, at)?;
-    persist(conn, &activation, at, history_per_job)?;
+    persist(conn, job, &activation, at, history_per_job)?;
     let mut changed_steps = admission.changed_steps;
     changed_steps.extend(activation.changed_steps);
     changed_steps.sort_unstable();

@@ -334,34 +334,48 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
     Ok(seq)
 }
 
-/// Writes the job's own fields back (its labels and idempotency key never change).
-pub(super) fn update_job(conn: &Connection, job: &Job) -> Result<()> {
+/// Writes the job's own fields back (its labels and idempotency key never change), and takes `new_events` sequence numbers in the same statement:
+/// answers the job's `last_event_seq` after them. `reprioritized` says the priority changed, so
+/// the steps' copies of it (and their claim ranks) must follow.
+pub(super) fn update_job(
+    conn: &Connection,
+    job: &Job,
+    new_events: usize,
+    reprioritized: bool,
+) -> Result<i64> {
     let id = job_id_text(job.id);
-    let n = conn
+    let last: i64 = conn
         .prepare_cached(
             "UPDATE jobs SET fingerprint = ?2, priority = ?3, run_at = ?4, ordering_key = ?5, \
              callback_url = ?6, on_failure = ?7, state = ?8, desired_state = ?9, created_at = ?10, \
-             updated_at = ?11, finished_at = ?12, blocked_reason = ?13 WHERE id = ?1",
+             updated_at = ?11, finished_at = ?12, blocked_reason = ?13, \
+             last_event_seq = last_event_seq + ?14 WHERE id = ?1 RETURNING last_event_seq",
         )
         .db()?
-        .execute(params![
-            id,
-            job.fingerprint,
-            job.priority,
-            ms(job.run_at),
-            job.ordering_key,
-            job.callback_url,
-            job.on_failure.as_str(),
-            job.state.as_str(),
-            job.desired_state.as_str(),
-            job.created_at.as_millis(),
-            job.updated_at.as_millis(),
-            ms(job.finished_at),
-            job.blocked_reason,
-        ])
-        .db()?;
-    if n != 1 {
-        return Err(Error::JobNotFound(job.id));
+        .query_row(
+            params![
+                id,
+                job.fingerprint,
+                job.priority,
+                ms(job.run_at),
+                job.ordering_key,
+                job.callback_url,
+                job.on_failure.as_str(),
+                job.state.as_str(),
+                job.desired_state.as_str(),
+                job.created_at.as_millis(),
+                job.updated_at.as_millis(),
+                ms(job.finished_at),
+                job.blocked_reason,
+                new_events as i64,
+            ],
+            |r| r.get(0),
+        )
+        .optional()
+        .db()?
+        .ok_or(Error::JobNotFound(job.id))?;
+    if !reprioritized {
+        return Ok(last);
     }
     // The claim rank is derived from the job's priority, so keep the copies in step with it; the
     // expression is `Job::claim_rank` for every step whether or not the transition changed it.
@@ -373,7 +387,7 @@ pub(super) fn update_job(conn: &Connection, job: &Job) -> Result<()> {
     .db()?
     .execute(params![id, job.priority, PRIORITY_AGING.as_millis_i64()])
     .db()?;
-    Ok(())
+    Ok(last)
 }
 
 /// Inserts or overwrites one step row from the job as it now stands.
@@ -435,27 +449,33 @@ pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()>
 }
 
 /// Appends events with the next sequence numbers, then drops all but the newest `keep`.
+/// `last_seq` is the job's `last_event_seq` with these events already counted, when the caller
+/// took their numbers already (see [`update_job`]).
 pub(super) fn append_events(
     conn: &Connection,
     id: JobId,
     events: &[NewEvent],
     keep: usize,
+    last_seq: Option<i64>,
 ) -> Result<()> {
     if events.is_empty() {
         return Ok(());
     }
     let id_text = job_id_text(id);
     let count = events.len() as i64;
-    let last: i64 = conn
-        .prepare_cached(
-            "UPDATE jobs SET last_event_seq = last_event_seq + ?2 WHERE id = ?1 \
-             RETURNING last_event_seq",
-        )
-        .db()?
-        .query_row(params![id_text, count], |r| r.get(0))
-        .optional()
-        .db()?
-        .ok_or(Error::JobNotFound(id))?;
+    let last: i64 = match last_seq {
+        Some(last) => last,
+        None => conn
+            .prepare_cached(
+                "UPDATE jobs SET last_event_seq = last_event_seq + ?2 WHERE id = ?1 \
+                 RETURNING last_event_seq",
+            )
+            .db()?
+            .query_row(params![id_text, count], |r| r.get(0))
+            .optional()
+            .db()?
+            .ok_or(Error::JobNotFound(id))?,
+    };
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \

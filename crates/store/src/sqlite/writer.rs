@@ -147,8 +147,7 @@ fn run_batch(conn: &mut Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<()
 
 fn run_ops(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), String> {
     for op in batch.iter_mut() {
-        conn.execute_batch("SAVEPOINT op")
-            .map_err(|e| format!("cannot open a savepoint: {e}"))?;
+        exec_cached(conn, "SAVEPOINT op").map_err(|e| format!("cannot open a savepoint: {e}"))?;
         let ok = op.run(conn);
         // Some errors (disk full, I/O) make SQLite abandon the whole transaction; what follows
         // would then run outside it, so the batch as a whole has failed.
@@ -156,12 +155,17 @@ fn run_ops(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), Stri
             return Err("the transaction was aborted by the database".into());
         }
         let end = if ok {
-            "RELEASE op"
+            exec_cached(conn, "RELEASE op")
         } else {
-            "ROLLBACK TO op; RELEASE op"
+            exec_cached(conn, "ROLLBACK TO op").and_then(|()| exec_cached(conn, "RELEASE op"))
         };
-        conn.execute_batch(end)
-            .map_err(|e| format!("cannot close a savepoint: {e}"))?;
+        end.map_err(|e| format!("cannot close a savepoint: {e}"))?;
     }
     Ok(())
+}
+
+/// Runs a parameterless statement through the connection's statement cache: the savepoint
+/// statements run twice per write, and parsing them each time showed in profiles.
+fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
