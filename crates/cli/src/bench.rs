@@ -8,8 +8,18 @@
 //! and clients: the numbers are what one machine does end to end, not the server alone.
 //!
 //! Scenarios (see `BENCHMARKS.md` for what each measures and the reference numbers):
-//! `submit`, `drain`, `latency`, `dag`, `timers`, `recovery`.
+//! `submit`, `drain`, `latency`, `latency_loaded`, `dag`, `timers`, `recovery`, `memory`.
+//!
+//! - `latency_loaded` is `latency` while a steady background load (`--load-rate` one-step no-op
+//!   jobs per second, on an agent of its own) is drained by `--workers` × `--concurrency`; the
+//!   markers still go to idle long-polling workers of their own agent. It reports the background
+//!   rate it achieved next to the markers' latency.
+//! - `memory` is the exception to "everything in one process": it spawns this executable as
+//!   `overseer server` (on a temp SQLite file, or on `--db`) and reads *that* process's resident
+//!   memory, idle and with `--pending` delayed jobs. With `--server` it is skipped, since a remote
+//!   process's memory cannot be read.
 
+mod memory;
 mod scenarios;
 
 use std::io::Write;
@@ -27,15 +37,17 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Jobs per scenario. Default per scenario: submit 20000, drain 40000, latency 2000 (one every
-    /// 5 ms), dag 5000 (20000 steps); the submit rates of `timers` use the `submit` count.
+    /// Jobs per scenario. Default per scenario: submit 20000, drain 40000, latency and
+    /// latency_loaded 2000 markers (one every 5 ms), dag 5000 (20000 steps); the submit rates of
+    /// `timers` use the `submit` count.
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Concurrent submitting clients.
     #[arg(long, default_value_t = 16)]
     pub clients: usize,
-    /// Jobs per `POST /v1/jobs:batch` in `submit_batch` (1 skips it; at most 500).
-    #[arg(long, default_value_t = 100)]
+    /// Jobs per `POST /v1/jobs:batch` in `submit_batch` (1 skips it; at most 1000, the server's
+    /// default `limits.jobs_per_batch`).
+    #[arg(long, default_value_t = 1000)]
     pub batch: usize,
     /// SDK workers (each one `Worker`, with its own long-poll and HTTP connection pool).
     #[arg(long, default_value_t = 4)]
@@ -64,6 +76,14 @@ pub struct BenchArgs {
     /// `timers`: jobs due 2 s after they are submitted, whose lateness is measured.
     #[arg(long, default_value_t = 200)]
     pub due: usize,
+    /// `latency_loaded`: background jobs submitted per second while the markers are measured
+    /// (about half of the measured SQLite drain rate on a 2-core machine).
+    #[arg(long, default_value_t = 5000)]
+    pub load_rate: usize,
+    /// `memory`: delayed jobs (30 days ahead) pending in the server when its memory is read
+    /// again. The performance issue's target is 1000000 within 250 MB.
+    #[arg(long, default_value_t = 100_000)]
+    pub pending: usize,
     /// `recovery`: steps whose agent is killed mid-step, recovered concurrently.
     #[arg(long, default_value_t = 20)]
     pub kills: usize,
@@ -83,19 +103,24 @@ pub enum Scenario {
     Submit,
     Drain,
     Latency,
+    #[value(name = "latency_loaded", alias = "latency-loaded")]
+    LatencyLoaded,
     Dag,
     Timers,
     Recovery,
+    Memory,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 6] = [
+    const ALL: [Scenario; 8] = [
         Scenario::Submit,
         Scenario::Drain,
         Scenario::Latency,
+        Scenario::LatencyLoaded,
         Scenario::Dag,
         Scenario::Timers,
         Scenario::Recovery,
+        Scenario::Memory,
     ];
 
     fn name(self) -> &'static str {
@@ -103,10 +128,17 @@ impl Scenario {
             Scenario::Submit => "submit",
             Scenario::Drain => "drain",
             Scenario::Latency => "latency",
+            Scenario::LatencyLoaded => "latency_loaded",
             Scenario::Dag => "dag",
             Scenario::Timers => "timers",
             Scenario::Recovery => "recovery",
+            Scenario::Memory => "memory",
         }
+    }
+
+    /// Whether the scenario is run against the bench's server; `memory` starts its own process.
+    fn uses_server(self) -> bool {
+        self != Scenario::Memory
     }
 }
 
@@ -130,12 +162,17 @@ pub struct Row {
     pub per_s: Option<f64>,
     /// Steps per second, where jobs have steps worth counting (`drain`, `dag`).
     pub steps_per_s: Option<f64>,
+    /// `latency_loaded`: background jobs per second the server accepted while the markers ran.
+    pub load_per_s: Option<f64>,
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
     /// Only with at least 1000 samples; below that it would just be the maximum.
     pub p999_ms: Option<f64>,
-    /// Peak resident memory of this process during the scenario (VmHWM, else VmRSS).
+    /// Peak resident memory of this process during the scenario (VmHWM, else VmRSS); for
+    /// `memory`, the server process's VmRSS with the pending jobs.
     pub rss_mb: Option<f64>,
+    /// `memory`: the server process's VmRSS when idle and empty.
+    pub rss_idle_mb: Option<f64>,
     /// What the latency columns measure and anything else needed to read the line.
     pub note: Option<String>,
 }
@@ -149,10 +186,12 @@ impl Row {
             seconds,
             per_s: None,
             steps_per_s: None,
+            load_per_s: None,
             p50_ms: None,
             p99_ms: None,
             p999_ms: None,
             rss_mb: None,
+            rss_idle_mb: None,
             note: None,
         }
     }
@@ -214,8 +253,14 @@ impl Percentiles {
 }
 
 /// What every scenario is given: where the server is and the settings.
+#[derive(Clone)]
 pub struct Ctx {
+    /// The server's base URL (empty for `memory`, which starts its own).
     pub url: String,
+    /// Whether the server was started elsewhere (`--server`).
+    pub remote: bool,
+    /// The store given with `--db`, if any.
+    pub db: Option<String>,
     pub token: Option<String>,
     /// A suffix that keeps this run's agent names apart from anything else on the server.
     pub run: String,
@@ -227,6 +272,8 @@ pub struct Ctx {
     pub preload: usize,
     pub due: usize,
     pub kills: usize,
+    pub load_rate: usize,
+    pub pending: usize,
     pub step_timeout: Span,
     /// The server's sweep interval, when this process started the server.
     pub sweep_interval: Option<Span>,
@@ -361,14 +408,15 @@ fn reset_peak_rss() -> bool {
 /// Peak resident memory in MB (VmHWM), or the current one (VmRSS) when no peak is kept.
 fn rss_mb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-    };
-    field("VmHWM:")
-        .or_else(|| field("VmRSS:"))
+    status_mb(&status, "VmHWM:").or_else(|| status_mb(&status, "VmRSS:"))
+}
+
+/// A memory field of a `/proc/<pid>/status` text (`VmRSS:`, `VmHWM:`…) in MB.
+fn status_mb(status: &str, field: &str) -> Option<f64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map(|kb| kb / 1024.0)
 }
 
@@ -394,14 +442,16 @@ fn check(args: &BenchArgs) -> anyhow::Result<()> {
         ("--concurrency", args.concurrency),
         ("--due", args.due),
         ("--kills", args.kills),
+        ("--load-rate", args.load_rate),
+        ("--pending", args.pending),
     ];
     for (flag, value) in positive {
         anyhow::ensure!(value > 0, "{flag} must be at least 1");
     }
     anyhow::ensure!(args.jobs != Some(0), "--jobs must be at least 1");
     anyhow::ensure!(
-        args.batch <= 500,
-        "--batch must be at most 500 (the server's jobs_per_batch)"
+        args.batch <= 1000,
+        "--batch must be at most 1000 (the server's default jobs_per_batch)"
     );
     anyhow::ensure!(
         args.kills <= 100,
@@ -457,16 +507,21 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         eprintln!("overseer bench: running {} …", scenario.name());
         reset_peak_rss();
         let fresh = match (&args.server, &shared) {
-            (None, None) => Some(fresh_server(args.sweep_interval).await?),
+            (None, None) if scenario.uses_server() => {
+                Some(fresh_server(args.sweep_interval).await?)
+            }
             _ => None,
         };
         let url = match (&args.server, &shared, &fresh) {
             (Some(url), _, _) => url.trim_end_matches('/').to_string(),
             (None, Some(s), _) | (None, None, Some(s)) => s.url.clone(),
-            (None, None, None) => unreachable!("a server was started above"),
+            // `memory` starts a server process of its own.
+            (None, None, None) => String::new(),
         };
         let ctx = Ctx {
             url,
+            remote: args.server.is_some(),
+            db: args.db.clone(),
             token: args.token.clone(),
             run: run_id.clone(),
             clients: args.clients,
@@ -477,6 +532,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             preload: args.preload,
             due: args.due,
             kills: args.kills,
+            load_rate: args.load_rate,
+            pending: args.pending,
             step_timeout: args.step_timeout,
             sweep_interval: args.server.is_none().then_some(args.sweep_interval),
             timeout: args.timeout.as_std(),
@@ -489,8 +546,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match result {
             Ok(found) => {
                 for mut row in found {
-                    row.backend = backend.clone();
-                    row.rss_mb = rss.map(|mb| (mb * 10.0).round() / 10.0);
+                    // `memory` names the server process it measured.
+                    if row.backend.is_empty() {
+                        row.backend = backend.clone();
+                    }
+                    // `memory` reports the server process's own figure.
+                    if row.rss_mb.is_none() {
+                        row.rss_mb = rss.map(|mb| (mb * 10.0).round() / 10.0);
+                    }
                     if args.output == Format::Json {
                         let mut out = std::io::stdout().lock();
                         serde_json::to_writer(&mut out, &row)?;
@@ -585,6 +648,9 @@ fn print_table(rows: &[Row], peak_resets: bool, remote: bool) {
         "rss_mb: peak resident memory of this process during the scenario; it hosts the server and its store as well as the agents and clients"
     };
     out.push_str(rss);
+    if rows.iter().any(|r| r.rss_idle_mb.is_some()) {
+        out.push_str("; for memory, the separate server process's VmRSS with the pending jobs");
+    }
     out.push('\n');
     print!("{out}");
 }

@@ -11,19 +11,24 @@ use serde_json::Value;
 
 /// Runs `overseer bench ARGS…`, asserts it succeeded, and answers its stdout.
 fn bench(args: &[&str]) -> String {
+    bench_with_stderr(args).0
+}
+
+/// Runs `overseer bench ARGS…`, asserts it succeeded, and answers its stdout and stderr.
+fn bench_with_stderr(args: &[&str]) -> (String, String) {
     let out = Command::new(BIN)
         .arg("bench")
         .args(args)
         .output()
         .expect("run overseer bench");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
         out.status.success(),
         "bench failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
     );
-    stdout
+    (stdout, stderr)
 }
 
 /// Parses one JSON object per line, by scenario name; fails on a line that is not one.
@@ -47,9 +52,10 @@ fn num(row: &Value, field: &str) -> f64 {
         .unwrap_or_else(|| panic!("{field} is not a number: {row}"))
 }
 
-// Proves every scenario runs against an in-process server and prints one JSON line per result
-// with every field it promises filled in and plausible (rates positive, p50 ≤ p99, recovery not
-// faster than a lease can expire).
+// Proves every scenario runs against an in-process server (`memory` against a server process of
+// its own) and prints one JSON line per result with every field it promises filled in and
+// plausible (rates positive, p50 ≤ p99, recovery not faster than a lease can expire, the
+// background load of `latency_loaded` and both memory readings present).
 #[test]
 fn every_scenario_prints_sane_json() {
     let stdout = bench(&[
@@ -71,6 +77,10 @@ fn every_scenario_prints_sane_json() {
         "8",
         "--batch",
         "50",
+        "--load-rate",
+        "200",
+        "--pending",
+        "200",
     ]);
     let rows = rows(&stdout);
     let names: Vec<&str> = rows.keys().map(String::as_str).collect();
@@ -79,18 +89,25 @@ fn every_scenario_prints_sane_json() {
         "submit_batch",
         "drain",
         "latency",
+        "latency_loaded",
         "dag",
         "timers_submit_without_preload",
         "timers_preload",
         "timers_submit_with_preload",
         "timers_lateness",
         "recovery",
+        "memory",
     ];
     expected.sort_unstable();
     assert_eq!(names, expected, "{stdout}");
 
     for (name, row) in &rows {
-        assert_eq!(row["backend"], "sqlite in-process", "{row}");
+        let backend = if name == "memory" {
+            "sqlite server process"
+        } else {
+            "sqlite in-process"
+        };
+        assert_eq!(row["backend"], backend, "{row}");
         assert!(row["jobs"].as_u64().unwrap() > 0, "{row}");
         let seconds = num(row, "seconds");
         assert!(seconds > 0.0 && seconds < 60.0, "{row}");
@@ -102,7 +119,7 @@ fn every_scenario_prints_sane_json() {
         } else {
             assert!(row["per_s"].is_null(), "{row}");
         }
-        let timed = !matches!(name.as_str(), "drain" | "dag");
+        let timed = !matches!(name.as_str(), "drain" | "dag" | "memory");
         if timed {
             let (p50, p99) = (num(row, "p50_ms"), num(row, "p99_ms"));
             assert!(0.0 <= p50 && p50 <= p99, "{row}");
@@ -111,6 +128,13 @@ fn every_scenario_prints_sane_json() {
         }
         // Fewer than 1000 samples everywhere here: no p999 is made up from the maximum.
         assert!(row["p999_ms"].is_null(), "{row}");
+        // The extra fields are on every line, filled in only where they apply.
+        assert_eq!(
+            row["load_per_s"].is_null(),
+            name != "latency_loaded",
+            "{row}"
+        );
+        assert_eq!(row["rss_idle_mb"].is_null(), name != "memory", "{row}");
     }
 
     let jobs = |name: &str| rows[name]["jobs"].as_u64().unwrap();
@@ -119,6 +143,24 @@ fn every_scenario_prints_sane_json() {
         (200, 200, 2000)
     );
     assert_eq!((jobs("timers_lateness"), jobs("recovery")), (20, 3));
+    assert_eq!((jobs("latency_loaded"), jobs("memory")), (200, 200));
+    // The background load ran while the markers were measured (200/s asked, so some per second).
+    let loaded = &rows["latency_loaded"];
+    assert!(num(loaded, "load_per_s") > 0.0, "{loaded}");
+    assert!(
+        loaded["note"].as_str().unwrap().contains("asked 200/s"),
+        "{loaded}"
+    );
+    // A server process holds some memory, idle or not, and both readings are its own.
+    let memory = &rows["memory"];
+    assert!(num(memory, "rss_idle_mb") > 1.0, "{memory}");
+    assert!(
+        memory["note"]
+            .as_str()
+            .unwrap()
+            .contains("separate `overseer server` process"),
+        "{memory}"
+    );
     let drain = &rows["drain"];
     assert_eq!(num(drain, "steps_per_s"), num(drain, "per_s"));
     let dag = &rows["dag"];
@@ -142,19 +184,22 @@ fn every_scenario_prints_sane_json() {
     );
 }
 
-// Proves `--server` benchmarks a separately started server process, and `--scenario` with
-// `--batch 1` runs exactly the scenarios asked for.
+// Proves `--server` benchmarks a separately started server process, `--scenario` with
+// `--batch 1` runs exactly the scenarios asked for, and `memory` is skipped with a note on
+// stderr, since a remote server's memory cannot be read.
 #[test]
 fn targets_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let stdout = bench(&[
+    let (stdout, stderr) = bench_with_stderr(&[
         "--server",
         &server.url,
         "--scenario",
         "drain",
         "--scenario",
         "submit",
+        "--scenario",
+        "memory",
         "--batch",
         "1",
         "--jobs",
@@ -169,6 +214,7 @@ fn targets_a_running_server() {
     let rows = rows(&stdout);
     let names: Vec<&str> = rows.keys().map(String::as_str).collect();
     assert_eq!(names, ["drain", "submit"], "{stdout}");
+    assert!(stderr.contains("memory skipped"), "{stderr}");
     for row in rows.values() {
         assert_eq!(
             row["backend"].as_str().unwrap(),

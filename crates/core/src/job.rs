@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Formula};
 use crate::id::{JobId, LeaseId};
 use crate::spec::{CompensateSpec, JobSpec, OnFailure, DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT};
 use crate::time::{Span, Timestamp};
@@ -145,6 +145,8 @@ pub struct Step {
     /// 0 means no limit.
     pub max_attempts: u32,
     pub backoff: Backoff,
+    /// Which curve retry delays follow (`backoff` is its parameters when exponential).
+    pub backoff_formula: Formula,
     pub compensate: Option<CompensateSpec>,
     pub state: StepState,
     /// Leases handed out so far, for the step's work and its compensation alike: the current
@@ -186,6 +188,7 @@ impl Job {
                 timeout: s.timeout.unwrap_or(DEFAULT_TIMEOUT),
                 max_attempts: s.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS),
                 backoff: s.backoff.unwrap_or_default(),
+                backoff_formula: s.backoff_formula.unwrap_or_default(),
                 compensate: s.compensate.clone(),
                 state: StepState::Waiting,
                 attempt: 0,
@@ -287,6 +290,12 @@ impl Job {
 }
 
 impl Step {
+    /// The delay before retry number `failures` (1 for the first) of this step's work or of its
+    /// undo, by the step's formula. `jitter` in `[0, 1)` is the caller's.
+    pub fn retry_delay(&self, failures: u32, jitter: f64) -> Span {
+        self.backoff_formula.delay(&self.backoff, failures, jitter)
+    }
+
     /// The agent name that may lease this step now (its own, or its compensation's), if any.
     /// Backends index claimable steps by this.
     pub fn claim_agent(&self) -> Option<&str> {

@@ -674,7 +674,7 @@ impl Work {
         let attempts_left = s.max_attempts == 0 || used < s.max_attempts;
         let failures = s.failures;
         if retryable && attempts_left {
-            let delay: Span = s.backoff.delay(failures, jitter);
+            let delay: Span = s.retry_delay(failures, jitter);
             let at = now.plus(delay);
             s.state = StepState::Ready;
             s.ready_at = Some(now);
@@ -973,7 +973,7 @@ impl Work {
         let max = s.comp_max_attempts();
         let used = s.comp_attempts - s.comp_budget_from.min(s.comp_attempts);
         if retryable && (max == 0 || used < max) {
-            let delay = s.backoff.delay(s.comp_failures, jitter);
+            let delay = s.retry_delay(s.comp_failures, jitter);
             let at = now.plus(delay);
             s.comp_phase = Some(CompPhase::Ready);
             s.next_attempt_at = Some(at);

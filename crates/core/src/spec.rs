@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Formula};
 use crate::time::{Span, Timestamp};
 
 /// A job as submitted. Unknown fields are rejected so typos never pass silently.
@@ -46,6 +46,11 @@ pub struct StepSpec {
     pub max_attempts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<Backoff>,
+    /// The curve of retry delays: `exponential` (the default, shaped by `backoff`) or `faktory`
+    /// (Faktory's own, which takes no `backoff`). Left out of the JSON when not given, so specs
+    /// written before it existed keep their fingerprints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_formula: Option<Formula>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensate: Option<CompensateSpec>,
 }
@@ -313,6 +318,12 @@ impl JobSpec {
                     ));
                 }
             }
+            if step.backoff.is_some() && step.backoff_formula == Some(Formula::Faktory) {
+                return Err(SpecError::new(
+                    at("backoff"),
+                    "backoff parameters apply only to the exponential formula, not to faktory",
+                ));
+            }
             if let Some(b) = &step.backoff {
                 if !(b.factor.is_finite() && (1.0..=100.0).contains(&b.factor)) {
                     return Err(SpecError::new(
@@ -500,6 +511,35 @@ mod tests {
         assert_eq!(s.steps[2].backoff.unwrap().factor, 2.0);
     }
 
+    // Proves `backoff_formula` decodes (`faktory` alone, `exponential` with or without `backoff`),
+    // reaches the built step, defaults to exponential, and stays out of the JSON when not given.
+    #[test]
+    fn backoff_formula_decodes_and_defaults() {
+        let s = spec(json!({"steps": [
+            {"name": "a", "agent": "x", "backoff_formula": "faktory"},
+            {"name": "b", "agent": "x", "backoff_formula": "exponential", "backoff": {"initial": "2s"}},
+            {"name": "c", "agent": "x"}
+        ]}))
+        .unwrap();
+        let formulas: Vec<_> = s.steps.iter().map(|st| st.backoff_formula).collect();
+        assert_eq!(
+            formulas,
+            [Some(Formula::Faktory), Some(Formula::Exponential), None]
+        );
+        let job = crate::Job::from_spec(
+            crate::JobId(uuid::Uuid::nil()),
+            &s,
+            crate::Timestamp::from_millis(0),
+        );
+        let built: Vec<_> = job.steps.iter().map(|st| st.backoff_formula).collect();
+        assert_eq!(
+            built,
+            [Formula::Faktory, Formula::Exponential, Formula::Exponential]
+        );
+        let text = serde_json::to_string(&s.steps[2]).unwrap();
+        assert!(!text.contains("backoff_formula"), "{text}");
+    }
+
     // Proves each kind of bad input is rejected and the error names the offending field.
     #[test]
     fn rejections_name_the_field() {
@@ -542,6 +582,15 @@ mod tests {
             (
                 json!({"steps": [{"name": "a", "agent": "x", "backoff": {"initial": "1s", "factor": 0.5}}]}),
                 "steps[0].backoff.factor",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "backoff_formula": "fibonacci"}]}),
+                "steps[0]",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "backoff_formula": "faktory",
+                                  "backoff": {"initial": "1s"}}]}),
+                "steps[0].backoff",
             ),
             (
                 json!({"priority": "high", "steps": [{"name": "a", "agent": "x"}]}),

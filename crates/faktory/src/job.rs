@@ -15,8 +15,13 @@
 //!
 //! Labels `via=faktory`, `faktory_jobtype` and `faktory_queue` are added too, so Faktory jobs
 //! can be listed (`GET /v1/jobs?label=via:faktory`) and scanned by `MUTATE`.
+//!
+//! Retries wait Faktory's own delays (the step's `backoff_formula` is `faktory`: `count⁴ + 15 +
+//! rand(30) × (count + 1)` seconds, `count` being the failures before this one). A job started
+//! over by `MUTATE requeue`, or pushed with a `failure` block, counts its delays from 0 again,
+//! where Faktory goes on from the block's `retry_count`.
 
-use overseer_core::backoff::Backoff;
+use overseer_core::backoff::{Backoff, Formula};
 use overseer_core::spec::{JobSpec, OnFailure, StepSpec};
 use overseer_core::{Job, JobState, Limits, Span, StepState, Timestamp};
 use serde_json::{json, Map, Value};
@@ -49,7 +54,8 @@ pub struct Pushed {
 #[derive(Clone, Debug)]
 pub struct Shape {
     pub reserve_min: Span,
-    pub backoff: Backoff,
+    /// `None`: Faktory's retry delays ([`Formula::Faktory`]); `Some`: this exponential backoff.
+    pub backoff: Option<Backoff>,
 }
 
 /// Checks a pushed job the way Faktory does (same messages) and builds its Overseer spec.
@@ -140,7 +146,8 @@ pub fn from_push(
             depends_on: Vec::new(),
             timeout: Some(timeout),
             max_attempts: Some(max_attempts(retry, limits)),
-            backoff: Some(shape.backoff),
+            backoff: shape.backoff,
+            backoff_formula: shape.backoff.is_none().then_some(Formula::Faktory),
             compensate: None,
         }],
     };
@@ -166,19 +173,6 @@ pub fn reserve_timeout(reserve_for_secs: Option<i64>, min: Span) -> Span {
 pub fn max_attempts(retry: i64, limits: &Limits) -> u32 {
     let attempts = retry.max(0).saturating_add(1);
     attempts.min(i64::from(limits.max_attempts.max(1))) as u32
-}
-
-/// The retry policy closest to Faktory's `count⁴ + 15 + rand(30) × (count + 1)` seconds that an
-/// exponential backoff (initial × factor^(n−1), capped, jittered down by up to half) can give:
-/// the first retry waits 20–40 s (Faktory 15–44 s), the 25th about 3.6 days on average (Faktory
-/// about 3.8 days). In between the exponential curve runs below Faktory's quartic one (the 6th
-/// retry waits about 3–7 min where Faktory waits about 11–14 min).
-pub fn faktory_backoff() -> Backoff {
-    Backoff {
-        initial: Span::from_secs(40),
-        factor: 1.47,
-        max: Span::from_secs(5 * 86_400),
-    }
 }
 
 /// Faktory's sorted sets, as views of Faktory jobs' states.
@@ -511,7 +505,7 @@ mod tests {
     fn shape() -> Shape {
         Shape {
             reserve_min: Span::from_secs(60),
-            backoff: faktory_backoff(),
+            backoff: None,
         }
     }
 
@@ -617,14 +611,33 @@ mod tests {
         assert_eq!((plain.message.as_str(), plain.backtrace.len()), ("nope", 0));
     }
 
-    // Proves the approximation of Faktory's retry delays stays within a factor of two at the ends.
+    // Proves a pushed job's step gets Faktory's retry formula by default, and an exponential
+    // backoff (no formula, so the spec is as before) when the shape names one.
     #[test]
-    fn backoff_approximates_faktory_at_the_ends() {
-        let b = faktory_backoff();
-        let first = b.delay(1, 0.5).as_millis() / 1000;
-        assert!((15..=44).contains(&first), "{first}");
-        let last = b.delay(25, 0.5).as_millis() / 1000;
-        let faktory_last = 24u64.pow(4) + 15 + 15 * 25;
-        assert!(last > faktory_last / 2 && last < faktory_last * 2, "{last}");
+    fn pushed_jobs_retry_with_faktory_formula() {
+        let now = Timestamp::from_millis(0);
+        let l = Limits::default();
+        let push = || json!({"jid": "formula-jid-1", "jobtype": "a", "args": []});
+        let p = from_push(push(), &shape(), &l, now).unwrap();
+        let step = &p.spec.steps[0];
+        assert_eq!(
+            (step.backoff, step.backoff_formula),
+            (None, Some(Formula::Faktory))
+        );
+        let job = Job::from_spec(overseer_core::JobId::generate(), &p.spec, now);
+        assert_eq!(job.steps[0].retry_delay(1, 0.0), Span::from_secs(15));
+        assert_eq!(job.steps[0].retry_delay(25, 0.0), Span::from_secs(331_791));
+        let fixed = Backoff {
+            initial: Span::from_secs(1),
+            factor: 1.0,
+            max: Span::from_secs(1),
+        };
+        let shaped = Shape {
+            backoff: Some(fixed),
+            ..shape()
+        };
+        let p = from_push(push(), &shaped, &l, now).unwrap();
+        let step = &p.spec.steps[0];
+        assert_eq!((step.backoff, step.backoff_formula), (Some(fixed), None));
     }
 }

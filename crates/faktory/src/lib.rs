@@ -65,8 +65,10 @@ pub struct Config {
     pub fetch_wait: Duration,
     /// The shortest reservation (Faktory: 60 s); lower only in tests.
     pub reserve_min: Span,
-    /// Retry policy of pushed jobs (default: [`job::faktory_backoff`]).
-    pub backoff: Backoff,
+    /// Retry delays of pushed jobs: `None` (the default) is Faktory's own formula,
+    /// `count⁴ + 15 + rand(30) × (count + 1)` seconds; `Some` an exponential backoff instead
+    /// (tests use short ones).
+    pub backoff: Option<Backoff>,
 }
 
 impl Default for Config {
@@ -78,7 +80,7 @@ impl Default for Config {
             sweep_interval: Duration::from_secs(1),
             fetch_wait: Duration::from_secs(2),
             reserve_min: Span::from_secs(60),
-            backoff: job::faktory_backoff(),
+            backoff: None,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use faktory::{Client, Job, JobId, Worker, WorkerId};
 use overseer_core::backoff::Backoff;
-use overseer_core::Span;
+use overseer_core::{Span, Timestamp};
 use overseer_faktory::{Faktory, WorkerState};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -80,11 +80,11 @@ impl Node {
 fn fast() -> overseer_faktory::Config {
     overseer_faktory::Config {
         reserve_min: Span::from_secs(1),
-        backoff: Backoff {
+        backoff: Some(Backoff {
             initial: Span::from_millis(50),
             factor: 1.0,
             max: Span::from_millis(50),
-        },
+        }),
         sweep_interval: Duration::from_millis(100),
         ..overseer_faktory::Config::default()
     }
@@ -415,6 +415,76 @@ async fn failing_job_is_retried_with_failure_info() {
     assert_eq!(once_job["steps"][0]["last_error"], "unknown: nope");
     drop(worker);
     drop(client);
+    node.stop().await;
+}
+
+// Proves a FAILed job pushed over Faktory waits Faktory's own retry delay, with the server's
+// default settings: its first failure (count 0) schedules the next attempt `0⁴ + 15 + rand(30) ×
+// 1` whole seconds after the FAIL, as the job's `next_attempt_at` and its `step_retry_scheduled`
+// event (read over HTTP) both say, and the retry is not handed out meanwhile. Later counts are
+// timed exactly by the core's and the store conformance tests (16 s and more is too long here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_job_waits_faktory_retry_delay() {
+    let node = Node::start(overseer_faktory::Config {
+        reserve_min: Span::from_secs(1),
+        sweep_interval: Duration::from_millis(100),
+        ..overseer_faktory::Config::default()
+    })
+    .await;
+    assert_eq!(
+        node.fk.config().backoff,
+        None,
+        "Faktory's formula is the default"
+    );
+    let mut raw = Raw::connect(&node.faktory, Some("formula-worker-000000000000000001")).await;
+    let job =
+        json!({"jid": "formula-jid-01", "jobtype": "f", "args": [], "queue": "fq", "retry": 3});
+    push_raw(&mut raw, job).await;
+    bulk_json(raw.cmd("FETCH fq").await);
+    let wall = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        Timestamp::from_millis(since.unwrap().as_millis() as i64)
+    };
+    let before = wall();
+    let fail = r#"FAIL {"jid":"formula-jid-01","errtype":"E","message":"m"}"#;
+    assert_eq!(raw.cmd(fail).await, Answer::Simple("OK".into()));
+    let after = wall();
+
+    let view = node.job_by_jid("formula-jid-01").await;
+    let step = &view["steps"][0];
+    assert_eq!(
+        (&view["state"], &step["state"], &step["failures"]),
+        (&json!("running"), &json!("ready"), &json!(1))
+    );
+    let next: Timestamp = serde_json::from_value(step["next_attempt_at"].clone()).unwrap();
+    let url = format!(
+        "{}/v1/jobs/{}/events",
+        node.http,
+        view["id"].as_str().unwrap()
+    );
+    let events: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+    let retry = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "step_retry_scheduled")
+        .expect("a retry was scheduled");
+    let failed_at: Timestamp = serde_json::from_value(retry["at"].clone()).unwrap();
+    let delay: Span = serde_json::from_value(retry["detail"]["delay"].clone()).unwrap();
+    assert!(
+        before <= failed_at && failed_at <= after,
+        "{failed_at:?} not in {before:?}..={after:?}"
+    );
+    assert_eq!(retry["detail"]["next_attempt_at"], step["next_attempt_at"]);
+    assert_eq!(next, failed_at.plus(delay));
+    // count 0: 15 + rand(30) × 1 s, whole seconds.
+    let secs = delay.as_millis() / 1000;
+    assert_eq!(delay.as_millis() % 1000, 0, "{delay}");
+    assert!((15..=44).contains(&secs), "{delay} is not 15–44 s");
+
+    // Waiting out the delay: a FETCH (2 s wait) hands nothing out.
+    assert_eq!(raw.cmd("FETCH fq").await, Answer::Bulk(None));
+    drop(raw);
     node.stop().await;
 }
 
@@ -753,11 +823,11 @@ async fn password_is_checked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_kill_on_retries() {
     let node = Node::start(overseer_faktory::Config {
-        backoff: Backoff {
+        backoff: Some(Backoff {
             initial: Span::from_secs(600),
             factor: 1.0,
             max: Span::from_secs(600),
-        },
+        }),
         ..fast()
     })
     .await;
@@ -822,11 +892,11 @@ async fn fetch_and_fail(raw: &mut Raw, queue: &str, message: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_moves_jobs_between_sets() {
     let node = Node::start(overseer_faktory::Config {
-        backoff: Backoff {
+        backoff: Some(Backoff {
             initial: Span::from_secs(600),
             factor: 1.0,
             max: Span::from_secs(600),
-        },
+        }),
         ..fast()
     })
     .await;
@@ -932,11 +1002,11 @@ async fn mutate_moves_jobs_between_sets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_remove_and_latency() {
     let node = Node::start(overseer_faktory::Config {
-        backoff: Backoff {
+        backoff: Some(Backoff {
             initial: Span::from_secs(600),
             factor: 1.0,
             max: Span::from_secs(600),
-        },
+        }),
         ..fast()
     })
     .await;

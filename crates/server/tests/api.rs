@@ -168,7 +168,7 @@ async fn batches_are_all_or_nothing() {
     let (status, body) = h.call("POST", "/v1/jobs:batch", Some(good)).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     assert_eq!(body["jobs"].as_array().unwrap().len(), 2);
-    let too_many: Vec<Value> = (0..501)
+    let too_many: Vec<Value> = (0..1001)
         .map(|_| json!({"steps": [{"name": "a", "agent": "x"}]}))
         .collect();
     let (status, problem) = h

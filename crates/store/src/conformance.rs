@@ -102,6 +102,7 @@ macro_rules! conformance_tests {
             jobs_delete_removes_only_unleased_jobs_in_the_given_states,
             job_replace_starts_a_job_over_under_the_same_key,
             agents_ready_now_counts_only_due_claimable_steps,
+            faktory_backoff_formula_round_trips_and_times_retries,
         );
     };
     (@cases ($make:expr) $($case:ident),+ $(,)?) => {
@@ -3048,4 +3049,72 @@ pub async fn agents_ready_now_counts_only_due_claimable_steps(f: &Fixture) {
         .await
         .expect("ready later");
     assert_eq!(later, vec![("a".to_string(), 1), ("b".to_string(), 2)]);
+}
+
+// Proves a step's `backoff_formula` survives the store (`faktory` stays `faktory`, a step that
+// names none reads back exponential), and that retries of a Faktory-formula step, applied to the
+// job as the store loads it, are due exactly `count⁴ + 15 + ⌊30·jitter⌋ × (count + 1)` seconds
+// after the failure: not claimable a millisecond before, claimable at that instant.
+pub async fn faktory_backoff_formula_round_trips_and_times_retries(f: &Fixture) {
+    use overseer_core::backoff::Formula;
+    let store = &*f.store;
+    let (fk, plain) = (job_id(1), job_id(2));
+    let faktory = spec(
+        json!({"steps": [{"name": "s", "agent": "fk", "max_attempts": 4, "backoff_formula": "faktory"}]}),
+    );
+    let submitted = submit(store, admitted(fk, &faktory, at(0))).await;
+    submit(store, admitted(plain, &one_step("other"), at(0))).await;
+    let stored = get(store, fk).await;
+    assert_eq!(stored, submitted.job);
+    assert_eq!(stored.steps[0].backoff_formula, Formula::Faktory);
+    assert_eq!(
+        get(store, plain).await.steps[0].backoff_formula,
+        Formula::Exponential
+    );
+
+    // (attempt, failed at, jitter, due at): count 0 → 15 + 15 × 1 s; count 1 → 1 + 15 + 0 s;
+    // count 2 → 16 + 15 + 29 × 3 s.
+    let table = [
+        (1, at(1_000), 0.5, at(31_000)),
+        (2, at(32_000), 0.0, at(48_000)),
+        (3, at(50_000), 0.999_999, at(168_000)),
+    ];
+    let mut now = at(0);
+    for (attempt, failed_at, jitter, due) in table {
+        let leased = claim(store, "fk", 1, u128::from(attempt), now).await;
+        assert_eq!(claimed_jobs(&leased), vec![fk], "attempt {attempt}");
+        assert_eq!(leased[0].transition.job.steps[0].attempt, attempt);
+        let fail = Command::Fail {
+            step: 0,
+            attempt,
+            error: "boom".into(),
+            retryable: true,
+            jitter,
+        };
+        let t = apply(store, fk, fail, failed_at).await;
+        let stored = get(store, fk).await;
+        assert_eq!(stored, t.job);
+        let step = &stored.steps[0];
+        assert_eq!(
+            (step.state, step.backoff_formula, step.next_attempt_at),
+            (StepState::Ready, Formula::Faktory, Some(due)),
+            "attempt {attempt}"
+        );
+        let early = claim(
+            store,
+            "fk",
+            1,
+            100 + u128::from(attempt),
+            Timestamp(due.0 - 1),
+        )
+        .await;
+        assert!(early.is_empty(), "attempt {attempt} retried early");
+        now = due;
+    }
+    let last = claim(store, "fk", 1, 4, now).await;
+    assert_eq!(last[0].transition.job.steps[0].attempt, 4);
+    assert_eq!(
+        get(store, fk).await.steps[0].backoff_formula,
+        Formula::Faktory
+    );
 }

@@ -15,6 +15,7 @@
 //! `schedule`. Every supervisor write is checked against the leader lease in its own
 //! transaction (`leader::check_fence`).
 
+mod checkpoint;
 mod claims;
 #[cfg(any(test, feature = "fault-injection"))]
 mod fault;
@@ -105,6 +106,8 @@ struct Inner {
     queue: Option<writer::Queue>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Arc<Readers>,
+    /// Copies the WAL back into the database file off the writer thread.
+    checkpointer: Mutex<Option<checkpoint::Checkpointer>>,
     commits: Arc<AtomicU64>,
     history_per_job: usize,
     /// Set when the file was opened with `OVERSEER_FAULT=crash-after-step-result`: the flag a
@@ -124,6 +127,12 @@ impl Drop for Inner {
                 tracing::error!("the SQLite writer thread panicked");
             }
         }
+        let checkpointer = self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(checkpointer);
     }
 }
 
@@ -183,6 +192,9 @@ impl SqliteStore {
         conn.pragma_update(None, "temp_store", "MEMORY").db()?;
         // 16 MiB of page cache (negative = KiB) keeps the hot indexes in memory.
         conn.pragma_update(None, "cache_size", -16_384).db()?;
+        // The writer never checkpoints itself: copying the WAL into the file and fsyncing it
+        // would stall every write queued behind it. The checkpointer thread does it instead.
+        conn.pragma_update(None, "wal_autocheckpoint", 0).db()?;
         migrate(&mut conn)?;
 
         let read_connections = options.read_connections.max(1);
@@ -199,6 +211,8 @@ impl SqliteStore {
 
         let (queue, receiver) = mpsc::channel(options.queue_capacity.max(1));
         let commits = Arc::new(AtomicU64::new(0));
+        let checkpointer =
+            checkpoint::Checkpointer::start(&options.path, options.busy_timeout, commits.clone())?;
         let max_batch = options.max_batch.max(1);
         let thread_commits = commits.clone();
         #[cfg(feature = "fault-injection")]
@@ -226,6 +240,7 @@ impl SqliteStore {
                 writer: Mutex::new(Some(handle)),
                 readers,
                 commits,
+                checkpointer: Mutex::new(Some(checkpointer)),
                 history_per_job: options.history_per_job.max(1),
                 #[cfg(feature = "fault-injection")]
                 crash_after_step_result,
@@ -1054,8 +1069,9 @@ mod tests {
     }
 
     // Proves a version 1 file is migrated in place: its rows decode with the new fields at their
-    // defaults, its ready step is claimable and counted under its agent, its running step's
-    // lease is still found when it expires, and a settled step's stray expiry is not.
+    // defaults (the exponential backoff formula included), its ready step is claimable and
+    // counted under its agent, its running step's lease is still found when it expires, and a
+    // settled step's stray expiry is not.
     #[tokio::test]
     async fn a_v1_file_migrates_and_its_ready_step_is_claimable() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -1074,6 +1090,15 @@ mod tests {
         for s in &job.steps {
             assert_eq!((s.budget_from, s.comp_phase, s.comp_attempts), (0, None, 0));
             assert_eq!((s.comp_failures, s.comp_budget_from), (0, 0));
+            // Steps from before schema V4 have no formula: their retries stay exponential.
+            assert_eq!(
+                (
+                    s.backoff_formula,
+                    s.backoff.initial.as_millis(),
+                    s.backoff.factor
+                ),
+                (overseer_core::backoff::Formula::Exponential, 1_000, 2.0)
+            );
         }
         assert_eq!(
             job.steps[2].lease_expires_at, None,

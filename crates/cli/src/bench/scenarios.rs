@@ -21,10 +21,13 @@ const SUBMIT_JOBS: usize = 20_000;
 const DRAIN_JOBS: usize = 40_000;
 const LATENCY_JOBS: usize = 2_000;
 const DAG_JOBS: usize = 5_000;
-/// Jobs per request when a scenario loads its jobs before measuring (the server's maximum).
-const PRELOAD_BATCH: usize = 500;
-/// `latency`: one job every this long.
+/// Jobs per request when a scenario loads its jobs before measuring (the server's default
+/// `limits.jobs_per_batch`).
+pub(super) const PRELOAD_BATCH: usize = 1_000;
+/// `latency` and `latency_loaded`: one marker job every this long.
 const LATENCY_PACE: Duration = Duration::from_millis(5);
+/// `latency_loaded`: how often the background load submits what has fallen due.
+const LOAD_TICK: Duration = Duration::from_millis(5);
 /// `timers`: how far ahead the measured jobs are due, and where the preload sits.
 const TIMERS_AHEAD_MS: f64 = 2_000.0;
 const TIMERS_PRELOAD_AHEAD_MS: f64 = 30.0 * 86_400_000.0;
@@ -34,9 +37,11 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         Scenario::Submit => submit(ctx).await,
         Scenario::Drain => drain(ctx).await,
         Scenario::Latency => latency(ctx).await,
+        Scenario::LatencyLoaded => latency_loaded(ctx).await,
         Scenario::Dag => dag(ctx).await,
         Scenario::Timers => timers(ctx).await,
         Scenario::Recovery => recovery(ctx).await,
+        Scenario::Memory => super::memory::run(ctx).await,
     }
 }
 
@@ -200,74 +205,315 @@ impl Marks {
 /// `latency`: one job every 5 ms to idle long-polling workers; 202 received → lease received.
 async fn latency(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let r = ctx.jobs.unwrap_or(LATENCY_JOBS);
-    let agent = ctx.agent("latency");
-    let marks = Arc::new(Marks::default());
-    let done = Arc::new(Countdown::new(r));
+    let probe = Markers::start(ctx, &ctx.agent("latency"), r)
+        .await?
+        .run(ctx)
+        .await?;
+    Ok(vec![Row::new("latency", r, probe.seconds)
+        .rate(r)
+        .note(probe.describe(ctx))
+        .latencies(probe.samples_ms)])
+}
+
+/// `latency_loaded`: `latency` while W workers drain a steady background load of one-step no-op
+/// jobs submitted at `--load-rate` per second on an agent of their own.
+async fn latency_loaded(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let r = ctx.jobs.unwrap_or(LATENCY_JOBS);
+    let load_agent = ctx.agent("loaded-background");
+    let ran = Arc::new(AtomicUsize::new(0));
     let handler = {
-        let (marks, done) = (marks.clone(), done.clone());
-        move |step: StepContext| {
-            marks.leased(step.job_id(), Instant::now());
-            done.hit();
+        let ran = ran.clone();
+        move |_: StepContext| {
+            ran.fetch_add(1, Ordering::Relaxed);
             std::future::ready(Ok::<_, StepError>(Value::Null))
         }
     };
-    let agents = Agents::start(
+    let drainers = Agents::start(
         ctx,
-        &agent,
-        "latency",
+        &load_agent,
+        "background",
         ctx.workers,
         ctx.concurrency,
         handler,
     )?;
+    let stream = match Stream::start(ctx, &load_agent, ctx.load_rate as f64) {
+        Ok(stream) => stream,
+        Err(e) => {
+            drainers.stop().await;
+            return Err(e);
+        }
+    };
     let client = ctx.client()?;
-    let outcome = async {
-        polling(&client, &agent, ctx.workers, ctx.timeout).await?;
-        let template = one_step(&agent)?;
-        let mut tick = tokio::time::interval(LATENCY_PACE);
-        // A late tick is made up at once, so the average pace stays one job per 5 ms.
-        tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
-        let mut submits: JoinSet<anyhow::Result<()>> = JoinSet::new();
-        let started = Instant::now();
-        for _ in 0..r {
-            tick.tick().await;
-            let (client, spec, marks) = (client.clone(), template.clone(), marks.clone());
-            // Each submit runs on its own, so a slow answer does not hold back the pace.
-            submits.spawn(async move {
-                let sent = Instant::now();
-                let (job, created) = client.submit(&spec).await?;
-                marks.answered(job.id, sent, Instant::now());
-                anyhow::ensure!(created, "job {} was not created", job.id);
-                Ok(())
-            });
-            while let Some(finished) = submits.try_join_next() {
-                finished??;
-            }
-        }
-        while let Some(finished) = submits.join_next().await {
-            finished??;
-        }
-        done.wait(ctx.timeout, "latency: jobs leased").await?;
-        anyhow::Ok(started.elapsed().as_secs_f64())
+    let measured = async {
+        let markers = Markers::start(ctx, &ctx.agent("loaded-markers"), r).await?;
+        let (accepted, leased, from) = (
+            stream.accepted(),
+            ran.load(Ordering::Relaxed),
+            Instant::now(),
+        );
+        let probe = markers.run(ctx).await?;
+        let window = from.elapsed().as_secs_f64();
+        let accepted = stream.accepted() - accepted;
+        let leased = ran.load(Ordering::Relaxed) - leased;
+        let backlog = client
+            .agents()
+            .await?
+            .agents
+            .iter()
+            .find(|a| a.agent == load_agent)
+            .map_or(0, |a| a.ready);
+        anyhow::Ok((probe, window, accepted, leased, backlog))
     }
     .await;
-    agents.stop().await;
-    let seconds = outcome?;
-    let samples = std::mem::take(&mut *lock(&marks.samples_ms));
-    let from_sent = Percentiles::of(std::mem::take(&mut *lock(&marks.from_sent_ms)));
-    let early = marks.early.load(Ordering::Relaxed);
-    Ok(vec![Row::new("latency", r, seconds)
+    let streamed = stream.stop().await;
+    // The backlog is drained before the next scenario, so it cannot weigh on that one.
+    let cleared = match (&measured, &streamed) {
+        (Ok(_), Ok(())) => settled(&client, &load_agent, ctx.timeout).await,
+        _ => Ok(()),
+    };
+    drainers.stop().await;
+    let (probe, window, accepted, leased, backlog) = measured?;
+    streamed?;
+    cleared?;
+    let mut row = Row::new("latency_loaded", r, probe.seconds)
         .rate(r)
-        .latencies(samples)
         .note(format!(
+            "background: {:.0} jobs/s submitted (asked {}/s, in batches every {} ms from up to \
+             {} clients) and {:.0} jobs/s leased by {} workers × concurrency {} while the \
+             markers ran, {backlog} still ready at the end; markers: {}",
+            rate(accepted, window).unwrap_or(0.0),
+            ctx.load_rate,
+            LOAD_TICK.as_millis(),
+            ctx.clients,
+            rate(leased, window).unwrap_or(0.0),
+            ctx.workers,
+            ctx.concurrency,
+            probe.describe(ctx),
+        ))
+        .latencies(probe.samples_ms);
+    row.load_per_s = rate(accepted, window);
+    Ok(vec![row])
+}
+
+/// What the markers of `latency` and `latency_loaded` measured.
+struct Probe {
+    /// First marker submitted → last marker leased.
+    seconds: f64,
+    /// 202 received → lease received, per marker.
+    samples_ms: Vec<f64>,
+    /// Request sent → lease received: includes the submit's own commit.
+    from_sent: Percentiles,
+    /// Leases that reached the handler before the client had the 202.
+    early: usize,
+}
+
+impl Probe {
+    /// How to read the marker latencies.
+    fn describe(&self, ctx: &Ctx) -> String {
+        format!(
             "one job per {} ms to {} idle long-polling workers; 202 received by the client → \
-             lease received by the handler, same-process Instant; {early} leases arrived before \
+             lease received by the handler, same-process Instant; {} leases arrived before \
              their 202 and count as 0 ms; from the submit request sent instead: p50 {:.1} ms, \
              p99 {:.1} ms",
             LATENCY_PACE.as_millis(),
             ctx.workers,
-            from_sent.p50.unwrap_or(f64::NAN),
-            from_sent.p99.unwrap_or(f64::NAN),
-        ))])
+            self.early,
+            self.from_sent.p50.unwrap_or(f64::NAN),
+            self.from_sent.p99.unwrap_or(f64::NAN),
+        )
+    }
+}
+
+/// Marker jobs submitted one every 5 ms to idle long-polling workers of their own agent, each
+/// 202 paired with its lease.
+struct Markers {
+    agent: String,
+    count: usize,
+    agents: Agents,
+    marks: Arc<Marks>,
+    done: Arc<Countdown>,
+    client: Client,
+}
+
+impl Markers {
+    /// Starts `ctx.workers` workers of `agent` and waits until they all long-poll.
+    async fn start(ctx: &Ctx, agent: &str, count: usize) -> anyhow::Result<Markers> {
+        let marks = Arc::new(Marks::default());
+        let done = Arc::new(Countdown::new(count));
+        let handler = {
+            let (marks, done) = (marks.clone(), done.clone());
+            move |step: StepContext| {
+                marks.leased(step.job_id(), Instant::now());
+                done.hit();
+                std::future::ready(Ok::<_, StepError>(Value::Null))
+            }
+        };
+        let agents = Agents::start(ctx, agent, "markers", ctx.workers, ctx.concurrency, handler)?;
+        let client = ctx.client()?;
+        if let Err(e) = polling(&client, agent, ctx.workers, ctx.timeout).await {
+            agents.stop().await;
+            return Err(e);
+        }
+        Ok(Markers {
+            agent: agent.to_string(),
+            count,
+            agents,
+            marks,
+            done,
+            client,
+        })
+    }
+
+    /// Submits the markers, waits for every lease and stops the workers.
+    async fn run(self, ctx: &Ctx) -> anyhow::Result<Probe> {
+        let Markers {
+            agent,
+            count,
+            agents,
+            marks,
+            done,
+            client,
+        } = self;
+        let outcome = async {
+            let template = one_step(&agent)?;
+            let mut tick = tokio::time::interval(LATENCY_PACE);
+            // A late tick is made up at once, so the average pace stays one job per 5 ms.
+            tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+            let mut submits: JoinSet<anyhow::Result<()>> = JoinSet::new();
+            let started = Instant::now();
+            for _ in 0..count {
+                tick.tick().await;
+                let (client, spec, marks) = (client.clone(), template.clone(), marks.clone());
+                // Each submit runs on its own, so a slow answer does not hold back the pace.
+                submits.spawn(async move {
+                    let sent = Instant::now();
+                    let (job, created) = client.submit(&spec).await?;
+                    marks.answered(job.id, sent, Instant::now());
+                    anyhow::ensure!(created, "job {} was not created", job.id);
+                    Ok(())
+                });
+                while let Some(finished) = submits.try_join_next() {
+                    finished??;
+                }
+            }
+            while let Some(finished) = submits.join_next().await {
+                finished??;
+            }
+            done.wait(ctx.timeout, "markers leased").await?;
+            anyhow::Ok(started.elapsed().as_secs_f64())
+        }
+        .await;
+        agents.stop().await;
+        let seconds = outcome?;
+        let samples_ms = std::mem::take(&mut *lock(&marks.samples_ms));
+        let from_sent = Percentiles::of(std::mem::take(&mut *lock(&marks.from_sent_ms)));
+        Ok(Probe {
+            seconds,
+            samples_ms,
+            from_sent,
+            early: marks.early.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// One-step no-op jobs for an agent, submitted at a steady rate until stopped. Every tick it
+/// submits what has fallen due since the start (one request, a batch when more than one job) on
+/// an idle client; when every client is busy the jobs wait for the next tick, so the server's
+/// pace, not an ever-growing pile of requests, sets the rate achieved.
+struct Stream {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// Jobs the server answered 202 for.
+    accepted: Arc<AtomicUsize>,
+}
+
+impl Stream {
+    fn start(ctx: &Ctx, agent: &str, per_s: f64) -> anyhow::Result<Stream> {
+        let template = one_step(agent)?;
+        let clients: Vec<Client> = (0..ctx.clients)
+            .map(|_| ctx.client())
+            .collect::<anyhow::Result<_>>()?;
+        let stop = CancellationToken::new();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(pace(
+            clients,
+            template,
+            per_s,
+            stop.clone(),
+            accepted.clone(),
+        ));
+        Ok(Stream {
+            stop,
+            task,
+            accepted,
+        })
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Stops submitting and waits for the requests in flight; fails if any request failed.
+    async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.task.await.context("the background load panicked")?
+    }
+}
+
+async fn pace(
+    clients: Vec<Client>,
+    template: JobSpec,
+    per_s: f64,
+    stop: CancellationToken,
+    accepted: Arc<AtomicUsize>,
+) -> anyhow::Result<()> {
+    let mut idle = clients;
+    let mut requests: JoinSet<anyhow::Result<Client>> = JoinSet::new();
+    let mut tick = tokio::time::interval(LOAD_TICK);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let started = Instant::now();
+    let mut asked = 0usize;
+    let outcome = async {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return anyhow::Ok(()),
+                _ = tick.tick() => {}
+            }
+            while let Some(finished) = requests.try_join_next() {
+                idle.push(finished??);
+            }
+            let due = (per_s * started.elapsed().as_secs_f64()) as usize;
+            while asked < due {
+                let Some(client) = idle.pop() else { break };
+                let n = (due - asked).min(PRELOAD_BATCH);
+                asked += n;
+                let (specs, accepted) = (vec![template.clone(); n], accepted.clone());
+                requests.spawn(async move {
+                    if let [spec] = specs.as_slice() {
+                        let (job, created) = client.submit(spec).await?;
+                        anyhow::ensure!(created, "job {} was not created", job.id);
+                    } else {
+                        let answer = client.submit_batch(&specs).await?;
+                        anyhow::ensure!(
+                            answer.jobs.len() == n,
+                            "a batch of {n} answered {} jobs",
+                            answer.jobs.len()
+                        );
+                    }
+                    accepted.fetch_add(n, Ordering::Relaxed);
+                    Ok(client)
+                });
+            }
+        }
+    }
+    .await;
+    let mut failed = outcome.err();
+    while let Some(finished) = requests.join_next().await {
+        if let Err(e) = finished.map_err(anyhow::Error::from).and_then(|r| r) {
+            failed.get_or_insert(e);
+        }
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// `timers`: the submit rate without and with M delayed jobs in the store, and how late K jobs
@@ -519,14 +765,19 @@ impl Agents {
 }
 
 /// What loading jobs took: the whole time and each request's latency.
-struct Load {
-    seconds: f64,
-    latencies_ms: Vec<f64>,
+pub(super) struct Load {
+    pub(super) seconds: f64,
+    pub(super) latencies_ms: Vec<f64>,
 }
 
 /// Submits `n` jobs made by `make` from `ctx.clients` concurrent clients (each with its own
 /// connection pool), `batch` per request: `POST /v1/jobs` when 1, else `POST /v1/jobs:batch`.
-async fn submit_jobs<F>(ctx: &Ctx, n: usize, batch: usize, make: F) -> anyhow::Result<Load>
+pub(super) async fn submit_jobs<F>(
+    ctx: &Ctx,
+    n: usize,
+    batch: usize,
+    make: F,
+) -> anyhow::Result<Load>
 where
     F: Fn(usize) -> JobSpec + Send + Sync + 'static,
 {
@@ -635,7 +886,7 @@ fn spec(value: Value) -> anyhow::Result<JobSpec> {
 }
 
 /// A job of one no-op step.
-fn one_step(agent: &str) -> anyhow::Result<JobSpec> {
+pub(super) fn one_step(agent: &str) -> anyhow::Result<JobSpec> {
     spec(json!({ "steps": [{ "name": "noop", "agent": agent }] }))
 }
 
@@ -644,7 +895,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Milliseconds since the Unix epoch, with a fraction.
-fn wall_ms() -> f64 {
+pub(super) fn wall_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0)

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{admit, apply, Command, Effect, Rejection, Reply, Transition, POISON_FAILURES};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Formula};
 use crate::id::{JobId, LeaseId};
 use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, Step, StepState};
 use crate::spec::{CompensateSpec, JobSpec, Limits, OnFailure, StepSpec};
@@ -89,6 +89,7 @@ fn step(name: &str, agent: &str, deps: &[&str], max_attempts: u32) -> StepSpec {
         timeout: Some(TIMEOUT),
         max_attempts: Some(max_attempts),
         backoff: Some(BACKOFF),
+        backoff_formula: None,
         compensate: None,
     }
 }
@@ -1665,6 +1666,39 @@ fn retry_delay_honours_jitter_and_zero_backoff() {
             }
         };
         assert_eq!(tr.effects, [effect], "jitter {jitter}");
+    }
+}
+
+// Proves a step with the Faktory formula is retried after exactly `count⁴ + 15 + ⌊30·jitter⌋ ×
+// (count + 1)` seconds (count = failures before this one), ignoring its exponential backoff:
+// each attempt is claimed when due and failed with a chosen jitter.
+#[test]
+fn faktory_formula_schedules_retries() {
+    let mut one = step("a", "x", &[], 4);
+    one.backoff = None;
+    one.backoff_formula = Some(Formula::Faktory);
+    let mut sim = start(&spec(vec![one], None));
+    // (attempt that fails, jitter, delay in seconds)
+    let table = [(1, 0.0, 15), (2, 0.5, 46), (3, 0.999_999, 118)];
+    for (attempt, jitter, delay_s) in table {
+        assert_eq!(sim.claim_when_due("a").job.steps[0].attempt, attempt);
+        let now = sim.now;
+        let tr = sim.ok(Command::Fail {
+            step: 0,
+            attempt,
+            error: "boom".into(),
+            retryable: true,
+            jitter,
+        });
+        let next = now.plus(Span::from_secs(delay_s));
+        assert_eq!(
+            tr.job.steps[0].next_attempt_at,
+            Some(next),
+            "attempt {attempt}"
+        );
+        let detail =
+            json!({ "error": "boom", "delay": Span::from_secs(delay_s), "next_attempt_at": next });
+        assert_eq!(tr.events[0].detail, Some(detail), "attempt {attempt}");
     }
 }
 
@@ -4128,6 +4162,7 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                     factor: 2.0,
                     max: Span::from_secs(4),
                 }),
+                backoff_formula: None,
                 compensate: r.undo.map(|(max_attempts, own_timeout)| CompensateSpec {
                     agent: "u".into(),
                     payload: json!({ "undo": i }),

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use deadpool_postgres::Transaction;
-use overseer_core::backoff::Backoff;
+use overseer_core::backoff::{Backoff, Formula};
 use overseer_core::job::PRIORITY_AGING;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::spec::{CompensateSpec, OnFailure};
@@ -130,14 +130,14 @@ macro_rules! step_columns {
          backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
          lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
          next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, \
-         comp_failures, comp_budget_from"
+         comp_failures, comp_budget_from, backoff_formula"
     };
 }
 const STEP_COLUMNS: &str = step_columns!();
 
 /// Everything a step write sets: the job's key and copied priority, the step's own columns, and
 /// the columns derived from the step for the queries that find work (see the schema).
-const STEP_WRITE_COLUMNS: [&str; 34] = [
+const STEP_WRITE_COLUMNS: [&str; 35] = [
     "job_id",
     "priority",
     "idx",
@@ -172,6 +172,7 @@ const STEP_WRITE_COLUMNS: [&str; 34] = [
     "claim_agent",
     "lease_agent",
     "claim_rank",
+    "backoff_formula",
 ];
 
 /// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
@@ -244,6 +245,7 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
     let lease_id: Option<Uuid> = get(row, 14, "steps.lease_id")?;
     let result: Option<String> = get(row, 22, "steps.result")?;
     let comp_phase: Option<String> = get(row, 25, "steps.comp_phase")?;
+    let formula: Option<String> = get(row, 29, "steps.backoff_formula")?;
     let step = Step {
         name: get(row, 1, "steps.name")?,
         agent: get(row, 2, "steps.agent")?,
@@ -264,6 +266,10 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
                 "steps.backoff_max_ms",
                 get(row, 9, "steps.backoff_max_ms")?,
             )?),
+        },
+        backoff_formula: match formula {
+            None => Formula::Exponential,
+            Some(f) => Formula::parse(&f).ok_or_else(|| corrupt("steps.backoff_formula", &f))?,
         },
         compensate: compensate
             .map(|c| parse_json::<CompensateSpec>("steps.compensate", &c))
@@ -537,7 +543,9 @@ async fn write_step(
     let result = s.result.as_ref().map(json_text);
     let worker = opt_text(&s.worker);
     let last_error = opt_text(&s.last_error);
-    let values: [&(dyn ToSql + Sync); 34] = [
+    // NULL for the exponential default, as rows from before schema V2 have it.
+    let formula = (s.backoff_formula != Formula::Exponential).then(|| s.backoff_formula.as_str());
+    let values: [&(dyn ToSql + Sync); 35] = [
         &job.id.0,
         &job.priority,
         &idx_i32,
@@ -572,6 +580,7 @@ async fn write_step(
         &s.claim_agent(),
         &lease_agent(s),
         &job.claim_rank(idx),
+        &formula,
     ];
     tx.execute(stmt, &values).await?;
     Ok(())

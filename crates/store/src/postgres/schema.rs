@@ -14,7 +14,7 @@
 pub(super) const MIGRATION_LOCK: i64 = 0x6f76_6572_7365_6572;
 
 /// Migration `i` takes a database from version `i` to version `i + 1`.
-pub(super) const MIGRATIONS: &[&str] = &[V1];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// Created before anything else, outside the numbered migrations.
 pub(super) const BOOKKEEPING: &str = r#"
@@ -186,4 +186,11 @@ CREATE TABLE schedules (
     updated_at   bigint NOT NULL
 );
 CREATE INDEX schedules_due ON schedules (next_fire_at, name) WHERE NOT paused;
+"#;
+
+/// Retry delay formulas: `backoff_formula` names the curve a step's retries follow when it is not
+/// the exponential `backoff_*` one (`faktory` for jobs pushed over the Faktory protocol). NULL
+/// means exponential, which is what every step written before this migration used.
+const V2: &str = r#"
+ALTER TABLE steps ADD COLUMN backoff_formula text;
 "#;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use overseer_core::backoff::Backoff;
+use overseer_core::backoff::{Backoff, Formula};
 use overseer_core::job::PRIORITY_AGING;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::spec::{CompensateSpec, OnFailure};
@@ -97,11 +97,11 @@ const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, m
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
      lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
      next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
-     comp_budget_from";
+     comp_budget_from, backoff_formula";
 
 /// Everything a step write sets: the job's key and copied priority, the step's own columns, and
 /// the columns derived from the step for the queries that find work (see schemas V2 and V3).
-const STEP_WRITE_COLUMNS: [&str; 34] = [
+const STEP_WRITE_COLUMNS: [&str; 35] = [
     "job_id",
     "priority",
     "idx",
@@ -136,6 +136,7 @@ const STEP_WRITE_COLUMNS: [&str; 34] = [
     "claim_agent",
     "lease_agent",
     "claim_rank",
+    "backoff_formula",
 ];
 
 /// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
@@ -168,6 +169,19 @@ fn lease_agent(s: &Step) -> Option<&str> {
         s.compensate.as_ref().map(|c| c.agent.as_str())
     } else {
         Some(&s.agent)
+    }
+}
+
+/// `steps.backoff_formula`: NULL for the exponential default (so rows written before schema V4,
+/// and most rows since, say nothing), else the formula's name.
+fn formula_column(f: Formula) -> Option<&'static str> {
+    (f != Formula::Exponential).then(|| f.as_str())
+}
+
+fn formula_from_column(text: Option<String>) -> Result<Formula> {
+    match text {
+        None => Ok(Formula::Exponential),
+        Some(t) => Formula::parse(&t).ok_or_else(|| corrupt("steps.backoff_formula", &t)),
     }
 }
 
@@ -209,6 +223,7 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
     let lease_id: Option<String> = row.get(14).db()?;
     let result: Option<String> = row.get(22).db()?;
     let comp_phase: Option<String> = row.get(25).db()?;
+    let formula: Option<String> = row.get(29).db()?;
     let step = Step {
         name: row.get(1).db()?,
         agent: row.get(2).db()?,
@@ -221,6 +236,7 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
             factor: row.get(8).db()?,
             max: Span::from_millis(to_u64("steps.backoff_max_ms", row.get(9).db()?)?),
         },
+        backoff_formula: formula_from_column(formula)?,
         compensate: compensate
             .map(|c| parse_json::<CompensateSpec>("steps.compensate", &c))
             .transpose()?,
@@ -443,6 +459,7 @@ pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()>
             s.claim_agent(),
             lease_agent(s),
             job.claim_rank(idx),
+            formula_column(s.backoff_formula),
         ])
         .db()?;
     Ok(())

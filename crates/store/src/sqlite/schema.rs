@@ -4,7 +4,7 @@
 //! rest in one transaction. Never edit a migration that has shipped: append a new one.
 
 /// Migration `i` takes a file from version `i` to version `i + 1`.
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 const V1: &str = r#"
 CREATE TABLE jobs (
@@ -226,4 +226,11 @@ CREATE TABLE schedules (
     updated_at   INTEGER NOT NULL
 );
 CREATE INDEX schedules_due ON schedules (next_fire_at, name) WHERE paused = 0;
+"#;
+
+/// Retry delay formulas: `backoff_formula` names the curve a step's retries follow when it is not
+/// the exponential `backoff_*` one (`faktory` for jobs pushed over the Faktory protocol). NULL
+/// means exponential, which is what every step written before this migration used.
+const V4: &str = r#"
+ALTER TABLE steps ADD COLUMN backoff_formula TEXT;
 "#;
