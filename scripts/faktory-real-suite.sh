@@ -19,8 +19,8 @@
 # Usage: scripts/faktory-real-suite.sh [extra args for the test binary, e.g. a test name]
 # Environment:
 #   FAKTORY_CRATE_VERSION  (default 0.13.1)
-#   OVERSEER_TARGET_DIR    target dir for overseer (default /work/target-helper-faktory)
-#   SUITE_TARGET_DIR       target dir for the copied crate (default /work/target-faktory-suite)
+#   OVERSEER_TARGET_DIR    target dir for overseer (default: this repository's target/)
+#   SUITE_TARGET_DIR       target dir for the copied crate (default target/faktory-suite)
 #   SUITE_THREADS          test threads for the main run (default 1: the suite shares one server
 #                          and its MUTATE tests with empty filters reach other tests' jobs)
 #   KEEP_SERVER_LOG=1      keep the server log (its path is printed)
@@ -28,8 +28,8 @@ set -euo pipefail
 
 version="${FAKTORY_CRATE_VERSION:-0.13.1}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-overseer_target="${OVERSEER_TARGET_DIR:-/work/target-helper-faktory}"
-suite_target="${SUITE_TARGET_DIR:-/work/target-faktory-suite}"
+overseer_target="${OVERSEER_TARGET_DIR:-$repo/target}"
+suite_target="${SUITE_TARGET_DIR:-$repo/target/faktory-suite}"
 
 crate_src=""
 for d in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/faktory-"$version"; do

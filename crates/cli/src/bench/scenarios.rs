@@ -843,7 +843,11 @@ async fn polling(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
+        let asked = Instant::now();
         let list = client.agents().await?;
+        // `GET /v1/agents` counts every unfinished step: polling it back to back would take a
+        // good share of the server (on PostgreSQL, most of it) from the work being measured.
+        let pause = asked.elapsed().max(Duration::from_millis(5));
         let seen = list
             .agents
             .iter()
@@ -864,7 +868,11 @@ async fn polling(
 async fn settled(client: &Client, agent: &str, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
+        let asked = Instant::now();
         let list = client.agents().await?;
+        // `GET /v1/agents` counts every unfinished step: polling it back to back would take a
+        // good share of the server (on PostgreSQL, most of it) from the work being measured.
+        let pause = asked.elapsed().max(Duration::from_millis(5));
         let left = list
             .agents
             .iter()
@@ -877,7 +885,7 @@ async fn settled(client: &Client, agent: &str, timeout: Duration) -> anyhow::Res
             Instant::now() < deadline,
             "{left} steps still ready or running after {timeout:?}"
         );
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(pause).await;
     }
 }
 
