@@ -8,12 +8,18 @@
 //! and clients: the numbers are what one machine does end to end, not the server alone.
 //!
 //! Scenarios (see `BENCHMARKS.md` for what each measures and the reference numbers):
-//! `submit`, `drain`, `latency`, `latency_loaded`, `dag`, `timers`, `recovery`, `memory`.
+//! `submit`, `drain`, `latency`, `latency_loaded`, `cross_node`, `dag`, `timers`, `recovery`,
+//! `memory`.
 //!
 //! - `latency_loaded` is `latency` while a steady background load (`--load-rate` one-step no-op
 //!   jobs per second, on an agent of its own) is drained by `--workers` × `--concurrency`; the
 //!   markers still go to idle long-polling workers of their own agent. It reports the background
 //!   rate it achieved next to the markers' latency.
+//! - `cross_node` is `latency` across two nodes of one PostgreSQL store (`--db postgres://…`):
+//!   it starts a second in-process node on that store, puts the idle long-polling workers on it
+//!   and submits the markers to the first, so each lease needs the other node's `LISTEN/NOTIFY`
+//!   wake-up. On SQLite and with `--server` it is skipped: nodes on one SQLite file signal each
+//!   other through nothing but polling, and a remote server's store is not ours to open.
 //! - `memory` is the exception to "everything in one process": it spawns this executable as
 //!   `overseer server` (on a temp SQLite file, or on `--db`) and reads *that* process's resident
 //!   memory, idle and with `--pending` delayed jobs. With `--server` it is skipped, since a remote
@@ -37,9 +43,9 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Jobs per scenario. Default per scenario: submit 20000, drain 40000, latency and
-    /// latency_loaded 2000 markers (one every 5 ms), dag 5000 (20000 steps); the submit rates of
-    /// `timers` use the `submit` count.
+    /// Jobs per scenario. Default per scenario: submit 20000, drain 40000, latency,
+    /// latency_loaded and cross_node 2000 markers (one every 5 ms), dag 5000 (20000 steps); the
+    /// submit rates of `timers` use the `submit` count.
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Concurrent submitting clients.
@@ -105,6 +111,8 @@ pub enum Scenario {
     Latency,
     #[value(name = "latency_loaded", alias = "latency-loaded")]
     LatencyLoaded,
+    #[value(name = "cross_node", alias = "cross-node")]
+    CrossNode,
     Dag,
     Timers,
     Recovery,
@@ -112,11 +120,12 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 8] = [
+    const ALL: [Scenario; 9] = [
         Scenario::Submit,
         Scenario::Drain,
         Scenario::Latency,
         Scenario::LatencyLoaded,
+        Scenario::CrossNode,
         Scenario::Dag,
         Scenario::Timers,
         Scenario::Recovery,
@@ -129,6 +138,7 @@ impl Scenario {
             Scenario::Drain => "drain",
             Scenario::Latency => "latency",
             Scenario::LatencyLoaded => "latency_loaded",
+            Scenario::CrossNode => "cross_node",
             Scenario::Dag => "dag",
             Scenario::Timers => "timers",
             Scenario::Recovery => "recovery",
@@ -136,9 +146,11 @@ impl Scenario {
         }
     }
 
-    /// Whether the scenario is run against the bench's server; `memory` starts its own process.
+    /// Whether the scenario needs a fresh in-process SQLite server when neither `--db` nor
+    /// `--server` is given: `memory` starts a server process of its own, and `cross_node` is
+    /// skipped on SQLite, so starting one for it would be wasted.
     fn uses_server(self) -> bool {
-        self != Scenario::Memory
+        !matches!(self, Scenario::Memory | Scenario::CrossNode)
     }
 }
 
@@ -255,7 +267,8 @@ impl Percentiles {
 /// What every scenario is given: where the server is and the settings.
 #[derive(Clone)]
 pub struct Ctx {
-    /// The server's base URL (empty for `memory`, which starts its own).
+    /// The server's base URL (empty for `memory`, which starts its own, and for `cross_node` on
+    /// a fresh SQLite store, where it is skipped).
     pub url: String,
     /// Whether the server was started elsewhere (`--server`).
     pub remote: bool,
@@ -515,7 +528,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         let url = match (&args.server, &shared, &fresh) {
             (Some(url), _, _) => url.trim_end_matches('/').to_string(),
             (None, Some(s), _) | (None, None, Some(s)) => s.url.clone(),
-            // `memory` starts a server process of its own.
+            // `memory` starts a server process of its own; `cross_node` skips itself on SQLite.
             (None, None, None) => String::new(),
         };
         let ctx = Ctx {

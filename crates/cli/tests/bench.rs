@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use common::*;
+use overseer_store::pgtest::PgCluster;
 use serde_json::Value;
 
 /// Runs `overseer bench ARGS…`, asserts it succeeded, and answers its stdout.
@@ -55,10 +56,11 @@ fn num(row: &Value, field: &str) -> f64 {
 // Proves every scenario runs against an in-process server (`memory` against a server process of
 // its own) and prints one JSON line per result with every field it promises filled in and
 // plausible (rates positive, p50 ≤ p99, recovery not faster than a lease can expire, the
-// background load of `latency_loaded` and both memory readings present).
+// background load of `latency_loaded` and both memory readings present), while `cross_node`,
+// which needs PostgreSQL, is skipped on SQLite with a note on stderr and prints no line.
 #[test]
 fn every_scenario_prints_sane_json() {
-    let stdout = bench(&[
+    let (stdout, stderr) = bench_with_stderr(&[
         "--jobs",
         "200",
         "--output",
@@ -100,6 +102,10 @@ fn every_scenario_prints_sane_json() {
     ];
     expected.sort_unstable();
     assert_eq!(names, expected, "{stdout}");
+    assert!(
+        stderr.contains("cross_node skipped") && stderr.contains("only measure polling"),
+        "{stderr}"
+    );
 
     for (name, row) in &rows {
         let backend = if name == "memory" {
@@ -185,8 +191,8 @@ fn every_scenario_prints_sane_json() {
 }
 
 // Proves `--server` benchmarks a separately started server process, `--scenario` with
-// `--batch 1` runs exactly the scenarios asked for, and `memory` is skipped with a note on
-// stderr, since a remote server's memory cannot be read.
+// `--batch 1` runs exactly the scenarios asked for, and `memory` and `cross_node` are skipped
+// with a note on stderr, since a remote server's memory cannot be read nor its store opened.
 #[test]
 fn targets_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
@@ -200,6 +206,8 @@ fn targets_a_running_server() {
         "submit",
         "--scenario",
         "memory",
+        "--scenario",
+        "cross_node",
         "--batch",
         "1",
         "--jobs",
@@ -215,6 +223,7 @@ fn targets_a_running_server() {
     let names: Vec<&str> = rows.keys().map(String::as_str).collect();
     assert_eq!(names, ["drain", "submit"], "{stdout}");
     assert!(stderr.contains("memory skipped"), "{stderr}");
+    assert!(stderr.contains("cross_node skipped"), "{stderr}");
     for row in rows.values() {
         assert_eq!(
             row["backend"].as_str().unwrap(),
@@ -244,5 +253,45 @@ fn table_output_is_readable() {
     assert!(
         !stdout.contains("running latency"),
         "progress goes to stderr: {stdout}"
+    );
+}
+
+// Proves `cross_node` runs on PostgreSQL: on a fresh database, the markers go to the bench's
+// node while the workers long-poll a second in-process node, and one JSON line reports the
+// 202 → lease latencies across them (sanity only: p50 ≤ p99, no p99.9 from 30 samples).
+#[test]
+fn cross_node_on_postgres() {
+    let cluster = PgCluster::shared();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = rt.block_on(cluster.database());
+    let stdout = bench(&[
+        "--db",
+        db.url(),
+        "--scenario",
+        "cross_node",
+        "--jobs",
+        "30",
+        "--workers",
+        "2",
+        "--output",
+        "json",
+    ]);
+    let rows = rows(&stdout);
+    let names: Vec<&str> = rows.keys().map(String::as_str).collect();
+    assert_eq!(names, ["cross_node"], "{stdout}");
+    let row = &rows["cross_node"];
+    assert_eq!(row["backend"], "postgres in-process", "{row}");
+    assert_eq!(row["jobs"], 30, "{row}");
+    assert!(num(row, "per_s") > 0.0, "{row}");
+    let (p50, p99) = (num(row, "p50_ms"), num(row, "p99_ms"));
+    assert!(0.0 <= p50 && p50 <= p99, "{row}");
+    assert!(row["p999_ms"].is_null(), "{row}");
+    let note = row["note"].as_str().unwrap();
+    assert!(
+        note.contains("node B") && note.contains("target p99 ≤ 10 ms"),
+        "{row}"
     );
 }

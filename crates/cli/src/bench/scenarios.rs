@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use overseer_agent::{Client, Handler, StepContext, StepError, Worker};
 use overseer_core::{JobId, JobSpec, Timestamp};
+use overseer_server::config::StoreUrl;
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -24,7 +25,7 @@ const DAG_JOBS: usize = 5_000;
 /// Jobs per request when a scenario loads its jobs before measuring (the server's default
 /// `limits.jobs_per_batch`).
 pub(super) const PRELOAD_BATCH: usize = 1_000;
-/// `latency` and `latency_loaded`: one marker job every this long.
+/// `latency`, `latency_loaded` and `cross_node`: one marker job every this long.
 const LATENCY_PACE: Duration = Duration::from_millis(5);
 /// `latency_loaded`: how often the background load submits what has fallen due.
 const LOAD_TICK: Duration = Duration::from_millis(5);
@@ -38,6 +39,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         Scenario::Drain => drain(ctx).await,
         Scenario::Latency => latency(ctx).await,
         Scenario::LatencyLoaded => latency_loaded(ctx).await,
+        Scenario::CrossNode => cross_node(ctx).await,
         Scenario::Dag => dag(ctx).await,
         Scenario::Timers => timers(ctx).await,
         Scenario::Recovery => recovery(ctx).await,
@@ -295,7 +297,61 @@ async fn latency_loaded(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     Ok(vec![row])
 }
 
-/// What the markers of `latency` and `latency_loaded` measured.
+/// The performance issue's PostgreSQL target for `cross_node`.
+const CROSS_NODE_TARGET_P99_MS: f64 = 10.0;
+
+/// `cross_node`: `latency` across two nodes of one PostgreSQL store. The markers go to the
+/// bench's server (node A); the idle long-polling workers poll a second in-process node (B) on
+/// the same store, which hears of each job only through `LISTEN/NOTIFY` (`Store::signals`).
+async fn cross_node(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let on_postgres = ctx
+        .db
+        .as_deref()
+        .filter(|db| matches!(StoreUrl::parse(db), Ok(StoreUrl::Postgres(_))));
+    let (false, Some(db), Some(sweep_interval)) = (ctx.remote, on_postgres, ctx.sweep_interval)
+    else {
+        let why = if ctx.remote {
+            "it starts a second in-process node on the server's store, which --server does not \
+             give; run it with --db postgres://… instead"
+        } else {
+            "it needs a PostgreSQL store (--db postgres://…): a second node on one SQLite file \
+             gets no cross-node signals (no LISTEN/NOTIFY), so it would only measure polling"
+        };
+        eprintln!("overseer bench: cross_node skipped: {why}");
+        return Ok(Vec::new());
+    };
+    let r = ctx.jobs.unwrap_or(LATENCY_JOBS);
+    let node_b = super::LocalServer::start(db.to_string(), sweep_interval, None)
+        .await
+        .context("cannot start the second node")?;
+    let on_b = Ctx {
+        url: node_b.url.clone(),
+        ..ctx.clone()
+    };
+    let probe = async {
+        Markers::start(&on_b, &ctx.agent("cross-node"), r)
+            .await?
+            .run(ctx)
+            .await
+    }
+    .await;
+    node_b.stop().await;
+    let probe = probe?;
+    Ok(vec![Row::new("cross_node", r, probe.seconds)
+        .rate(r)
+        .note(format!(
+            "cross-node wake-up: markers submitted to node A ({}), leased by workers \
+             long-polling node B ({}), a second in-process node on the same PostgreSQL store \
+             woken through LISTEN/NOTIFY; node A's 202 received → lease received from node B; \
+             target p99 ≤ {CROSS_NODE_TARGET_P99_MS:.0} ms (performance issue); markers: {}",
+            ctx.url,
+            on_b.url,
+            probe.describe(ctx),
+        ))
+        .latencies(probe.samples_ms)])
+}
+
+/// What the markers of `latency`, `latency_loaded` and `cross_node` measured.
 struct Probe {
     /// First marker submitted → last marker leased.
     seconds: f64,
@@ -332,11 +388,11 @@ struct Markers {
     agents: Agents,
     marks: Arc<Marks>,
     done: Arc<Countdown>,
-    client: Client,
 }
 
 impl Markers {
-    /// Starts `ctx.workers` workers of `agent` and waits until they all long-poll.
+    /// Starts `ctx.workers` workers of `agent` on `ctx`'s server and waits until they all
+    /// long-poll there.
     async fn start(ctx: &Ctx, agent: &str, count: usize) -> anyhow::Result<Markers> {
         let marks = Arc::new(Marks::default());
         let done = Arc::new(Countdown::new(count));
@@ -349,8 +405,9 @@ impl Markers {
             }
         };
         let agents = Agents::start(ctx, agent, "markers", ctx.workers, ctx.concurrency, handler)?;
-        let client = ctx.client()?;
-        if let Err(e) = polling(&client, agent, ctx.workers, ctx.timeout).await {
+        // Workers are listed by the node they poll, so this asks that node.
+        let waited = async { polling(&ctx.client()?, agent, ctx.workers, ctx.timeout).await };
+        if let Err(e) = waited.await {
             agents.stop().await;
             return Err(e);
         }
@@ -360,11 +417,11 @@ impl Markers {
             agents,
             marks,
             done,
-            client,
         })
     }
 
-    /// Submits the markers, waits for every lease and stops the workers.
+    /// Submits the markers to `ctx`'s server (not necessarily the one the workers poll), waits
+    /// for every lease and stops the workers.
     async fn run(self, ctx: &Ctx) -> anyhow::Result<Probe> {
         let Markers {
             agent,
@@ -372,9 +429,9 @@ impl Markers {
             agents,
             marks,
             done,
-            client,
         } = self;
         let outcome = async {
+            let client = ctx.client()?;
             let template = one_step(&agent)?;
             let mut tick = tokio::time::interval(LATENCY_PACE);
             // A late tick is made up at once, so the average pace stays one job per 5 ms.
@@ -860,7 +917,7 @@ async fn polling(
             Instant::now() < deadline,
             "only {seen} of {count} workers polled within {timeout:?}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(pause).await;
     }
 }
 
