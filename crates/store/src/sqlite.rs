@@ -378,7 +378,7 @@ fn persist(
         None
     };
     for &idx in &t.changed_steps {
-        rows::write_step(conn, &t.job, idx)?;
+        rows::rewrite_step(conn, &t.job, idx)?;
     }
     rows::append_events(conn, t.job.id, &t.events, history_per_job, last_seq)?;
     rows::insert_deliveries(conn, t, now)

@@ -408,6 +408,46 @@ pub(super) fn update_job(
 
 /// Inserts or overwrites one step row from the job as it now stands.
 pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()> {
+    write_step_with(conn, job, idx, step_upsert_sql()).map(drop)
+}
+
+/// Overwrites an existing step row from the job as it now stands: a plain `UPDATE`, cheaper
+/// than the upsert's failed insert. A row that is missing (never left by the writer) is
+/// written by the upsert instead.
+pub(super) fn rewrite_step(conn: &Connection, job: &Job, idx: usize) -> Result<()> {
+    if write_step_with(conn, job, idx, step_update_sql())? == 0 {
+        write_step(conn, job, idx)?;
+    }
+    Ok(())
+}
+
+/// `UPDATE … WHERE job_id = ?1 AND idx = ?3` with the same placeholders as the upsert.
+fn step_update_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let updates: Vec<String> = STEP_WRITE_COLUMNS
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !matches!(**c, "job_id" | "idx"))
+            .map(|(i, c)| format!("{c} = ?{}", i + 1))
+            .collect();
+        let at = |name: &str| {
+            STEP_WRITE_COLUMNS
+                .iter()
+                .position(|c| *c == name)
+                .map(|i| i + 1)
+                .unwrap_or(0)
+        };
+        format!(
+            "UPDATE steps SET {} WHERE job_id = ?{} AND idx = ?{}",
+            updates.join(", "),
+            at("job_id"),
+            at("idx")
+        )
+    })
+}
+
+fn write_step_with(conn: &Connection, job: &Job, idx: usize, sql: &str) -> Result<usize> {
     let Some(s) = job.steps.get(idx) else {
         return Err(corrupt(
             "transition",
@@ -422,7 +462,7 @@ pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()>
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| corrupt("steps.compensate", e))?;
-    conn.prepare_cached(step_upsert_sql())
+    conn.prepare_cached(sql)
         .db()?
         .execute(params![
             job_id_text(job.id),
@@ -461,8 +501,7 @@ pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()>
             job.claim_rank(idx),
             formula_column(s.backoff_formula),
         ])
-        .db()?;
-    Ok(())
+        .db()
 }
 
 /// Appends events with the next sequence numbers, then drops all but the newest `keep`.
