@@ -90,6 +90,18 @@ fn fast() -> overseer_faktory::Config {
     }
 }
 
+/// `fast()` but with retries 10 minutes away, so a failed job stays in the retry set.
+fn slow_retries() -> overseer_faktory::Config {
+    overseer_faktory::Config {
+        backoff: Some(Backoff {
+            initial: Span::from_secs(600),
+            factor: 1.0,
+            max: Span::from_secs(600),
+        }),
+        ..fast()
+    }
+}
+
 /// Polls `check` until it holds or `within` passes (a condition wait, not a fixed sleep).
 async fn wait_for<F, Fut>(within: Duration, mut check: F) -> bool
 where
@@ -822,15 +834,7 @@ async fn password_is_checked() {
 // targets answer Faktory's errors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_kill_on_retries() {
-    let node = Node::start(overseer_faktory::Config {
-        backoff: Some(Backoff {
-            initial: Span::from_secs(600),
-            factor: 1.0,
-            max: Span::from_secs(600),
-        }),
-        ..fast()
-    })
-    .await;
+    let node = Node::start(slow_retries()).await;
     let mut raw = Raw::connect(&node.faktory, Some("mutator-00000000000000000000001")).await;
     let job = json!({"jid": "mutate-jid-01", "jobtype": "m", "args": [], "queue": "mq"});
     assert_eq!(
@@ -891,15 +895,7 @@ async fn fetch_and_fail(raw: &mut Raw, queue: &str, message: &str) -> Value {
 // precedence (pattern with jobtype, else jobtype, else jids).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_moves_jobs_between_sets() {
-    let node = Node::start(overseer_faktory::Config {
-        backoff: Some(Backoff {
-            initial: Span::from_secs(600),
-            factor: 1.0,
-            max: Span::from_secs(600),
-        }),
-        ..fast()
-    })
-    .await;
+    let node = Node::start(slow_retries()).await;
     let mut raw = Raw::connect(&node.faktory, Some("mutator-00000000000000000000002")).await;
     let soon = "2999-01-01T00:00:00Z";
     for (jid, arg) in [("mset-jid-fizz", "fizz"), ("mset-jid-buzz", "buzz")] {
@@ -1001,15 +997,7 @@ async fn mutate_moves_jobs_between_sets() {
 // forgets it; `*` takes every queue; QUEUE LATENCY reports the oldest waiting job's age.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_remove_and_latency() {
-    let node = Node::start(overseer_faktory::Config {
-        backoff: Some(Backoff {
-            initial: Span::from_secs(600),
-            factor: 1.0,
-            max: Span::from_secs(600),
-        }),
-        ..fast()
-    })
-    .await;
+    let node = Node::start(slow_retries()).await;
     let mut raw = Raw::connect(&node.faktory, Some("remover-000000000000000000000001")).await;
     for n in 0..3 {
         let job = json!({"jid": format!("remove-jid-{n:02}"), "jobtype": "r", "args": [n],

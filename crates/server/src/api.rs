@@ -709,16 +709,15 @@ async fn report_batch(
                 jitter: app.jitter(),
             },
         };
-        positions.push((i, command_name(&report)));
+        positions.push((i, command_name(&report), lease_id));
         batch.push((lease_id, report));
     }
-    let lease_ids: Vec<LeaseId> = batch.iter().map(|(id, _)| *id).collect();
     let outcomes = if batch.is_empty() {
         Vec::new()
     } else {
         app.store().leases_report(batch, app.now()).await?
     };
-    for (((i, name), lease_id), outcome) in positions.into_iter().zip(lease_ids).zip(outcomes) {
+    for ((i, name, lease_id), outcome) in positions.into_iter().zip(outcomes) {
         results[i] = Some(match outcome {
             Ok((lease, t)) => {
                 reported(&app, name, lease.step, &t);

@@ -546,17 +546,7 @@ async fn pace(
                 asked += n;
                 let (specs, accepted) = (vec![template.clone(); n], accepted.clone());
                 requests.spawn(async move {
-                    if let [spec] = specs.as_slice() {
-                        let (job, created) = client.submit(spec).await?;
-                        anyhow::ensure!(created, "job {} was not created", job.id);
-                    } else {
-                        let answer = client.submit_batch(&specs).await?;
-                        anyhow::ensure!(
-                            answer.jobs.len() == n,
-                            "a batch of {n} answered {} jobs",
-                            answer.jobs.len()
-                        );
-                    }
+                    submit_specs(&client, &specs).await?;
                     accepted.fetch_add(n, Ordering::Relaxed);
                     Ok(client)
                 });
@@ -857,18 +847,7 @@ where
                 }
                 let specs: Vec<JobSpec> = (from..(from + batch).min(n)).map(|i| make(i)).collect();
                 let sent = Instant::now();
-                if let [spec] = specs.as_slice() {
-                    let (job, created) = client.submit(spec).await?;
-                    anyhow::ensure!(created, "job {} was not created", job.id);
-                } else {
-                    let answer = client.submit_batch(&specs).await?;
-                    anyhow::ensure!(
-                        answer.jobs.len() == specs.len(),
-                        "a batch of {} answered {} jobs",
-                        specs.len(),
-                        answer.jobs.len()
-                    );
-                }
+                submit_specs(&client, &specs).await?;
                 latencies.push(ms(sent.elapsed()));
             }
             Ok(latencies)
@@ -944,6 +923,24 @@ async fn settled(client: &Client, agent: &str, timeout: Duration) -> anyhow::Res
         );
         tokio::time::sleep(pause).await;
     }
+}
+
+/// Submits one spec with `POST /v1/jobs`, several with one `POST /v1/jobs:batch`, and checks
+/// every job was created.
+async fn submit_specs(client: &Client, specs: &[JobSpec]) -> anyhow::Result<()> {
+    if let [spec] = specs {
+        let (job, created) = client.submit(spec).await?;
+        anyhow::ensure!(created, "job {} was not created", job.id);
+    } else {
+        let answer = client.submit_batch(specs).await?;
+        anyhow::ensure!(
+            answer.jobs.len() == specs.len(),
+            "a batch of {} answered {} jobs",
+            specs.len(),
+            answer.jobs.len()
+        );
+    }
+    Ok(())
 }
 
 fn spec(value: Value) -> anyhow::Result<JobSpec> {

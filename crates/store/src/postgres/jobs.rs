@@ -100,10 +100,13 @@ pub(super) async fn report_leases(
     now: Timestamp,
     history_per_job: usize,
 ) -> Res<Vec<Reported>> {
-    let mut leases = Vec::with_capacity(reports.len());
-    for (lease_id, _) in reports {
-        leases.push(rows::find_lease(tx, *lease_id).await?);
-    }
+    // Sent together (pipelined on the connection) rather than one round trip each.
+    let leases = futures::future::try_join_all(
+        reports
+            .iter()
+            .map(|(lease_id, _)| rows::find_lease(tx, *lease_id)),
+    )
+    .await?;
     let mut order: Vec<usize> = (0..reports.len()).collect();
     // Stable: two reports of one lease keep their order, so the second is the one refused.
     order.sort_by_key(|&i| leases[i].map(|l| l.job_id));
