@@ -226,6 +226,57 @@ impl Transition {
     pub fn is_noop(&self) -> bool {
         !self.job_changed && self.changed_steps.is_empty() && self.events.is_empty()
     }
+
+    /// The ordering key this transition hands on: the job reached a terminal state, so the next
+    /// job of its key may start now. Both stores then start the key's new head, if it is due, in
+    /// the same transaction, so the next job never waits for a sweep.
+    pub fn freed_ordering_key(&self) -> Option<&str> {
+        let finished = self
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::Finished { .. }));
+        match finished {
+            true => self.job.ordering_key.as_deref(),
+            false => None,
+        }
+    }
+
+    /// This transition followed by `next`, a transition of the same job committed with it (an
+    /// admission and the activation that started the job at once): `next`'s job, both histories
+    /// in order, both sets of effects.
+    pub fn then(self, next: Transition) -> Transition {
+        debug_assert_eq!(self.job.id, next.job.id);
+        let mut changed_steps = self.changed_steps;
+        changed_steps.extend(next.changed_steps);
+        changed_steps.sort_unstable();
+        changed_steps.dedup();
+        let mut events = self.events;
+        events.extend(next.events);
+        let mut effects = self.effects;
+        effects.extend(next.effects);
+        Transition {
+            job: next.job,
+            job_changed: self.job_changed || next.job_changed,
+            changed_steps,
+            events,
+            effects,
+            reply: next.reply,
+        }
+    }
+
+    /// Adds the wake-ups of a follow-on transition of another job committed together with this
+    /// one (the activation of the next job of a freed ordering key). Only wake-ups ride along:
+    /// that job's history and durable effects were stored by its own transition.
+    pub fn absorb_wakeups(&mut self, other: &Transition) {
+        debug_assert!(other.effects.iter().all(|e| !e.is_durable()));
+        self.effects.extend(
+            other
+                .effects
+                .iter()
+                .filter(|e| matches!(e, Effect::Ready { .. } | Effect::ReadyAt { .. }))
+                .cloned(),
+        );
+    }
 }
 
 /// The first transition of a newly accepted job: it waits for `run_at`, or starts now.

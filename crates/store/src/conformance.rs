@@ -91,6 +91,7 @@ macro_rules! conformance_tests {
             ordering_key_runs_one_job_at_a_time,
             blocked_head_holds_only_its_key,
             ordering_key_keeps_submission_order,
+            every_way_a_head_finishes_starts_the_next,
             leader_lease_changes_hands_with_epochs,
             fenced_apply_is_refused_after_a_takeover,
             schedule_create_is_idempotent_and_conflicts,
@@ -2162,16 +2163,24 @@ fn keyed(key: &str, agent: &str) -> JobSpec {
 }
 
 /// Claims the only step of `id` (agent `agent`, which has no other ready step) and completes it.
-async fn run_to_success(store: &dyn Store, id: JobId, agent: &str, lease: u128, now: Timestamp) {
+async fn run_to_success(
+    store: &dyn Store,
+    id: JobId,
+    agent: &str,
+    lease: u128,
+    now: Timestamp,
+) -> Transition {
     let got = claim(store, agent, 1, lease, now).await;
     assert_eq!(claimed_jobs(&got), vec![id]);
     let attempt = got[0].transition.job.steps[0].attempt;
     let done = apply(store, id, complete(0, attempt, json!(null)), now).await;
     assert_eq!(done.job.state, JobState::Succeeded);
+    done
 }
 
 // Proves jobs of one key run one at a time: the first starts at submit, the second waits
-// (pending, not due, no wake-up) while the first runs, and is due once the first finished.
+// (pending, not due, no wake-up) while the first runs, and starts in the very transaction that
+// finishes the first (no sweep needed), whose answer carries the wake-up for its agent.
 pub async fn ordering_key_runs_one_job_at_a_time(f: &Fixture) {
     let store = &*f.store;
     let (first, second) = (job_id(1), job_id(2));
@@ -2195,20 +2204,26 @@ pub async fn ordering_key_runs_one_job_at_a_time(f: &Fixture) {
     assert_eq!(status.head.map(|j| j.id), Some(first));
     assert_eq!(status.waiting, 1);
 
-    run_to_success(store, first, "ok", 1, at(2_000)).await;
-    assert_eq!(
-        store.jobs_due(at(2_000), 10).await.expect("due"),
-        vec![second]
+    let done = run_to_success(store, first, "ok", 1, at(2_000)).await;
+    assert!(
+        done.effects.contains(&Effect::Ready { agent: "ok".into() }),
+        "the finishing answer wakes the next job's agent: {:?}",
+        done.effects
     );
     let status = store.ordering_key_status("acct").await.expect("status");
     assert_eq!(
         status.head.as_ref().map(|j| (j.id, j.state)),
-        Some((second, JobState::Pending))
+        Some((second, JobState::Running))
     );
     assert_eq!(status.waiting, 0);
-    let t = apply(store, second, Command::Activate, at(2_001)).await;
-    assert_eq!(t.job.state, JobState::Running);
+    let started = get(store, second).await;
+    assert_eq!(started.steps[0].state, StepState::Ready);
+    assert_eq!(started.steps[0].ready_at, Some(at(2_000)));
     assert!(store.jobs_due(at(3_000), 10).await.expect("due").is_empty());
+    assert_eq!(
+        claimed_jobs(&claim(store, "ok", 1, 2, at(2_000)).await),
+        vec![second]
+    );
 
     let unknown = store.ordering_key_status("nobody").await.expect("status");
     assert_eq!(
@@ -2263,7 +2278,8 @@ pub async fn blocked_head_holds_only_its_key(f: &Fixture) {
 }
 
 // Proves a key's jobs run in submission order, not id or time order: five jobs submitted with
-// falling ids at one instant (two in one batch) each head the key in turn.
+// falling ids at one instant (two in one batch) each head the key in turn, each started by the
+// completion of the one before it.
 pub async fn ordering_key_keeps_submission_order(f: &Fixture) {
     let store = &*f.store;
     let order: Vec<JobId> = (1..=5).rev().map(job_id).collect();
@@ -2293,15 +2309,49 @@ pub async fn ordering_key_keeps_submission_order(f: &Fixture) {
         let status = store.ordering_key_status("seq").await.expect("status");
         assert_eq!(status.head.as_ref().map(|j| j.id), Some(id), "turn {i}");
         assert_eq!(status.waiting, (order.len() - i - 1) as u64);
-        if i > 0 {
-            assert_eq!(store.jobs_due(now, 10).await.expect("due"), vec![id]);
-            apply(store, id, Command::Activate, now).await;
-        }
+        assert_eq!(get(store, id).await.state, JobState::Running, "turn {i}");
         assert!(store.jobs_due(now, 10).await.expect("due").is_empty());
         run_to_success(store, id, "so", 10 + i as u128, now).await;
     }
     let done = store.ordering_key_status("seq").await.expect("status");
     assert_eq!((done.head, done.waiting), (None, 0));
+}
+
+// Proves the next job of a key starts in the transaction that finishes the head, whichever way
+// it finishes (a fatal failure, a cancel), and that a next job whose `run_at` is still ahead is
+// left pending for the timer instead.
+pub async fn every_way_a_head_finishes_starts_the_next(f: &Fixture) {
+    let store = &*f.store;
+    let (failing, cancelled, delayed) = (job_id(1), job_id(2), job_id(3));
+    let one_try = spec(json!({"ordering_key": "fin", "on_failure": "fail",
+        "steps": [{"name": "s", "agent": "fin", "max_attempts": 1}]}));
+    submit(store, admitted(failing, &one_try, at(0))).await;
+    submit(store, admitted(cancelled, &keyed("fin", "fin"), at(1))).await;
+    let later = spec(json!({"ordering_key": "fin", "run_at": at(9_000),
+        "steps": [{"name": "s", "agent": "fin"}]}));
+    submit(store, admitted(delayed, &later, at(2))).await;
+
+    let got = claim(store, "fin", 1, 1, at(100)).await;
+    assert_eq!(claimed_jobs(&got), vec![failing]);
+    let failed = apply(store, failing, fatal(0, 1, "no"), at(200)).await;
+    assert_eq!(failed.job.state, JobState::Failed);
+    assert_eq!(get(store, cancelled).await.state, JobState::Running);
+
+    let t = apply(store, cancelled, Command::Cancel, at(300)).await;
+    assert_eq!(t.job.state, JobState::Cancelled);
+    assert_eq!(
+        get(store, delayed).await.state,
+        JobState::Pending,
+        "not before its run_at"
+    );
+    assert_eq!(
+        store.next_due_at(at(300)).await.expect("next"),
+        Some(at(9_000))
+    );
+    assert_eq!(
+        store.jobs_due(at(9_000), 10).await.expect("due"),
+        vec![delayed]
+    );
 }
 
 // ---- Leader lease and fencing ----

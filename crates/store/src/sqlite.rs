@@ -406,8 +406,13 @@ fn apply_command(
         } => Some((*step, *lease_id, worker.clone())),
         _ => None,
     };
-    let t = overseer_core::apply(&job, command, now)?;
+    let mut t = overseer_core::apply(&job, command, now)?;
     persist(conn, &job, &t, now, history_per_job)?;
+    if let Some(key) = t.freed_ordering_key() {
+        if let Some(next) = ordering::start_next_head(conn, key, now, history_per_job)? {
+            t.absorb_wakeups(&next);
+        }
+    }
     if let Some((step, lease_id, worker)) = claim {
         let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
             Error::Corrupt(format!("claimed step {step} is missing from job {id}"))

@@ -46,13 +46,8 @@ fn signals_of(t: &Transition) -> Vec<String> {
         match effect {
             Effect::Ready { agent } => out.push(format!("ready:{agent}")),
             Effect::ReadyAt { at, .. } => out.push(format!("due:{}", at.as_millis())),
-            Effect::Finished { .. } => {
-                out.push(format!("finished:{}", t.job.id));
-                // The next job of its key may start now: the leader activates it on its sweep.
-                if t.job.ordering_key.is_some() {
-                    out.push(format!("due:{}", t.job.updated_at.as_millis()));
-                }
-            }
+            // The next job of its key, if any, was started by the same transaction.
+            Effect::Finished { .. } => out.push(format!("finished:{}", t.job.id)),
             Effect::Alert { .. } | Effect::Callback { .. } => {}
         }
     }
@@ -147,7 +142,57 @@ pub(super) async fn apply_command(
     if command == Command::Activate && !may_start(tx, &job).await? {
         return Err(Rejection::NotDue.into());
     }
-    apply_loaded(tx, &job, command, now, history_per_job).await
+    let mut t = apply_loaded(tx, &job, command, now, history_per_job).await?;
+    if let Some(key) = t.freed_ordering_key() {
+        if let Some(next) = start_next_head(tx, key, now, history_per_job).await? {
+            t.absorb_wakeups(&next);
+        }
+    }
+    Ok(t)
+}
+
+/// The unfinished job of `key` with the smallest submission number.
+async fn head_id(tx: &Transaction<'_>, key: &str) -> Res<Option<JobId>> {
+    let row = query_opt(
+        tx,
+        &format!(
+            "SELECT id FROM jobs WHERE ordering_key = $1 AND state NOT IN {TERMINAL} \
+             ORDER BY seq LIMIT 1"
+        ),
+        &[&key],
+    )
+    .await?;
+    match row {
+        Some(row) => Ok(Some(JobId(get(&row, 0, "jobs.id")?))),
+        None => Ok(None),
+    }
+}
+
+/// After a job of `key` finished (see `Transition::freed_ordering_key`): starts the key's new
+/// head at `now` if it is pending and due, in the caller's transaction, under the key's advisory
+/// lock so a submit of the same key on another node waits for this decision. A head that is not
+/// due yet is left to the leader's timer.
+async fn start_next_head(
+    tx: &Transaction<'_>,
+    key: &str,
+    now: Timestamp,
+    history_per_job: usize,
+) -> Res<Option<Transition>> {
+    lock_ordering_keys(tx, vec![key]).await?;
+    let Some(id) = head_id(tx, key).await? else {
+        return Ok(None);
+    };
+    let job = rows::load_job(tx, id, Lock::Update)
+        .await?
+        .ok_or_else(|| corrupt("jobs", format!("job {id} vanished during a write")))?;
+    match overseer_core::apply(&job, Command::Activate, now) {
+        Ok(t) => {
+            persist(tx, &t, now, history_per_job).await?;
+            Ok(Some(t))
+        }
+        Err(Rejection::NotDue) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether no unfinished job of `key` was submitted before `seq`.
@@ -331,22 +376,7 @@ async fn admit_keyed(
     }
     let activation = overseer_core::apply(job, Command::Activate, at)?;
     persist(tx, &activation, at, history_per_job).await?;
-    let mut changed_steps = admission.changed_steps;
-    changed_steps.extend(activation.changed_steps);
-    changed_steps.sort_unstable();
-    changed_steps.dedup();
-    let mut events = admission.events;
-    events.extend(activation.events);
-    let mut effects = admission.effects;
-    effects.extend(activation.effects);
-    Ok(Transition {
-        job: activation.job,
-        job_changed: admission.job_changed || activation.job_changed,
-        changed_steps,
-        events,
-        effects,
-        reply: activation.reply,
-    })
+    Ok(admission.then(activation))
 }
 
 /// Candidates skipped by one claim before it gives up looking further: bounds the work a claim
@@ -569,34 +599,24 @@ pub(super) async fn next_due_at(tx: &Transaction<'_>, now: Timestamp) -> Res<Opt
 /// The head of `key` (its unfinished job submitted first) and how many unfinished jobs of the key
 /// wait behind it.
 pub(super) async fn ordering_key_status(tx: &Transaction<'_>, key: &str) -> Res<OrderingKeyStatus> {
+    let head = match head_id(tx, key).await? {
+        Some(id) => Some(
+            rows::load_job(tx, id, Lock::None)
+                .await?
+                .ok_or_else(|| corrupt("jobs", format!("job {id} vanished during a read")))?,
+        ),
+        None => None,
+    };
     let row = rows::query_one(
         tx,
-        &format!(
-            "SELECT (SELECT id FROM jobs WHERE ordering_key = $1 AND state NOT IN {TERMINAL} \
-                     ORDER BY seq LIMIT 1), \
-                    (SELECT count(*) FROM jobs \
-                     WHERE ordering_key = $1 AND state NOT IN {TERMINAL})"
-        ),
+        &format!("SELECT count(*) FROM jobs WHERE ordering_key = $1 AND state NOT IN {TERMINAL}"),
         &[&key],
     )
     .await?;
-    let head: Option<Uuid> = get(&row, 0, "jobs.id")?;
-    let unfinished: i64 = get(&row, 1, "count")?;
-    let head = match head {
-        Some(id) => {
-            let id = JobId(id);
-            Some(
-                rows::load_job(tx, id, Lock::None)
-                    .await?
-                    .ok_or_else(|| corrupt("jobs", format!("job {id} vanished during a read")))?,
-            )
-        }
-        None => None,
-    };
-    let waiting = if head.is_some() {
-        rows::to_u64("ordering key waiting", unfinished)?.saturating_sub(1)
-    } else {
-        0
+    let unfinished: i64 = get(&row, 0, "count")?;
+    let waiting = match head {
+        Some(_) => rows::to_u64("ordering key waiting", unfinished)?.saturating_sub(1),
+        None => 0,
     };
     Ok(OrderingKeyStatus {
         key: key.to_string(),

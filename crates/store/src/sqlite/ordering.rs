@@ -3,8 +3,9 @@
 //! The core admits a keyed job `pending` and leaves it there; the store, which can see the key's
 //! other jobs, decides when it may start. The *head* of a key is its unfinished job with the
 //! smallest submission `seq` (see schema V3). A head that is due is started in the transaction
-//! that submits it; a job that becomes head later (its predecessor finished) is found by
-//! `jobs_due` and started by the supervisor. A failed or blocked head holds only its own key.
+//! that submits it; a job that becomes head when its predecessor finishes is started in the
+//! transaction that finishes the predecessor (`start_next_head`), or by the supervisor's
+//! `jobs_due` once its `run_at` comes. A failed or blocked head holds only its own key.
 
 use overseer_core::{Command, Job, JobId, JobState, Timestamp, Transition};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -68,22 +69,7 @@ pub(super) fn admit_keyed(
     }
     let activation = overseer_core::apply(job, Command::Activate, at)?;
     persist(conn, job, &activation, at, history_per_job)?;
-    let mut changed_steps = admission.changed_steps;
-    changed_steps.extend(activation.changed_steps);
-    changed_steps.sort_unstable();
-    changed_steps.dedup();
-    let mut events = admission.events;
-    events.extend(activation.events);
-    let mut effects = admission.effects;
-    effects.extend(activation.effects);
-    Ok(Transition {
-        job: activation.job,
-        job_changed: admission.job_changed || activation.job_changed,
-        changed_steps,
-        events,
-        effects,
-        reply: activation.reply,
-    })
+    Ok(admission.then(activation))
 }
 
 /// One ordered range of the pending jobs' due index; a keyed candidate costs one probe of the
@@ -117,41 +103,71 @@ pub(super) fn jobs_due(conn: &Connection, now: Timestamp, limit: usize) -> Resul
         .collect()
 }
 
-/// The head of `key` and how many unfinished jobs of the key wait behind it.
-pub(super) fn status(conn: &Connection, key: &str) -> Result<OrderingKeyStatus> {
-    let (head, count): (Option<String>, i64) = conn
+/// The unfinished job of `key` with the smallest submission number.
+fn head_id(conn: &Connection, key: &str) -> Result<Option<JobId>> {
+    let id: Option<String> = conn
         .prepare_cached(
-            "SELECT (SELECT id FROM jobs INDEXED BY jobs_ordering \
-                     WHERE ordering_key = ?1 \
-                       AND ordering_key IS NOT NULL \
-                       AND state NOT IN ('succeeded', 'failed', 'cancelled') \
-                     ORDER BY seq LIMIT 1), \
-                    (SELECT COUNT(*) FROM jobs INDEXED BY jobs_ordering \
-                     WHERE ordering_key = ?1 \
-                       AND ordering_key IS NOT NULL \
-                       AND state NOT IN ('succeeded', 'failed', 'cancelled'))",
+            "SELECT id FROM jobs INDEXED BY jobs_ordering \
+             WHERE ordering_key = ?1 AND ordering_key IS NOT NULL \
+               AND state NOT IN ('succeeded', 'failed', 'cancelled') \
+             ORDER BY seq LIMIT 1",
         )
         .db()?
-        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row([key], |r| r.get(0))
         .optional()
-        .db()?
-        .unwrap_or((None, 0));
-    let head: Option<Job> = match head {
-        Some(id) => {
-            let id: JobId = id
-                .parse()
-                .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))?;
-            Some(
-                rows::load_job(conn, id)?
-                    .ok_or_else(|| Error::Corrupt(format!("job {id} vanished during a read")))?,
-            )
+        .db()?;
+    id.map(|id| {
+        id.parse()
+            .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
+    })
+    .transpose()
+}
+
+/// After a job of `key` finished (see `Transition::freed_ordering_key`): starts the key's new
+/// head at `now` if it is pending and due, in the caller's transaction, and answers its
+/// activation. A head that is not due yet is left to the supervisor's timer.
+pub(super) fn start_next_head(
+    conn: &Connection,
+    key: &str,
+    now: Timestamp,
+    history_per_job: usize,
+) -> Result<Option<Transition>> {
+    let Some(id) = head_id(conn, key)? else {
+        return Ok(None);
+    };
+    let job = rows::load_job(conn, id)?
+        .ok_or_else(|| Error::Corrupt(format!("job {id} vanished during a write")))?;
+    match overseer_core::apply(&job, Command::Activate, now) {
+        Ok(t) => {
+            persist(conn, &job, &t, now, history_per_job)?;
+            Ok(Some(t))
         }
+        Err(overseer_core::Rejection::NotDue) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The head of `key` and how many unfinished jobs of the key wait behind it.
+pub(super) fn status(conn: &Connection, key: &str) -> Result<OrderingKeyStatus> {
+    let head = match head_id(conn, key)? {
+        Some(id) => Some(
+            rows::load_job(conn, id)?
+                .ok_or_else(|| Error::Corrupt(format!("job {id} vanished during a read")))?,
+        ),
         None => None,
     };
-    let waiting = if head.is_some() {
-        rows::count_param("ordering key waiting", count)?.saturating_sub(1)
-    } else {
-        0
+    let unfinished: i64 = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM jobs INDEXED BY jobs_ordering \
+             WHERE ordering_key = ?1 AND ordering_key IS NOT NULL \
+               AND state NOT IN ('succeeded', 'failed', 'cancelled')",
+        )
+        .db()?
+        .query_row([key], |r| r.get(0))
+        .db()?;
+    let waiting = match head {
+        Some(_) => rows::count_param("ordering key waiting", unfinished)?.saturating_sub(1),
+        None => 0,
     };
     Ok(OrderingKeyStatus {
         key: key.to_string(),
