@@ -9,6 +9,16 @@
 //! (a shell script's children too) at the deadline, and keeps a Ctrl-C typed at the agent's
 //! terminal from reaching running programs: the agent decides when they stop.
 //!
+//! An agent killed outright (SIGKILL, the OOM killer) runs no exit path of its own, so its
+//! programs would run on beside the attempt that replaces them once the lease expires: two
+//! executions of one step. A *reaper* process prevents that: when the command agent is given one
+//! ([`CommandAgent::reaper`]; `overseer agent` uses its own binary, `overseer __reap`), each
+//! program runs in the reaper's process group, and the reaper holds a pipe from the agent. When
+//! the agent dies, by any means, the kernel closes the pipe and the reaper kills the whole group
+//! at once. This needs only pipes and process groups, so it works alike on every Unix (Linux,
+//! macOS, the BSDs); the command agent does not run on Windows. A program that leaves its
+//! group on purpose (`setsid`, a daemon) escapes the reaper, as it escapes a deadline.
+//!
 //! Signals are sent with the `kill` program rather than a system call: the workspace forbids
 //! `unsafe` (so no `libc::kill`), signals are rare here (a cancel, a deadline, an overflow),
 //! and `kill` is on every Unix, so a new dependency such as `nix` would buy little. The
@@ -75,6 +85,9 @@ pub struct CommandAgent {
     pub stderr_tail_bytes: usize,
     /// On a cancel, how long after SIGTERM the program is killed with SIGKILL.
     pub cancel_grace: Duration,
+    /// A program and arguments that run [`reap`] (e.g. `overseer __reap`): with one, programs
+    /// die with the agent even when it is killed outright. Without, they outlive a SIGKILL.
+    pub reaper: Option<(PathBuf, Vec<String>)>,
 }
 
 impl CommandAgent {
@@ -90,6 +103,7 @@ impl CommandAgent {
             stdout_max_bytes: STDOUT_MAX_BYTES,
             stderr_tail_bytes: STDERR_TAIL_BYTES,
             cancel_grace: CANCEL_GRACE,
+            reaper: None,
         }
     }
 
@@ -114,6 +128,7 @@ impl CommandAgent {
             stdout_max_bytes: self.stdout_max_bytes,
             stderr_tail_bytes: self.stderr_tail_bytes,
             cancel_grace: self.cancel_grace,
+            reaper: self.reaper,
         });
         let mut builder = Worker::builder(client)
             .handler(self.agent, move |ctx: StepContext| {
@@ -168,6 +183,7 @@ struct Settings {
     stdout_max_bytes: usize,
     stderr_tail_bytes: usize,
     cancel_grace: Duration,
+    reaper: Option<(PathBuf, Vec<String>)>,
 }
 
 /// How the program's run ended, before it is judged.
@@ -195,6 +211,12 @@ async fn run_program(
 async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Result<Run> {
     let lease = ctx.lease();
     let input = serde_json::to_vec(lease).map_err(std::io::Error::other)?;
+    // The reaper starts first and leads the group, so there is no instant at which the program
+    // runs unguarded: if the agent dies before the program starts, the reaper kills only itself.
+    let reaper = match &settings.reaper {
+        Some((program, args)) => Some(Reaper::spawn(program, args)?),
+        None => None,
+    };
     let mut command = tokio::process::Command::new(&settings.program);
     command
         .args(&settings.args)
@@ -208,9 +230,9 @@ async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Resu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .process_group(0);
+        .process_group(reaper.as_ref().map_or(0, |r| r.pgid));
     let mut child = command.spawn()?;
-    let mut group = ProcessGroup::new(child.id());
+    let mut group = ProcessGroup::new(reaper.as_ref().map_or(child.id(), |r| r.pgid()));
     debug!(pid = ?child.id(), "program started");
 
     let stdin = child.stdin.take();
@@ -275,6 +297,9 @@ async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Resu
     // The program ended by itself (or was stopped above): processes it deliberately left
     // running are its own business, not killed on the way out.
     group.disarm();
+    if let Some(reaper) = reaper {
+        reaper.stand_down().await;
+    }
     Ok(Run {
         status,
         stdout: out,
@@ -450,6 +475,83 @@ impl Tail {
             text.to_string()
         }
     }
+}
+
+/// What the agent tells its reaper when a program ended normally: leave the group alone.
+const STAND_DOWN: u8 = b'd';
+
+/// A running reaper (see the module documentation): the leader of the program's process group,
+/// holding the read end of a pipe whose write end is `stdin`. Dropping it closes the pipe, which
+/// makes the reaper kill the group.
+struct Reaper {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    pgid: i32,
+}
+
+impl Reaper {
+    fn spawn(program: &Path, args: &[String]) -> std::io::Result<Reaper> {
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            // It must outlive its handle: closing the pipe is how it learns to act.
+            .kill_on_drop(false)
+            .process_group(0)
+            .spawn()?;
+        let pid = child
+            .id()
+            .ok_or_else(|| std::io::Error::other("the reaper exited at once"))?;
+        let pgid = i32::try_from(pid).map_err(std::io::Error::other)?;
+        let stdin = child.stdin.take();
+        Ok(Reaper { child, stdin, pgid })
+    }
+
+    fn pgid(&self) -> Option<u32> {
+        u32::try_from(self.pgid).ok()
+    }
+
+    /// Tells the reaper to exit without killing anything, and reaps it.
+    async fn stand_down(mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(&[STAND_DOWN]).await;
+        }
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait())
+            .await
+            .is_err()
+        {
+            warn!(pgid = self.pgid, "the reaper did not exit when told to");
+        }
+    }
+}
+
+/// The reaper's side: waits until the agent's pipe (standard input) says to stand down, or
+/// closes because the agent died, and in that case kills its own process group (the program
+/// and everything the program started) with SIGKILL. Signals meant for the program (a cancel's
+/// SIGTERM to the group, a terminal's SIGINT or SIGHUP) are ignored: the pipe alone decides.
+#[cfg(unix)]
+pub async fn reap() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _ignored = (
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::interrupt())?,
+        signal(SignalKind::hangup())?,
+    );
+    let mut stdin = tokio::io::stdin();
+    let mut buf = [0u8; 64];
+    loop {
+        match stdin.read(&mut buf).await {
+            Ok(n) if n > 0 && buf[..n].contains(&STAND_DOWN) => return Ok(()),
+            Ok(n) if n > 0 => continue,
+            _ => break,
+        }
+    }
+    let group = format!("-{}", std::process::id());
+    std::process::Command::new("kill")
+        .args(["-s", "KILL", "--", &group])
+        .status()
+        .map(drop)
 }
 
 /// The program's process group. While armed, dropping it kills every process in the group,

@@ -38,6 +38,16 @@ pub struct AgentArgs {
     command: Vec<String>,
 }
 
+/// The hidden subcommand that runs the reaper of one command's process group.
+pub const REAP_COMMAND: &str = "__reap";
+
+/// `overseer __reap`: kills its own process group when its standard input closes without the
+/// agent's word to stand down, i.e. when the agent died.
+pub async fn reap() -> anyhow::Result<ExitCode> {
+    overseer_agent::command::reap().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging(&args.log_format);
     let client = crate::client_cmd::connect(&args.remote)?;
@@ -48,6 +58,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     agent.fatal_exit_codes = args.fatal_exit_codes;
     if let Some(worker) = args.worker {
         agent.worker = Some(worker);
+    }
+    // Programs die with this process even when it is killed outright (see `reap`).
+    match std::env::current_exe() {
+        Ok(me) => agent.reaper = Some((me, vec![REAP_COMMAND.to_string()])),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot find this program's own path: commands may outlive a killed agent")
+        }
     }
     let shutdown = CancellationToken::new();
     let abandon = CancellationToken::new();

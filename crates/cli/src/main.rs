@@ -135,6 +135,9 @@ enum Cmd {
     Agent(agent_cmd::AgentArgs),
     /// Measure throughput and latency with real agents over HTTP (in-process server by default).
     Bench(bench::BenchArgs),
+    /// Internal: guards one command of `overseer agent` (kills its process group if the agent dies).
+    #[command(name = "__reap", hide = true)]
+    Reap,
 }
 
 /// mimalloc instead of the system allocator: the server's many small short-lived allocations
@@ -207,6 +210,7 @@ fn main() -> ExitCode {
             } => client_cmd::schedules(&remote, command, output).await,
             Cmd::Agent(args) => agent_cmd::run(args).await,
             Cmd::Bench(args) => bench::run(args).await,
+            Cmd::Reap => agent_cmd::reap().await,
         }
     });
     match result {

@@ -172,6 +172,47 @@ async fn killed_agent_step_runs_again_elsewhere() {
     eprintln!("recovered {recovered_in:?} after the kill (timeout 2s, sweep 200ms)");
 }
 
+// Proves a command dies with its agent: `kill -9` of `overseer agent` alone (not its process
+// group) takes down the running command and the process the command started, at once, so the
+// attempt that runs after the lease expires never overlaps a leftover of this one (guarantee 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_dies_with_its_killed_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let pids = dir.path().join("pids");
+    let mut agent = Agent::start(
+        &server,
+        "slow",
+        &format!(
+            "cat >/dev/null; echo $$ >> {p}; sleep 300 & echo $! >> {p}; wait",
+            p = pids.display()
+        ),
+    );
+    api.submit(&json!({"steps": [{"name": "only", "agent": "slow", "timeout": "60s"}]}))
+        .await;
+    let started: Vec<u32> = wait_for("the command and its child to start", || {
+        let pids = pids.clone();
+        async move {
+            let text = std::fs::read_to_string(&pids).unwrap_or_default();
+            let v: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            (v.len() == 2).then_some(v)
+        }
+    })
+    .await;
+    assert!(started.iter().all(|&p| process_alive(p)), "{started:?}");
+    agent.kill_only();
+    let survivors = wait_for("the command's processes to die", || {
+        let started = started.clone();
+        async move {
+            let alive: Vec<u32> = started.into_iter().filter(|&p| process_alive(p)).collect();
+            alive.is_empty().then_some(alive)
+        }
+    })
+    .await;
+    assert!(survivors.is_empty());
+}
+
 async fn lease(api: &Api, agent: &str) -> Value {
     let (status, body) = api
         .post(

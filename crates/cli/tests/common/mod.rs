@@ -275,6 +275,15 @@ impl Agent {
         }
     }
 
+    /// SIGKILL to the agent process alone, as `kill -9 PID` does: what it started is left to the
+    /// agent's own safeguards.
+    pub fn kill_only(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            signal(c.id(), "KILL");
+            let _ = c.wait();
+        }
+    }
+
     /// Sends a signal to the agent process only.
     pub fn signal(&self, sig: &str) {
         signal(self.pid(), sig);
@@ -478,4 +487,16 @@ pub fn millis(t: &Value) -> i64 {
     chrono::DateTime::parse_from_rfc3339(t.as_str().expect("a time"))
         .unwrap()
         .timestamp_millis()
+}
+
+/// Whether process `pid` is still running (a zombie waiting to be reaped counts as gone).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
 }
