@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use overseer_agent::Client;
 use overseer_core::wire::JobView;
-use overseer_core::{JobId, JobState, Span};
+use overseer_core::{CompPhase, JobId, JobState, Span, StepState};
 use serde_json::Value;
 
 use crate::{Output, Remote};
@@ -56,16 +56,20 @@ pub async fn submit(
     let spec = read_spec(file)?;
     let client = connect(remote)?;
     let (job, created) = client.submit_value(&spec).await?;
-    if output == Output::Json && !wait {
-        print_json(&job)?;
-    } else {
-        println!("{}", job.id);
-    }
     if !created {
         eprintln!("a job with this idempotency key already exists: {}", job.id);
     }
     if !wait {
+        match output {
+            Output::Json => print_json(&job)?,
+            Output::Human => println!("{}", job.id),
+        }
         return Ok(ExitCode::SUCCESS);
+    }
+    // With `--output json` stdout carries the final job alone; the id goes to stderr.
+    match output {
+        Output::Json => eprintln!("{}", job.id),
+        Output::Human => println!("{}", job.id),
     }
     let job = follow(&client, job.id).await?;
     if output == Output::Json {
@@ -74,40 +78,126 @@ pub async fn submit(
     Ok(exit_for(&job))
 }
 
+/// `submit --wait`'s exit status: 0 succeeded, 1 failed or cancelled, 3 blocked (waiting for an
+/// operator). 2 is left for errors of the command itself.
 fn exit_for(job: &JobView) -> ExitCode {
-    if job.state == JobState::Succeeded {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    match job.state {
+        JobState::Succeeded => ExitCode::SUCCESS,
+        JobState::Blocked => ExitCode::from(EXIT_BLOCKED),
+        _ => ExitCode::from(1),
     }
 }
 
-/// Prints the job's history as it happens, until it finishes.
+/// The exit status of `submit --wait` when the job is `blocked`.
+const EXIT_BLOCKED: u8 = 3;
+
+/// The longest pause between two tries to reach a server that went away.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// Whether an error means "try again later" (the server is down, restarting, or cannot reach
+/// its store) rather than an answer about the job.
+fn is_transient(e: &overseer_agent::client::Error) -> bool {
+    use overseer_agent::client::Error;
+    match e {
+        Error::Transport { .. } => true,
+        Error::Api { status, .. } => *status == 502 || *status == 503 || *status == 504,
+        _ => false,
+    }
+}
+
+/// One look at the job and its history, retried with backoff while the server cannot be
+/// reached (a restart, a network blip): the job goes on without us, so we keep following it.
+async fn look(
+    client: &Client,
+    id: JobId,
+) -> anyhow::Result<(JobView, overseer_core::wire::EventList)> {
+    let mut delay = Duration::from_millis(100);
+    let mut lost = false;
+    loop {
+        let got = async {
+            let job = client.wait(id, Span::from_secs(1)).await?;
+            let events = client.events(id).await?;
+            Ok::<_, overseer_agent::client::Error>((job, events))
+        }
+        .await;
+        match got {
+            Ok(got) => {
+                if lost {
+                    eprintln!("reconnected to {}", client.base_url());
+                }
+                return Ok(got);
+            }
+            Err(e) if is_transient(&e) => {
+                if !lost {
+                    eprintln!("lost the server ({e}); reconnecting, the job goes on meanwhile");
+                    lost = true;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RECONNECT_MAX);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Prints the job's history as it happens, until it finishes or is blocked.
 async fn follow(client: &Client, id: JobId) -> anyhow::Result<JobView> {
     let mut seen: i64 = 0;
     loop {
-        let job = client.wait(id, Span::from_secs(1)).await?;
-        let events = client.events(id).await?;
+        let (job, events) = look(client, id).await?;
         let last_seen = seen;
         for e in events.events.iter().filter(|e| e.seq > last_seen) {
-            let mut line = format!("{}  {:<22}", e.at, e.kind);
-            if let Some(step) = &e.step {
-                line.push_str(&format!(" step={step}"));
-            }
-            if let Some(attempt) = e.attempt {
-                line.push_str(&format!(" attempt={attempt}"));
-            }
-            if let Some(detail) = &e.detail {
-                line.push_str(&format!(" {detail}"));
-            }
-            eprintln!("{line}");
+            eprintln!("{}", event_line(e));
             seen = seen.max(e.seq);
         }
         if job.state.is_terminal() {
             eprintln!("job {} {}", job.id, job.state);
             return Ok(job);
         }
+        if job.state == JobState::Blocked {
+            eprint!("{}", blocked_help(&job));
+            return Ok(job);
+        }
     }
+}
+
+fn event_line(e: &overseer_core::Event) -> String {
+    let mut line = format!("{}  {:<22}", e.at, e.kind);
+    if let Some(step) = &e.step {
+        line.push_str(&format!(" step={step}"));
+    }
+    if let Some(attempt) = e.attempt {
+        line.push_str(&format!(" attempt={attempt}"));
+    }
+    if let Some(detail) = &e.detail {
+        line.push_str(&format!(" {detail}"));
+    }
+    line
+}
+
+/// What an operator can do about a blocked job, as commands to paste.
+fn blocked_help(job: &JobView) -> String {
+    let id = job.id;
+    let mut out = format!(
+        "job {id} is blocked: {}\nit waits for an operator; one of:\n",
+        job.blocked_reason
+            .as_deref()
+            .unwrap_or("a step failed for good")
+    );
+    let failed = job
+        .steps
+        .iter()
+        .filter(|s| s.state == StepState::Failed || s.comp_phase == Some(CompPhase::Failed));
+    for step in failed {
+        out.push_str(&format!(
+            "  overseer retry {id} {name}    # a fresh attempt budget\n  overseer skip {id} {name}     # mark it skipped; dependants go on\n",
+            name = step.name
+        ));
+    }
+    out.push_str(&format!(
+        "  overseer resume {id}          # retry every failed step\n  overseer cancel {id}          # give up (undoing what declares an undo)\n"
+    ));
+    out
 }
 
 pub async fn status(

@@ -126,6 +126,95 @@ async fn server_restart_mid_job_loses_nothing() {
     assert_eq!(step(&job, "second")["result"], "fast done");
 }
 
+/// Starts `overseer submit SPEC --wait --output json` against `server`, the spec written to a file.
+fn submit_wait(server: &Server, dir: &std::path::Path, spec: &Value) -> std::process::Child {
+    let file = dir.join("spec.json");
+    std::fs::write(&file, spec.to_string()).unwrap();
+    std::process::Command::new(BIN)
+        .args([
+            "submit",
+            file.to_str().unwrap(),
+            "--wait",
+            "--output",
+            "json",
+        ])
+        .args(["--server", &server.url])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run overseer submit --wait")
+}
+
+// Proves `submit --wait` outlives the server it follows: the server is killed (SIGKILL) and
+// restarted mid-job, the command reconnects and still ends with the job's outcome (exit 0), and
+// with `--output json` its stdout is one JSON document, the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_wait_reconnects_after_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let marker = dir.path().join("slow-started");
+    let script = format!(
+        "cat >/dev/null; touch {}; sleep 2; echo '\"done\"'",
+        marker.display()
+    );
+    let _slow = Agent::start(&server, "slow", &script);
+    let waiter = submit_wait(
+        &server,
+        dir.path(),
+        &json!({"steps": [{"name": "only", "agent": "slow", "timeout": "20s"}]}),
+    );
+    wait_for("the step to start", || {
+        let m = marker.clone();
+        async move { m.exists().then_some(()) }
+    })
+    .await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart();
+    let out = tokio::task::spawn_blocking(move || waiter.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("reconnecting"), "{stderr}");
+    let job: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {:?}", out.stdout));
+    assert_eq!(job["state"], "succeeded", "{job}");
+}
+
+// Proves `submit --wait` does not hang on a job that goes `blocked`: it exits 3 and prints the
+// operator commands that apply to it (retry or skip the failed step, resume, cancel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_wait_exits_3_with_the_operator_commands_when_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let _broken = Agent::start(&server, "broken", "cat >/dev/null; exit 1");
+    let waiter = submit_wait(
+        &server,
+        dir.path(),
+        &json!({"on_failure": "hold",
+                "steps": [{"name": "fragile", "agent": "broken", "max_attempts": 1}]}),
+    );
+    let out = tokio::task::spawn_blocking(move || waiter.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let job: Value = serde_json::from_slice(&out.stdout).expect("stdout is the job as JSON");
+    assert_eq!(job["state"], "blocked", "{job}");
+    let id = job["id"].as_str().unwrap();
+    for command in [
+        format!("overseer retry {id} fragile"),
+        format!("overseer skip {id} fragile"),
+        format!("overseer resume {id}"),
+        format!("overseer cancel {id}"),
+    ] {
+        assert!(stderr.contains(&command), "missing `{command}`:\n{stderr}");
+    }
+}
+
 // Proves recovery from a dead agent: after SIGKILL mid-step, the step is leased again once its
 // timeout passes (plus at most one sweep), runs on another agent, and the job succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
