@@ -13,14 +13,16 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Debug)]
 pub struct ServerArgs {
-    /// Store URL: sqlite://PATH.
+    /// Store URL: `sqlite://PATH` (default `sqlite://overseer.db`, one server per file) or
+    /// `postgres://USER@HOST:PORT/DATABASE` (any number of nodes on one database).
     #[arg(long, env = "OVERSEER_DB")]
     db: Option<String>,
     /// Address to listen on for HTTP.
     #[arg(long, env = "OVERSEER_LISTEN")]
     listen: Option<SocketAddr>,
-    /// A TOML file with settings (any field of the config, e.g. `sweep_interval = "500ms"` or a
-    /// `[limits]` table). Flags and environment variables win over it.
+    /// A TOML file with settings: every flag below by its name with `_` for `-` (e.g.
+    /// `sweep_interval = "500ms"`, `faktory_listen = "127.0.0.1:7419"`), plus the settings with
+    /// no flag and a `[limits]` table. Flags and environment variables win over it.
     #[arg(long, env = "OVERSEER_CONFIG")]
     config: Option<PathBuf>,
     /// How often the supervisor sweeps, e.g. `1s`.
@@ -66,6 +68,18 @@ pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
     if let Some(format) = &args.log_format {
         config.log_format = format.clone();
     }
+    if let Some(path) = &args.ready_file {
+        config.ready_file = Some(path.clone());
+    }
+    if let Some(addr) = args.faktory_listen {
+        config.faktory_listen = Some(addr);
+    }
+    if let Some(password) = &args.faktory_password {
+        config.faktory_password = Some(password.clone());
+    }
+    if args.faktory_allow_flush {
+        config.faktory_allow_flush = true;
+    }
     config.validate()?;
     Ok(config)
 }
@@ -73,15 +87,17 @@ pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let config = build_config(&args)?;
     crate::init_logging(&config.log_format);
-    let store = overseer_server::open_store(&config)
-        .await
-        .with_context(|| format!("cannot open store {}", config.db))?;
+    // Ports first: a node that cannot listen must not create or lock a store on its way out.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let faktory = bind_faktory(&config).await?;
+    let store = overseer_server::open_store(&config)
+        .await
+        .with_context(|| format!("cannot open store {}", config.db))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, db = %config.db, "overseer listening");
-    if let Some(path) = &args.ready_file {
+    if let Some(path) = &config.ready_file {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, addr.to_string()).context("cannot write ready file")?;
         std::fs::rename(&tmp, path).context("cannot write ready file")?;
@@ -93,21 +109,6 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("shutting down: finishing in-flight requests");
         on_signal.cancel();
     });
-    let faktory = match args.faktory_listen {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} for Faktory clients"))?;
-            tracing::info!(addr = %listener.local_addr()?, "speaking the Faktory work protocol");
-            let settings = overseer_faktory::Config {
-                password: args.faktory_password.clone().filter(|p| !p.is_empty()),
-                allow_flush: args.faktory_allow_flush,
-                ..overseer_faktory::Config::default()
-            };
-            Some((listener, settings))
-        }
-        None => None,
-    };
     overseer_server::serve_with(
         store,
         &config,
@@ -123,4 +124,78 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     .await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Faktory listener and its settings, when `faktory_listen` asks for one.
+async fn bind_faktory(
+    config: &Config,
+) -> anyhow::Result<Option<(tokio::net::TcpListener, overseer_faktory::Config)>> {
+    let Some(addr) = config.faktory_listen else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for Faktory clients"))?;
+    tracing::info!(addr = %listener.local_addr()?, "speaking the Faktory work protocol");
+    let settings = overseer_faktory::Config {
+        password: config.faktory_password.clone().filter(|p| !p.is_empty()),
+        allow_flush: config.faktory_allow_flush,
+        ..overseer_faktory::Config::default()
+    };
+    Ok(Some((listener, settings)))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args, Command, FromArgMatches};
+
+    use super::*;
+
+    // Proves every flag of `overseer server` can also be set in the TOML file: each flag's name
+    // (with `_` for `-`) is a field of `Config`, except `--config` itself.
+    #[test]
+    fn every_flag_is_a_setting_of_the_file() {
+        let fields = serde_json::to_value(Config::default()).expect("config as JSON");
+        let fields = fields.as_object().expect("an object");
+        let command = ServerArgs::augment_args(Command::new("server"));
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "config" || long == "help" {
+                continue;
+            }
+            let key = long.replace('-', "_");
+            assert!(
+                fields.contains_key(&key),
+                "`--{long}` has no `{key}` setting"
+            );
+        }
+    }
+
+    // Proves the file's Faktory settings reach the config, and a flag still wins over the file.
+    #[test]
+    fn faktory_settings_come_from_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("overseer.toml");
+        std::fs::write(
+            &file,
+            "faktory_listen = \"127.0.0.1:7419\"\nfaktory_allow_flush = true\n",
+        )
+        .expect("write");
+        let args = ServerArgs::from_arg_matches(
+            &ServerArgs::augment_args(Command::new("server")).get_matches_from([
+                "server",
+                "--config",
+                file.to_str().expect("utf-8"),
+                "--faktory-listen",
+                "127.0.0.1:7420",
+            ]),
+        )
+        .expect("parse");
+        let config = build_config(&args).expect("valid");
+        assert_eq!(
+            config.faktory_listen,
+            Some("127.0.0.1:7420".parse().unwrap())
+        );
+        assert!(config.faktory_allow_flush);
+    }
 }

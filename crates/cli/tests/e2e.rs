@@ -846,3 +846,54 @@ fn bad_settings_stop_the_server_with_a_clear_message() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Runs `overseer server` with `args` until it exits by itself (or fails the test after a while).
+fn server_exit(args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(BIN)
+        .arg("server")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start overseer server");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+// Proves a SQLite file serves one server: a second `overseer server` on the same file refuses to
+// start, saying why and what to do, while the first one keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_one_sqlite_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let db = format!("sqlite://{}", server.db.display());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let out = server_exit(&["--db", &db, "--listen", &listen]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("in use by another process"), "{stderr}");
+    assert!(stderr.contains("PostgreSQL"), "{stderr}");
+    let (status, _) = server.api().get("/readyz").await;
+    assert_eq!(status, 200, "the first server still serves");
+}
+
+// Proves a server that cannot listen leaves nothing behind: no database file is created when
+// its port is taken.
+#[test]
+fn a_server_that_cannot_bind_creates_no_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let db_path = dir.path().join("never.db");
+    let db = format!("sqlite://{}", db_path.display());
+    let out = server_exit(&["--db", &db, "--listen", &listen]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot listen"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "files were created: {left:?}");
+}

@@ -28,13 +28,24 @@ pub struct Config {
     pub delivery_timeout: Span,
     /// Active jobs the supervisor re-checks for consistency per sweep.
     pub repair_batch: usize,
-    /// This node's name in the leader lease (default: host name, pid and a random suffix).
+    /// This node's name in the leader lease. Default `HOST:PORT` (host name and HTTP port):
+    /// stable across restarts, so a restarted leader takes its lease back at once, and unique
+    /// among live nodes, since only one process can hold a port. Nodes embedded without a
+    /// listener use host name, process id and a random suffix.
     pub node_id: Option<String>,
     /// How long a leader's lease lasts without renewal; a new leader takes over within this
     /// plus one sweep after the old one dies.
     pub leader_ttl: Span,
     /// Connections to PostgreSQL per node.
     pub pool_size: usize,
+    /// Once listening, write the bound address to this file (useful with port 0).
+    pub ready_file: Option<std::path::PathBuf>,
+    /// Also speak the Faktory work protocol on this address; off unless set.
+    pub faktory_listen: Option<SocketAddr>,
+    /// The password Faktory clients must prove they know. Never logged.
+    pub faktory_password: Option<String>,
+    /// Allow Faktory's `FLUSH` (development and tests only).
+    pub faktory_allow_flush: bool,
     pub limits: Limits,
 }
 
@@ -53,6 +64,10 @@ impl Default for Config {
             node_id: None,
             leader_ttl: Span::from_secs(10),
             pool_size: 16,
+            ready_file: None,
+            faktory_listen: None,
+            faktory_password: None,
+            faktory_allow_flush: false,
             limits: Limits::default(),
         }
     }

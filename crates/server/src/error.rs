@@ -102,7 +102,7 @@ impl From<overseer_store::Error> for ApiError {
                 "not-leader",
                 "this node is no longer the leader; retry",
             ),
-            E::Unavailable(cause) => {
+            E::Unavailable(cause) | E::InUse(cause) => {
                 tracing::warn!(%cause, "store unavailable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -52,6 +52,9 @@ pub enum Error {
     /// Stored data could not be read back (a bug or a corrupted store).
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    /// Another process has this store open (a SQLite file serves one server process).
+    #[error("{0}")]
+    InUse(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

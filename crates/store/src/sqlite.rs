@@ -114,6 +114,8 @@ struct Inner {
     /// partial write raises to make the writer abort right after committing it (see `fault`).
     #[cfg(feature = "fault-injection")]
     crash_after_step_result: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The exclusive lock on `PATH-lock`, held as long as the store is open (see `lock_file`).
+    _lock: std::fs::File,
 }
 
 impl Drop for Inner {
@@ -169,9 +171,42 @@ impl Readers {
     }
 }
 
+/// Takes an exclusive lock on `PATH-lock` (beside SQLite's own `-wal` and `-shm` files), so a
+/// second server started on the same file is refused at once instead of running as a second
+/// writer and a follower that can never lead. The operating system drops the lock when the
+/// process ends, however it ends, so a crash never leaves the store locked.
+fn lock_file(path: &std::path::Path) -> Result<std::fs::File> {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&name)
+        .map_err(|e| {
+            Error::Unavailable(format!(
+                "cannot open {}: {e}",
+                PathBuf::from(&name).display()
+            ))
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::InUse(format!(
+            "{} is in use by another process (another `overseer server`?); a SQLite store \
+             serves one server: stop the other one, or run several nodes on PostgreSQL",
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::Unavailable(format!(
+            "cannot lock {}: {e}",
+            PathBuf::from(&name).display()
+        ))),
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the file, brings its schema up to date, and starts the writer.
     pub fn open(options: SqliteOptions) -> Result<SqliteStore> {
+        let lock = lock_file(&options.path)?;
         let mut conn = Connection::open(&options.path).db()?;
         conn.busy_timeout(options.busy_timeout).db()?;
         let mode: String = conn
@@ -244,6 +279,7 @@ impl SqliteStore {
                 history_per_job: options.history_per_job.max(1),
                 #[cfg(feature = "fault-injection")]
                 crash_after_step_result,
+                _lock: lock,
             }),
         })
     }
