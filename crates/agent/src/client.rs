@@ -4,6 +4,8 @@
 //! are `application/problem+json`; an answer that is not (a proxy's HTML page, say) is still
 //! turned into a [`Problem`] so callers only ever match one shape.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use overseer_core::wire::{
@@ -97,22 +99,70 @@ impl Error {
     }
 }
 
-/// A handle on one Overseer server. Cheap to clone: clones share one connection pool.
+/// A handle on an Overseer cluster: one server URL, or several nodes of one cluster to fail
+/// over between. Cheap to clone: clones share one connection pool and one choice of node.
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
-    base: Url,
+    servers: Arc<Servers>,
     token: Option<String>,
+}
+
+/// The nodes a client may use and the one it uses now. Every node serves the whole API, so a
+/// request that cannot reach one is retried by its caller on the next.
+struct Servers {
+    urls: Vec<Url>,
+    current: AtomicUsize,
+}
+
+impl Servers {
+    fn current(&self) -> (usize, &Url) {
+        let i = self.current.load(Ordering::Relaxed) % self.urls.len();
+        (i, &self.urls[i])
+    }
+
+    /// Moves on from node `failed` to the next one, once however many requests saw it fail.
+    fn fail_over(&self, failed: usize) {
+        if self.urls.len() < 2 {
+            return;
+        }
+        let next = (failed + 1) % self.urls.len();
+        if self
+            .current
+            .compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            tracing::warn!(from = %self.urls[failed], to = %self.urls[next], "server unreachable: failing over");
+        }
+    }
 }
 
 /// Written by hand so the token never ends up in a log line.
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<&str> = self.servers.urls.iter().map(Url::as_str).collect();
         f.debug_struct("Client")
-            .field("base", &self.base.as_str())
+            .field("servers", &urls)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
+}
+
+/// One server URL of a `--server` list, checked.
+fn parse_server(raw: &str) -> Result<Url> {
+    let bad = |message: String| Error::BadUrl {
+        url: raw.to_string(),
+        message,
+    };
+    let url = Url::parse(raw).map_err(|e| bad(e.to_string()))?;
+    match url.scheme() {
+        "http" | "https" => {}
+        _ => return Err(bad("the scheme must be http or https".into())),
+    }
+    if url.cannot_be_a_base() {
+        return Err(bad("not a base URL".into()));
+    }
+    Ok(url)
 }
 
 /// A JSON body borrowed from the caller, so a batch need not be cloned to be sent.
@@ -122,36 +172,45 @@ struct BatchBody<'a> {
 }
 
 impl Client {
-    /// A client for the server at `base_url` (e.g. `http://127.0.0.1:7433`), sending
-    /// `Authorization: Bearer <token>` with every request when a token is given.
+    /// A client for the server at `base_url` (e.g. `http://127.0.0.1:7433`), or for several
+    /// nodes of one cluster given as a comma-separated list (`http://a:7433,http://b:7433`): a
+    /// request that cannot reach the node in use moves the client on to the next, so the
+    /// caller's retry lands there. Sends `Authorization: Bearer <token>` with every request
+    /// when a token is given.
     pub fn new(base_url: &str, token: Option<String>) -> Result<Client> {
-        let bad = |message: String| Error::BadUrl {
-            url: base_url.to_string(),
-            message,
-        };
-        let base = Url::parse(base_url).map_err(|e| bad(e.to_string()))?;
-        match base.scheme() {
-            "http" | "https" => {}
-            _ => return Err(bad("the scheme must be http or https".into())),
-        }
-        if base.cannot_be_a_base() {
-            return Err(bad("not a base URL".into()));
+        let urls = base_url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(parse_server)
+            .collect::<Result<Vec<Url>>>()?;
+        if urls.is_empty() {
+            return Err(Error::BadUrl {
+                url: base_url.to_string(),
+                message: "no server URL given".into(),
+            });
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("overseer-agent/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| bad(format!("cannot build an HTTP client: {e}")))?;
+            .map_err(|e| Error::BadUrl {
+                url: base_url.to_string(),
+                message: format!("cannot build an HTTP client: {e}"),
+            })?;
         Ok(Client {
             http,
-            base,
+            servers: Arc::new(Servers {
+                urls,
+                current: AtomicUsize::new(0),
+            }),
             token: token.filter(|t| !t.is_empty()),
         })
     }
 
-    /// The server's base URL.
+    /// The URL of the server in use now.
     pub fn base_url(&self) -> &Url {
-        &self.base
+        self.servers.current().1
     }
 
     /// `POST /v1/jobs`. Answers the job and whether it was created now (`202`) rather than
@@ -385,12 +444,20 @@ impl Client {
     /// The base URL with `segments` appended, each percent-encoded, so an agent or step name
     /// holding `/` or `?` stays one path segment.
     fn url(&self, segments: &[&str]) -> Url {
-        let mut url = self.base.clone();
+        let mut url = self.base_url().clone();
         url.path_segments_mut()
             .expect("checked in Client::new: the base URL can be a base")
             .pop_if_empty()
             .extend(segments);
         url
+    }
+
+    /// Which configured node `url` was built on.
+    fn node_of(&self, url: &Url) -> Option<usize> {
+        self.servers.urls.iter().position(|base| {
+            let prefix = format!("{}/", base.as_str().trim_end_matches('/'));
+            url.as_str().starts_with(&prefix)
+        })
     }
 
     async fn call_ok<T: DeserializeOwned, B: Serialize + ?Sized>(
@@ -415,9 +482,15 @@ impl Client {
         timeout: Duration,
     ) -> Result<(StatusCode, T)> {
         let shown = url.to_string();
-        let transport = |source: reqwest::Error| Error::Transport {
-            url: shown.clone(),
-            source,
+        let node = self.node_of(&url);
+        let transport = |source: reqwest::Error| {
+            if let Some(node) = node {
+                self.servers.fail_over(node);
+            }
+            Error::Transport {
+                url: shown.clone(),
+                source,
+            }
         };
         let mut request = self.http.request(method, url.clone()).timeout(timeout);
         if !query.is_empty() {

@@ -24,7 +24,7 @@ struct Cli {
 /// Where the client commands send their requests.
 #[derive(Args, Debug, Clone)]
 pub struct Remote {
-    /// The server's base URL.
+    /// The server's base URL, or a comma-separated list of a cluster's nodes to fail over between.
     #[arg(
         long,
         global = true,

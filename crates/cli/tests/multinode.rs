@@ -513,6 +513,51 @@ fn leader_kills_and_a_postgres_restart_lose_nothing() {
     );
 }
 
+// Proves an agent given several nodes fails over: with `--server A,B` it works through node A,
+// and once A is killed it takes the next job (submitted on B) through B by itself.
+#[test]
+fn an_agent_fails_over_to_the_next_node() {
+    let _serial = serial();
+    let cluster = PgCluster::shared();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = rt.block_on(cluster.database());
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Server> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let node_dir = dir.path().join(n);
+            std::fs::create_dir_all(&node_dir).unwrap();
+            Server::start_with_db(&node_dir, db.url(), &[])
+        })
+        .collect();
+    let servers = format!("{},{}", nodes[0].url, nodes[1].url);
+    let _agent = Agent::start_on(
+        &nodes[1],
+        &servers,
+        "fo",
+        &[],
+        &["sh", "-c", "cat >/dev/null; echo '\"ok\"'"],
+    );
+    rt.block_on(async {
+        let spec = json!({"steps": [{"name": "s", "agent": "fo"}]});
+        let first = nodes[0].api().submit(&spec).await;
+        let job = nodes[0].api().wait_terminal(&first).await;
+        assert_eq!(job["state"], "succeeded", "{job}");
+        assert!(job["steps"][0]["worker"].is_string(), "{job}");
+    });
+    nodes[0].kill();
+    rt.block_on(async {
+        let spec = json!({"steps": [{"name": "s", "agent": "fo"}]});
+        let second = nodes[1].api().submit(&spec).await;
+        let job = nodes[1].api().wait_terminal(&second).await;
+        assert_eq!(job["state"], "succeeded", "{job}");
+    });
+}
+
 // Proves a job submitted on one node wakes an agent long-polling on another, and measures how fast.
 #[test]
 fn cross_node_wake_up_latency() {

@@ -219,6 +219,18 @@ impl Agent {
     }
 
     pub fn start_with(server: &Server, agent: &str, flags: &[&str], command: &[&str]) -> Agent {
+        Agent::start_on(server, &server.url, agent, flags, command)
+    }
+
+    /// Like `start_with`, with `--server SERVERS` (e.g. a comma-separated list of nodes); logs
+    /// go to `server`'s directory.
+    pub fn start_on(
+        server: &Server,
+        servers: &str,
+        agent: &str,
+        flags: &[&str],
+        command: &[&str],
+    ) -> Agent {
         let n = std::fs::read_dir(&server.dir)
             .map(|d| d.count())
             .unwrap_or(0);
@@ -229,7 +241,7 @@ impl Agent {
             .arg("--agent")
             .arg(agent)
             .arg("--server")
-            .arg(&server.url)
+            .arg(servers)
             .args(flags)
             .arg("--")
             .args(command)
