@@ -72,6 +72,9 @@ fn utc() -> String {
 }
 
 /// A parsed pattern in its zone.
+/// Where the check for patterns that never fire starts looking: 2000-01-01T00:00:00Z.
+const NEVER_PROBE: Timestamp = Timestamp(946_684_800_000);
+
 #[derive(Clone, Debug)]
 pub struct CronSchedule {
     cron: Cron,
@@ -101,7 +104,17 @@ impl CronSchedule {
                 format!("`{timezone}` is not an IANA time zone name (e.g. Europe/Berlin)"),
             )
         })?;
-        Ok(CronSchedule { cron, tz })
+        let schedule = CronSchedule { cron, tz };
+        // A pattern can be well formed and still name no real date (`0 0 30 2 *`, February
+        // 30th): refuse it rather than store a schedule that never fires. Dates repeat with
+        // the weekdays every 400 years, so one search from a fixed instant decides it.
+        if schedule.next_after(NEVER_PROBE).is_none() {
+            return Err(SpecError::new(
+                "cron",
+                format!("`{pattern}` never matches a real date, so it would never fire"),
+            ));
+        }
+        Ok(schedule)
     }
 
     /// The first due time strictly after `after`.
@@ -202,6 +215,21 @@ mod tests {
     }
 
     // Proves 5- and 6-field patterns parse and step correctly in UTC.
+    // Proves a well-formed pattern naming no real date is refused, naming `cron`, while rare
+    // but real dates (February 29th) are kept.
+    #[test]
+    fn patterns_that_never_fire_are_refused() {
+        for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 11 *"] {
+            let e = CronSchedule::parse(never, "UTC").expect_err(never);
+            assert_eq!(e.field, "cron", "{never}");
+        }
+        let leap = CronSchedule::parse("0 0 29 2 *", "UTC").expect("February 29th exists");
+        assert_eq!(
+            leap.next_after(at("2026-01-01T00:00:00Z")),
+            Some(at("2028-02-29T00:00:00Z"))
+        );
+    }
+
     #[test]
     fn next_times_in_utc() {
         let every_second = CronSchedule::parse("* * * * * *", "UTC").unwrap();

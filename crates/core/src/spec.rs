@@ -216,6 +216,12 @@ pub fn decode_bytes<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, S
     })
 }
 
+/// The earliest `run_at` accepted: a time before the Unix epoch is a mistake (a zeroed date),
+/// not a wish to run at once.
+pub const RUN_AT_MIN: Timestamp = Timestamp(0);
+/// The latest `run_at` accepted, the end of year 9999.
+pub const RUN_AT_MAX: Timestamp = Timestamp(253_402_300_799_999);
+
 impl JobSpec {
     /// A stable fingerprint of what was asked for, used to tell a retried submit (same body)
     /// from a conflicting one (same idempotency key, other body). JSON objects encode with
@@ -249,6 +255,22 @@ impl JobSpec {
                 return Err(SpecError::new(
                     format!("labels.{k}"),
                     format!("label values are at most {} bytes", limits.name_bytes),
+                ));
+            }
+            // Stores differ on what they keep of them (PostgreSQL refuses NUL, SQLite keeps
+            // it), and a label is for people and filters: refuse them in every store alike.
+            if v.chars().any(char::is_control) {
+                return Err(SpecError::new(
+                    format!("labels.{k}"),
+                    "label values must not contain control characters",
+                ));
+            }
+        }
+        if let Some(run_at) = self.run_at {
+            if !(RUN_AT_MIN..=RUN_AT_MAX).contains(&run_at) {
+                return Err(SpecError::new(
+                    "run_at",
+                    "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
                 ));
             }
         }
@@ -574,6 +596,18 @@ mod tests {
             (
                 json!({"run_at": "yesterday", "steps": [{"name": "a", "agent": "x"}]}),
                 "run_at",
+            ),
+            (
+                json!({"run_at": "0000-01-01T00:00:00Z", "steps": [{"name": "a", "agent": "x"}]}),
+                "run_at",
+            ),
+            (
+                json!({"labels": {"k": "a\u{0}b"}, "steps": [{"name": "a", "agent": "x"}]}),
+                "labels.k",
+            ),
+            (
+                json!({"labels": {"k": "line\nbreak"}, "steps": [{"name": "a", "agent": "x"}]}),
+                "labels.k",
             ),
             (
                 json!({"steps": [{"name": "", "agent": "x"}]}),

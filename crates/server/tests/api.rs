@@ -458,3 +458,38 @@ async fn wait_and_agents() {
         .unwrap();
     assert_eq!(done["state"], "succeeded");
 }
+
+// Proves inputs that could never work are refused with a 400 naming the field instead of being
+// stored: a cron pattern naming no real date, a `run_at` in year 0000, and control characters
+// in a label value (which the two stores would keep differently).
+#[tokio::test]
+async fn inputs_that_can_never_work_are_refused() {
+    let h = harness();
+    let one_step = json!([{"name": "s", "agent": "a"}]);
+    let (status, problem) = h
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(json!({"name": "never", "cron": "0 0 30 2 *", "job": {"steps": one_step}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "cron", "{problem}");
+    let bad_jobs = [
+        (
+            json!({"run_at": "0000-01-01T00:00:00Z", "steps": one_step}),
+            "run_at",
+        ),
+        (
+            json!({"labels": {"team": "a\u{7}b"}, "steps": one_step}),
+            "labels.team",
+        ),
+    ];
+    for (spec, field) in bad_jobs {
+        let (status, problem) = h.call("POST", "/v1/jobs", Some(spec)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+        assert_eq!(problem["field"], field, "{problem}");
+    }
+    let (_, list) = h.call("GET", "/v1/jobs", None).await;
+    assert_eq!(list["jobs"], json!([]), "nothing was stored");
+}
