@@ -223,6 +223,14 @@ async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Resu
         .env("OVERSEER_JOB_ID", lease.job_id.to_string())
         .env("OVERSEER_STEP", &lease.step)
         .env("OVERSEER_ATTEMPT", lease.attempt.to_string())
+        .env("OVERSEER_KIND", kind_name(lease.kind))
+        .env(
+            "OVERSEER_UNDO_ATTEMPT",
+            lease
+                .undo_attempt
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+        )
         .env("OVERSEER_IDEMPOTENCY_KEY", &lease.idempotency_key)
         .env("OVERSEER_LEASE_ID", lease.lease_id.to_string())
         .env("OVERSEER_AGENT", &lease.agent)
@@ -307,6 +315,14 @@ async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Resu
         stderr_tail: tail.into_string(),
         cancelled,
     })
+}
+
+/// `OVERSEER_KIND`: what the lease is for.
+fn kind_name(kind: overseer_core::wire::LeaseKind) -> &'static str {
+    match kind {
+        overseer_core::wire::LeaseKind::Work => "work",
+        overseer_core::wire::LeaseKind::Compensate => "compensate",
+    }
 }
 
 /// Maps the program's end to the step's result or error.

@@ -10,10 +10,11 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 
-/// A script that records `<tag> <step> <attempt>` in a journal and succeeds.
+/// A script that records `<tag> <step> <attempt> <kind> <undo attempt> <idempotency key>` in a
+/// journal and succeeds.
 fn journaling(journal: &std::path::Path, tag: &str) -> String {
     format!(
-        "cat >/dev/null; echo \"{tag} $OVERSEER_STEP $OVERSEER_ATTEMPT $OVERSEER_IDEMPOTENCY_KEY\" >> {}; echo '{{\"ok\": true}}'",
+        "cat >/dev/null; echo \"{tag} $OVERSEER_STEP $OVERSEER_ATTEMPT $OVERSEER_KIND u$OVERSEER_UNDO_ATTEMPT $OVERSEER_IDEMPOTENCY_KEY\" >> {}; echo '{{\"ok\": true}}'",
         journal.display()
     )
 }
@@ -62,7 +63,11 @@ async fn permanent_failure_compensates_in_reverse_order() {
         .await;
     let job = api.wait_terminal(&id).await;
     assert_eq!(job["state"], "failed", "{job}");
-    assert_eq!(job["compensated"], json!(["reserve", "charge"]), "{job}");
+    assert_eq!(
+        job["compensated"],
+        json!(["charge", "reserve"]),
+        "listed in the order undone: {job}"
+    );
     assert_eq!(step(&job, "ship")["state"], "failed");
     assert_eq!(
         step(&job, "ship")["attempt"],
@@ -83,11 +88,23 @@ async fn permanent_failure_compensates_in_reverse_order() {
         undos[0].ends_with(&format!("{id}/charge/compensate")),
         "undo idempotency key: {undos:?}"
     );
+    assert!(
+        undos.iter().all(|u| u.contains(" compensate u1 ")),
+        "each undo is told it is an undo, on its first try: {undos:?}"
+    );
+    let works: Vec<String> = journal_lines(&journal)
+        .into_iter()
+        .filter(|l| l.starts_with("do"))
+        .collect();
+    assert!(
+        works.iter().all(|w| w.contains(" work u ")),
+        "work leases carry no undo attempt: {works:?}"
+    );
     let events = api.events(&id).await;
     let failed = events.iter().find(|e| e["kind"] == "job_failed").unwrap();
     assert_eq!(
         failed["detail"]["compensated"],
-        json!(["reserve", "charge"])
+        json!(["charge", "reserve"])
     );
 }
 

@@ -279,12 +279,41 @@ impl Job {
         }
     }
 
-    /// Names of the steps whose compensation ran to completion.
-    pub fn compensated_steps(&self) -> Vec<String> {
-        self.steps
+    /// Why a blocked job waits, from its steps as they are now: each failed step and each failed
+    /// undo with its last error. `None` when nothing is failed.
+    pub fn block_cause(&self) -> Option<String> {
+        let causes: Vec<String> = self
+            .steps
             .iter()
-            .filter(|s| s.state == StepState::Compensated)
-            .map(|s| s.name.clone())
+            .filter_map(|s| {
+                let error = s.last_error.as_deref().unwrap_or("no error recorded");
+                if s.comp_phase == Some(CompPhase::Failed) {
+                    Some(format!("compensation of step `{}` failed: {error}", s.name))
+                } else if s.state == StepState::Failed {
+                    Some(format!("step `{}` failed: {error}", s.name))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        (!causes.is_empty()).then(|| causes.join("; "))
+    }
+
+    /// Names of the steps whose compensation ran to completion, in the order they were undone
+    /// (an undo's completion sets the step's `finished_at`); undos finished at one instant are
+    /// listed later steps first, as the unwind goes.
+    pub fn compensated_steps(&self) -> Vec<String> {
+        let mut undone: Vec<(Option<Timestamp>, std::cmp::Reverse<usize>, &str)> = self
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state == StepState::Compensated)
+            .map(|(i, s)| (s.finished_at, std::cmp::Reverse(i), s.name.as_str()))
+            .collect();
+        undone.sort();
+        undone
+            .into_iter()
+            .map(|(_, _, name)| name.to_string())
             .collect()
     }
 }

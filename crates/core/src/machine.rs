@@ -777,6 +777,9 @@ impl Work {
         let name = self.job.steps[step].name.clone();
         if self.job.state != JobState::Running {
             // Already blocked by another step (hold): this one waits for the operator too.
+            if self.job.state == JobState::Blocked {
+                self.job.blocked_reason = self.job.block_cause();
+            }
             return;
         }
         match self.job.on_failure {
@@ -825,6 +828,8 @@ impl Work {
             s.comp_phase == Some(CompPhase::Failed) || (!unwinding && s.state == StepState::Failed)
         });
         if still_failed {
+            // Still blocked, but perhaps by less than before: name what is left.
+            self.job.blocked_reason = self.job.block_cause();
             return;
         }
         self.job.blocked_reason = None;

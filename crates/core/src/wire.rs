@@ -171,7 +171,13 @@ pub struct Lease {
     pub job_id: JobId,
     pub step: String,
     pub agent: String,
+    /// The fencing token: it counts every lease of the step, its work and its undo alike, so a
+    /// first undo after one successful run is attempt 2. Undos count their own tries in
+    /// `undo_attempt`.
     pub attempt: u32,
+    /// For a `compensate` lease: which try of the undo this is (1 for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_attempt: Option<u32>,
     pub payload: Value,
     /// Each dependency's result, by dependency name.
     pub inputs: serde_json::Map<String, Value>,

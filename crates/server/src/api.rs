@@ -438,13 +438,15 @@ fn lease_of(claimed: &Transition, step: usize, now: overseer_core::Timestamp) ->
     let job = &claimed.job;
     let s = job.steps.get(step)?;
     let complete_by = s.lease_expires_at?;
+    let undo = s.is_compensating();
     Some(Lease {
         lease_id: s.lease_id?,
-        kind: if s.is_compensating() {
+        kind: if undo {
             LeaseKind::Compensate
         } else {
             LeaseKind::Work
         },
+        undo_attempt: undo.then_some(s.comp_attempts),
         job_id: job.id,
         step: s.name.clone(),
         agent: s.claim_agent_of_lease().to_string(),

@@ -188,6 +188,7 @@ pub fn lease(step: &str, lease_ms: u64, timeout_ms: u64) -> Lease {
         step: step.to_string(),
         agent: "work".to_string(),
         attempt: 1,
+        undo_attempt: None,
         payload: json!({"n": 1}),
         inputs: serde_json::Map::new(),
         idempotency_key: format!("{job_id}/{step}"),

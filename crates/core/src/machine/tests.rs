@@ -2415,6 +2415,28 @@ fn hold_blocks_the_job_and_lets_running_siblings_finish() {
     );
 }
 
+// Proves a held job's `blocked_reason` names what still blocks it: with two failed steps it
+// names both, and after one is retried it names only the other.
+#[test]
+fn blocked_reason_follows_what_is_still_failed() {
+    let steps = vec![step("a", "x", &[], 1), step("b", "y", &[], 1)];
+    let mut sim = start(&job(steps, Some(OnFailure::Hold)));
+    sim.claim("a");
+    sim.claim("b");
+    sim.fail("a", false);
+    let tr = sim.fail("b", false);
+    assert_eq!(
+        tr.job.blocked_reason.as_deref(),
+        Some("step `a` failed: boom; step `b` failed: boom")
+    );
+    let tr = sim.retry("a");
+    assert_eq!(tr.job.state, JobState::Blocked);
+    assert_eq!(
+        tr.job.blocked_reason.as_deref(),
+        Some("step `b` failed: boom")
+    );
+}
+
 // Proves an operator's Retry of the failed step of a held job readies it with a wake, unblocks
 // the job (promoting what finished meanwhile) and lets it finish `succeeded`.
 #[test]
@@ -2852,7 +2874,7 @@ fn compensation_undoes_in_reverse_dependency_order() {
     assert_eq!(kinds(&tr.events), ["step_compensated a#2", "job_failed"]);
     assert_eq!(
         detail(&tr, "job_failed"),
-        Some(json!({ "compensated": ["a", "b"] }))
+        Some(json!({ "compensated": ["b", "a"] }))
     );
     assert_eq!(
         effect_words(&tr.effects),
@@ -2862,7 +2884,7 @@ fn compensation_undoes_in_reverse_dependency_order() {
         states(&tr.job),
         "a:compensated b:compensated c:failed d:cancelled"
     );
-    assert_eq!(tr.job.compensated_steps(), ["a", "b"]);
+    assert_eq!(tr.job.compensated_steps(), ["b", "a"]);
     // Each undo ran exactly once: b's before a's.
     let undos: Vec<String> = kinds(&sim.history)
         .into_iter()
@@ -2908,7 +2930,11 @@ fn undos_wait_for_every_dependant() {
     );
     sim.run("a");
     assert_eq!(sim.job.state, JobState::Failed);
-    assert_eq!(sim.job.compensated_steps(), ["a", "c"]);
+    assert_eq!(
+        sim.job.compensated_steps(),
+        ["c", "a"],
+        "in the order undone"
+    );
     // Two independent roots with undos, and c after both fails: both undos are ready at once.
     let steps = vec![
         undoable("a", "x", &[], 2),
@@ -3208,7 +3234,7 @@ fn cancel_of_a_blocked_job() {
     assert_eq!(tr.job.state, JobState::Cancelled);
     assert_eq!(
         detail(&tr, "job_cancelled"),
-        Some(json!({ "compensated": ["a", "b"] }))
+        Some(json!({ "compensated": ["b", "a"] }))
     );
 }
 
@@ -3343,7 +3369,7 @@ fn a_sibling_undo_finishes_while_blocked() {
     let tr = sim.run("a");
     assert_eq!(
         detail(&tr, "job_failed"),
-        Some(json!({ "compensated": ["a", "b"] }))
+        Some(json!({ "compensated": ["b", "a"] }))
     );
 }
 
