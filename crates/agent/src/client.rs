@@ -558,6 +558,7 @@ fn problem_of(status: StatusCode, body: &[u8]) -> Problem {
     }
     Problem {
         kind: "about:blank".to_string(),
+        code: "http-error".to_string(),
         title: status.canonical_reason().unwrap_or("Error").to_string(),
         status: status.as_u16(),
         detail,

@@ -1,6 +1,6 @@
 //! The agent runtime: take leases, run handlers, keep leases alive, report, and stop in time.
 //!
-//! The rule everything here serves (guarantee 4 in SYSTEM.md): a lease is ours only until its
+//! The rule everything here serves (guarantee 4 in docs/guarantees.md): a lease is ours only until its
 //! deadline, and the deadline is kept on *our* monotonic clock, counted from the instant we
 //! *sent* the request whose answer granted or renewed the lease. The server counted `lease_ms`
 //! from a later instant (when it answered), so our deadline can only be early, never late, and
@@ -522,7 +522,7 @@ pub fn local_deadline(sent_at: Instant, lease_ms: u64) -> Instant {
     sent_at + Duration::from_millis(lease_ms.saturating_sub(margin_ms))
 }
 
-/// A third of the step's timeout, as SYSTEM.md asks (of the lease if the timeout is unknown).
+/// A third of the step's timeout, the documented heartbeat interval (of the lease if the timeout is unknown).
 fn heartbeat_interval(lease: &Lease) -> Duration {
     let base = if lease.timeout_ms > 0 {
         lease.timeout_ms

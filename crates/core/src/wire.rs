@@ -333,8 +333,13 @@ pub struct WorkerView {
 /// An error answer, `application/problem+json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Problem {
+    /// Always `about:blank`: the problem is what the status says, and `code` tells which one.
     #[serde(rename = "type")]
     pub kind: String,
+    /// A short, stable name of the problem for programs to match on (e.g. `lease-lost`,
+    /// `invalid-request`, `not-found`).
+    #[serde(default)]
+    pub code: String,
     pub title: String,
     pub status: u16,
     pub detail: String,

@@ -12,7 +12,7 @@ use overseer_core::{Rejection, SpecError};
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    /// A short, stable name for the kind of problem, used to build the `type` URI.
+    /// A short, stable name for the kind of problem, answered as `code`.
     pub kind: &'static str,
     pub detail: String,
     pub field: Option<String>,
@@ -148,7 +148,8 @@ impl ApiError {
             .unwrap_or("Error")
             .to_string();
         Problem {
-            kind: format!("https://overseer.dev/problems/{}", self.kind),
+            kind: "about:blank".into(),
+            code: self.kind.to_string(),
             title,
             status: self.status.as_u16(),
             detail: self.detail,

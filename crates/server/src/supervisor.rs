@@ -7,7 +7,8 @@
 //!   below, and each of them is *fenced* by its epoch in the same transaction: a node that paused
 //!   past its lease and wakes up cannot act after another node took over.
 //! - **Leader writes.** Expire leases whose holder went silent, start delayed jobs whose `run_at`
-//!   has come (and the next job of an ordering key once its head finished), fire cron schedules
+//!   has come (including a job of an ordering key whose turn came before its `run_at`; a due
+//!   next job is started by the very transaction that finishes its predecessor), fire cron schedules
 //!   that are due, and re-check a page of active jobs for consistency (`Command::Repair`), so a
 //!   job left half-advanced by a fault is healed within one pass over the active jobs.
 //! - **Local wake-ups** (every node): wake this node's long-polling agents whose retry backoff

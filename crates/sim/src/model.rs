@@ -651,15 +651,36 @@ impl Model {
                 }
             }
         }
-        let compensated: Vec<String> = view
+        // `compensated` names exactly the compensated steps, in the order they were undone to
+        // the millisecond (an undo's completion time is the step's `finished_at`).
+        let mut compensated: Vec<String> = view
             .steps
             .iter()
             .filter(|s| s.state == StepState::Compensated)
             .map(|s| s.name.clone())
             .collect();
-        if compensated != view.compensated {
+        let mut listed = view.compensated.clone();
+        compensated.sort();
+        listed.sort();
+        if compensated != listed {
             return Err(format!(
                 "{tag}: lists {:?} as compensated, its steps say {compensated:?}",
+                view.compensated
+            ));
+        }
+        let undone_at: Vec<Option<Timestamp>> = view
+            .compensated
+            .iter()
+            .map(|name| {
+                view.steps
+                    .iter()
+                    .find(|s| &s.name == name)
+                    .and_then(|s| s.finished_at)
+            })
+            .collect();
+        if undone_at.windows(2).any(|w| w[0] > w[1]) {
+            return Err(format!(
+                "{tag}: lists {:?} as compensated, not in the order undone ({undone_at:?})",
                 view.compensated
             ));
         }

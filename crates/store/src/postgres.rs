@@ -277,7 +277,12 @@ impl PgStore {
             .write(move |tx, _| {
                 Box::pin(async move {
                     // Another node's migrations may take a while: wait for them, however long.
-                    tx.batch_execute("SET LOCAL lock_timeout = 0").await?;
+                    // `CREATE … IF NOT EXISTS` on a migrated database raises a NOTICE that
+                    // the driver would log at INFO on every start: not worth a line.
+                    tx.batch_execute(
+                        "SET LOCAL lock_timeout = 0; SET LOCAL client_min_messages = warning",
+                    )
+                    .await?;
                     query(
                         tx,
                         "SELECT pg_advisory_xact_lock($1)",

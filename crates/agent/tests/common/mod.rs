@@ -200,7 +200,8 @@ pub fn lease(step: &str, lease_ms: u64, timeout_ms: u64) -> Lease {
 
 fn problem(status: StatusCode, detail: &str) -> Response {
     let p = Problem {
-        kind: "https://overseer.dev/problems/test".into(),
+        kind: "about:blank".into(),
+        code: "test".into(),
         title: status.canonical_reason().unwrap_or("").into(),
         status: status.as_u16(),
         detail: detail.into(),
@@ -245,7 +246,8 @@ async fn submit(
     inner.auth.push(auth);
     if !matches!(body["steps"].as_array(), Some(steps) if !steps.is_empty()) {
         let p = Problem {
-            kind: "https://overseer.dev/problems/invalid-request".into(),
+            kind: "about:blank".into(),
+            code: "invalid-request".into(),
             title: "Bad Request".into(),
             status: 400,
             detail: "a job needs at least one step".into(),
