@@ -9,7 +9,7 @@
 //!
 //! Scenarios (see `BENCHMARKS.md` for what each measures and the reference numbers):
 //! `submit`, `drain`, `latency`, `latency_loaded`, `cross_node`, `dag`, `timers`, `recovery`,
-//! `memory`.
+//! `ordered` (the hand-over between consecutive jobs of one ordering key), `memory`.
 //!
 //! - `latency_loaded` is `latency` while a steady background load (`--load-rate` one-step no-op
 //!   jobs per second, on an agent of its own) is drained by `--workers` × `--concurrency`; the
@@ -116,11 +116,12 @@ pub enum Scenario {
     Dag,
     Timers,
     Recovery,
+    Ordered,
     Memory,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 9] = [
+    const ALL: [Scenario; 10] = [
         Scenario::Submit,
         Scenario::Drain,
         Scenario::Latency,
@@ -129,6 +130,7 @@ impl Scenario {
         Scenario::Dag,
         Scenario::Timers,
         Scenario::Recovery,
+        Scenario::Ordered,
         Scenario::Memory,
     ];
 
@@ -142,6 +144,7 @@ impl Scenario {
             Scenario::Dag => "dag",
             Scenario::Timers => "timers",
             Scenario::Recovery => "recovery",
+            Scenario::Ordered => "ordered",
             Scenario::Memory => "memory",
         }
     }

@@ -98,6 +98,7 @@ fn every_scenario_prints_sane_json() {
         "timers_submit_with_preload",
         "timers_lateness",
         "recovery",
+        "ordered",
         "memory",
     ];
     expected.sort_unstable();
@@ -150,6 +151,8 @@ fn every_scenario_prints_sane_json() {
     );
     assert_eq!((jobs("timers_lateness"), jobs("recovery")), (20, 3));
     assert_eq!((jobs("latency_loaded"), jobs("memory")), (200, 200));
+    // One gap between each two consecutive jobs of the key.
+    assert_eq!(jobs("ordered"), 200);
     // The background load ran while the markers were measured (200/s asked, so some per second).
     let loaded = &rows["latency_loaded"];
     assert!(num(loaded, "load_per_s") > 0.0, "{loaded}");
@@ -294,4 +297,34 @@ fn cross_node_on_postgres() {
         note.contains("node B") && note.contains("target p99 ≤ 10 ms"),
         "{row}"
     );
+}
+
+// Proves `ordered` runs on PostgreSQL too: every job of the key runs, one gap per hand-over is
+// measured, and p50 ≤ p99 (the hand-over figures themselves live in BENCHMARKS.md).
+#[test]
+fn ordered_on_postgres() {
+    let cluster = PgCluster::shared();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = rt.block_on(cluster.database());
+    let stdout = bench(&[
+        "--db",
+        db.url(),
+        "--scenario",
+        "ordered",
+        "--jobs",
+        "50",
+        "--workers",
+        "2",
+        "--output",
+        "json",
+    ]);
+    let rows = rows(&stdout);
+    let row = &rows["ordered"];
+    assert_eq!(row["backend"], "postgres in-process", "{row}");
+    assert_eq!(row["jobs"], 50, "{row}");
+    let (p50, p99) = (num(row, "p50_ms"), num(row, "p99_ms"));
+    assert!(0.0 <= p50 && p50 <= p99, "{row}");
 }

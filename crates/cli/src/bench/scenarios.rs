@@ -22,6 +22,7 @@ const SUBMIT_JOBS: usize = 20_000;
 const DRAIN_JOBS: usize = 40_000;
 const LATENCY_JOBS: usize = 2_000;
 const DAG_JOBS: usize = 5_000;
+const ORDERED_JOBS: usize = 500;
 /// Jobs per request when a scenario loads its jobs before measuring (the server's default
 /// `limits.jobs_per_batch`).
 pub(super) const PRELOAD_BATCH: usize = 1_000;
@@ -43,6 +44,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         Scenario::Dag => dag(ctx).await,
         Scenario::Timers => timers(ctx).await,
         Scenario::Recovery => recovery(ctx).await,
+        Scenario::Ordered => ordered(ctx).await,
         Scenario::Memory => super::memory::run(ctx).await,
     }
 }
@@ -677,6 +679,64 @@ struct Recovery {
 }
 
 /// `recovery`: K steps whose agent is killed mid-step; abandon → the step's next lease.
+/// `ordered`: N one-step jobs on one ordering key, loaded up front; each handler records when it
+/// started and returned. The gap between one job's handler returning and the next job's handler
+/// starting is the hand-over: the completion's round trip, the next job's start (in the same
+/// transaction as the completion) and its lease reaching a long-polling worker.
+async fn ordered(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let n = ctx.jobs.unwrap_or(ORDERED_JOBS);
+    let agent = ctx.agent("ordered");
+    let key = format!("bench-{}", std::process::id());
+    let template =
+        spec(json!({ "ordering_key": key, "steps": [{ "name": "s", "agent": agent }] }))?;
+    // (started, returned) per job, in the order they ran.
+    let runs: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::new(Mutex::new(Vec::with_capacity(n)));
+    let done = Arc::new(Countdown::new(n));
+    let handler = {
+        let (runs, done) = (runs.clone(), done.clone());
+        move |_step: StepContext| {
+            let (runs, done) = (runs.clone(), done.clone());
+            async move {
+                let started = Instant::now();
+                lock(&runs).push((started, Instant::now()));
+                done.hit();
+                Ok::<_, StepError>(Value::Null)
+            }
+        }
+    };
+    let agents = Agents::start(
+        ctx,
+        &agent,
+        "ordered",
+        ctx.workers,
+        ctx.concurrency,
+        handler,
+    )?;
+    let began = Instant::now();
+    let outcome = async {
+        submit_jobs(ctx, n, n.min(PRELOAD_BATCH), move |_| template.clone()).await?;
+        done.wait(ctx.timeout, "ordered: every job of the key ran")
+            .await
+    }
+    .await;
+    agents.stop().await;
+    outcome?;
+    let seconds = began.elapsed().as_secs_f64();
+    let runs = std::mem::take(&mut *lock(&runs));
+    let gaps: Vec<f64> = runs
+        .windows(2)
+        .map(|w| ms(w[1].0.saturating_duration_since(w[0].1)))
+        .collect();
+    Ok(vec![Row::new("ordered", n, seconds)
+        .rate(n)
+        .latencies(gaps)
+        .note(format!(
+            "{n} jobs on one ordering key, run one at a time; latency = a job's handler \
+             returned → the next job's handler started ({} workers)",
+            ctx.workers
+        ))])
+}
+
 async fn recovery(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let k = ctx.kills;
     let agent = ctx.agent("recovery");
