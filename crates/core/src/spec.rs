@@ -222,7 +222,29 @@ pub const RUN_AT_MIN: Timestamp = Timestamp(0);
 /// The latest `run_at` accepted, the end of year 9999.
 pub const RUN_AT_MAX: Timestamp = Timestamp(253_402_300_799_999);
 
+/// Idempotency-key prefixes the server mints for jobs it creates itself: a cron firing
+/// (`schedule/{name}/{due_ms}`) and a Faktory push (`faktory/{jid}`). A client may not submit
+/// under them, or it could take a firing's or a jid's place before it happens.
+pub const RESERVED_KEY_PREFIXES: [&str; 2] = ["schedule/", "faktory/"];
+
 impl JobSpec {
+    /// [`JobSpec::validate`] for a job a client submits over the API: also refuses an
+    /// idempotency key under a prefix the server reserves for itself.
+    pub fn validate_submitted(&self, limits: &Limits) -> Result<(), SpecError> {
+        self.validate(limits)?;
+        let key = self.idempotency_key.as_deref().unwrap_or_default();
+        match RESERVED_KEY_PREFIXES.iter().find(|p| key.starts_with(**p)) {
+            Some(prefix) => Err(SpecError::new(
+                "idempotency_key",
+                format!(
+                    "keys starting with `{prefix}` are reserved for jobs the server creates \
+                     itself (cron firings, Faktory pushes)"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// A stable fingerprint of what was asked for, used to tell a retried submit (same body)
     /// from a conflicting one (same idempotency key, other body). JSON objects encode with
     /// sorted keys, so key order and white space in the request do not matter.

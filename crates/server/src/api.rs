@@ -189,7 +189,7 @@ fn job_created(job: &Job, created: bool) -> Response {
 }
 
 async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Response> {
-    spec.validate(app.limits())?;
+    spec.validate_submitted(app.limits())?;
     let new = admit_spec(&app, &spec);
     let mut submitted = app.store().jobs_submit(vec![new]).await?;
     match submitted.pop() {
@@ -223,7 +223,7 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
         ));
     }
     for (i, spec) in batch.jobs.iter().enumerate() {
-        spec.validate(app.limits())
+        spec.validate_submitted(app.limits())
             .map_err(|e| e.within(&format!("jobs[{i}].")))?;
     }
     let new: Vec<NewJob> = batch.jobs.iter().map(|s| admit_spec(&app, s)).collect();

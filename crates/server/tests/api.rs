@@ -493,3 +493,24 @@ async fn inputs_that_can_never_work_are_refused() {
     let (_, list) = h.call("GET", "/v1/jobs", None).await;
     assert_eq!(list["jobs"], json!([]), "nothing was stored");
 }
+
+// Proves a client cannot pre-empt a job the server mints itself: idempotency keys under
+// `schedule/` and `faktory/` are refused with a 400 naming the field, alone or in a batch.
+#[tokio::test]
+async fn reserved_idempotency_keys_are_refused() {
+    let h = harness();
+    for key in ["schedule/nightly/1700000000000", "faktory/abc123"] {
+        let spec = json!({"idempotency_key": key, "steps": [{"name": "s", "agent": "a"}]});
+        let (status, problem) = h.call("POST", "/v1/jobs", Some(spec.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+        assert_eq!(problem["field"], "idempotency_key", "{problem}");
+        let (status, problem) = h
+            .call("POST", "/v1/jobs:batch", Some(json!({"jobs": [spec]})))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+        assert_eq!(problem["field"], "jobs[0].idempotency_key", "{problem}");
+    }
+    let fine = json!({"idempotency_key": "schedules/mine", "steps": [{"name": "s", "agent": "a"}]});
+    let (status, _) = h.call("POST", "/v1/jobs", Some(fine)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+}
