@@ -39,8 +39,9 @@ pub enum Error {
     /// superseded. Nothing changed on the server; the caller must stop work on this attempt.
     #[error("lease lost: {}", .0.detail)]
     LeaseLost(Problem),
-    /// No answer: connection refused or reset, DNS, timeout.
-    #[error("cannot reach {url}: {source}")]
+    /// No answer: connection refused or reset, DNS, timeout. The message names the URL once
+    /// and the innermost cause (e.g. `Connection refused`), not every layer in between.
+    #[error("cannot reach {url}: {}", root_cause(source))]
     Transport {
         url: String,
         #[source]
@@ -59,6 +60,18 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The deepest error under `e`: what actually went wrong on the wire.
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    if e.is_timeout() {
+        return "timed out".into();
+    }
+    cause.to_string()
+}
 
 fn describe(p: &Problem) -> String {
     match &p.field {
@@ -149,6 +162,7 @@ impl std::fmt::Debug for Client {
 }
 
 /// One server URL of a `--server` list, checked.
+#[allow(clippy::result_large_err)] // The crate's one error type; a bad URL is a start-up error.
 fn parse_server(raw: &str) -> Result<Url> {
     let bad = |message: String| Error::BadUrl {
         url: raw.to_string(),
@@ -177,6 +191,7 @@ impl Client {
     /// request that cannot reach the node in use moves the client on to the next, so the
     /// caller's retry lands there. Sends `Authorization: Bearer <token>` with every request
     /// when a token is given.
+    #[allow(clippy::result_large_err)] // The crate's one error type; this runs once at start.
     pub fn new(base_url: &str, token: Option<String>) -> Result<Client> {
         let urls = base_url
             .split(',')

@@ -156,10 +156,15 @@ fn find_program(program: &str) -> std::result::Result<PathBuf, String> {
     }
     if program.contains('/') {
         let path = PathBuf::from(program);
-        return if is_executable(&path) {
-            Ok(path)
-        } else {
-            Err("no such executable file".into())
+        return match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no such file".into()),
+            Err(e) => Err(format!("cannot read it: {e}")),
+            Ok(m) if m.is_dir() => Err("it is a directory".into()),
+            Ok(_) if !is_executable(&path) => Err(format!(
+                "it is not executable (try `chmod +x {program}`, or run it through its \
+                 interpreter, e.g. `-- sh {program}`)"
+            )),
+            Ok(_) => Ok(path),
         };
     }
     let paths = std::env::var_os("PATH").unwrap_or_default();
@@ -684,5 +689,27 @@ mod tests {
         assert!(find_program("definitely-not-a-program-xyz").is_err());
         assert!(find_program("./no/such/file").is_err());
         assert!(find_program("").is_err());
+    }
+
+    // Proves each way a program path can be unusable is told apart: missing, a directory, and a
+    // file without the execute bit (which used to be reported as "no such executable file").
+    #[test]
+    fn unusable_programs_say_why() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("job.sh");
+        std::fs::write(&script, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let path = script.to_str().expect("utf-8");
+        let why = find_program(path).expect_err("not executable");
+        assert!(
+            why.contains("not executable") && why.contains("chmod +x"),
+            "{why}"
+        );
+        let missing = dir.path().join("nope.sh");
+        let why = find_program(missing.to_str().expect("utf-8")).expect_err("missing");
+        assert_eq!(why, "no such file");
+        let why = find_program(dir.path().to_str().expect("utf-8")).expect_err("a directory");
+        assert_eq!(why, "it is a directory");
     }
 }

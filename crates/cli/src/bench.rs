@@ -668,7 +668,8 @@ fn print_table(rows: &[Row], peak_resets: bool, remote: bool) {
         out.push_str("; for memory, the separate server process's VmRSS with the pending jobs");
     }
     out.push('\n');
-    print!("{out}");
+    // A closed stdout (`| head`) is not worth a panic here; the rows were printed or not.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
 }
 
 #[cfg(test)]

@@ -23,27 +23,48 @@ fn parse_job(raw: &str) -> anyhow::Result<JobId> {
         .with_context(|| format!("`{raw}` is not a job id"))
 }
 
-/// Reads a job spec as JSON, or as YAML when it is not JSON.
-fn read_spec(file: &Path) -> anyhow::Result<Value> {
+/// Reads a spec (a job, or a schedule: `T`) as JSON, or as YAML when it does not look like
+/// JSON, and checks it decodes as a `T` here first, so a mistake is reported at its line and
+/// column in the user's own file, with the field's path. The server still judges the rest
+/// (dependencies, limits), naming fields by path.
+fn read_spec<T: serde::de::DeserializeOwned>(file: &Path) -> anyhow::Result<Value> {
     let mut text = String::new();
     if file == Path::new("-") {
         std::io::stdin()
             .read_to_string(&mut text)
-            .context("cannot read the job spec from standard input")?;
+            .context("cannot read the spec from standard input")?;
     } else {
         text = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read {}", file.display()))?;
     }
-    if let Ok(v) = serde_json::from_str::<Value>(&text) {
-        return Ok(v);
+    let name = file.display();
+    let looks_json = text.trim_start().starts_with(['{', '[']);
+    if looks_json {
+        let de = &mut serde_json::Deserializer::from_str(&text);
+        if let Err(e) = serde_path_to_error::deserialize::<_, T>(de) {
+            bail!("{name}: {}", located(e.path(), e.inner()));
+        }
+        return Ok(serde_json::from_str(&text)?);
     }
-    let yaml: serde_yaml::Value = serde_yaml::from_str(&text)
-        .with_context(|| format!("{} is neither JSON nor YAML", file.display()))?;
+    let de = serde_yaml::Deserializer::from_str(&text);
+    if let Err(e) = serde_path_to_error::deserialize::<_, T>(de) {
+        bail!("{name}: {}", located(e.path(), e.inner()));
+    }
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&text)?;
     serde_json::to_value(yaml).context("the YAML does not map to JSON (non-string keys?)")
 }
 
+/// `field: message` for a spec that does not decode, or the message alone when the problem is
+/// the document's syntax rather than one field.
+fn located(path: &serde_path_to_error::Path, message: &dyn std::fmt::Display) -> String {
+    match path.to_string().as_str() {
+        "." | "" => message.to_string(),
+        field => format!("{field}: {message}"),
+    }
+}
+
 fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
@@ -53,7 +74,7 @@ pub async fn submit(
     wait: bool,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
-    let spec = read_spec(file)?;
+    let spec = read_spec::<overseer_core::JobSpec>(file)?;
     let client = connect(remote)?;
     let (job, created) = client.submit_value(&spec).await?;
     if !created {
@@ -62,14 +83,14 @@ pub async fn submit(
     if !wait {
         match output {
             Output::Json => print_json(&job)?,
-            Output::Human => println!("{}", job.id),
+            Output::Human => outln!("{}", job.id),
         }
         return Ok(ExitCode::SUCCESS);
     }
     // With `--output json` stdout carries the final job alone; the id goes to stderr.
     match output {
         Output::Json => eprintln!("{}", job.id),
-        Output::Human => println!("{}", job.id),
+        Output::Human => outln!("{}", job.id),
     }
     let job = follow(&client, job.id).await?;
     if output == Output::Json {
@@ -212,7 +233,7 @@ pub async fn status(
         let job = client.job(id).await?;
         match output {
             Output::Json => print_json(&job)?,
-            Output::Human => print!("{}", render_job(&job)),
+            Output::Human => out!("{}", render_job(&job)),
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -220,13 +241,13 @@ pub async fn status(
     loop {
         let job = client.wait(id, Span::from_secs(2)).await?;
         match output {
-            Output::Json => println!("{}", serde_json::to_string(&job)?),
+            Output::Json => outln!("{}", serde_json::to_string(&job)?),
             Output::Human => {
                 if tty {
                     // Clear the screen and redraw in place.
-                    print!("\x1b[2J\x1b[H");
+                    out!("\x1b[2J\x1b[H");
                 }
-                print!("{}", render_job(&job));
+                out!("{}", render_job(&job));
             }
         }
         if job.state.is_terminal() {
@@ -302,14 +323,17 @@ pub async fn jobs(
     match output {
         Output::Json => print_json(&list)?,
         Output::Human => {
-            println!(
+            outln!(
                 "{:<38} {:<12} {:<26} {:>5}  LABELS",
-                "ID", "STATE", "CREATED", "STEPS"
+                "ID",
+                "STATE",
+                "CREATED",
+                "STEPS"
             );
             for j in &list.jobs {
                 let labels: Vec<String> =
                     j.labels.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-                println!(
+                outln!(
                     "{:<38} {:<12} {:<26} {:>5}  {}",
                     j.id.to_string(),
                     j.state.as_str(),
@@ -334,9 +358,9 @@ pub async fn cancel(remote: &Remote, raw: &str, output: Output) -> anyhow::Resul
         Output::Json => print_json(&job)?,
         Output::Human => {
             if job.state == JobState::Cancelled {
-                println!("job {} cancelled", job.id);
+                outln!("job {} cancelled", job.id);
             } else {
-                println!(
+                outln!(
                     "job {} is cancelling: running steps are told to stop on their next heartbeat",
                     job.id
                 );
@@ -384,7 +408,7 @@ pub async fn operator(
     };
     match action.output {
         Output::Json => print_json(&job)?,
-        Output::Human => print!("{}", render_job(&job)),
+        Output::Human => out!("{}", render_job(&job)),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -413,17 +437,25 @@ pub async fn schedules(
 ) -> anyhow::Result<ExitCode> {
     let client = connect(remote)?;
     let shown = match command {
-        SchedulesCmd::Create { file } => Some(client.schedule_create(&read_spec(&file)?).await?),
+        SchedulesCmd::Create { file } => Some(
+            client
+                .schedule_create(&read_spec::<overseer_core::schedule::ScheduleSpec>(&file)?)
+                .await?,
+        ),
         SchedulesCmd::List => {
             let all = client.schedules().await?;
             if output == Output::Human {
-                println!(
+                outln!(
                     "{:<24} {:<20} {:<16} {:<7} {:<26} LAST JOB",
-                    "NAME", "CRON", "TIMEZONE", "PAUSED", "NEXT"
+                    "NAME",
+                    "CRON",
+                    "TIMEZONE",
+                    "PAUSED",
+                    "NEXT"
                 );
                 for s in all["schedules"].as_array().into_iter().flatten() {
                     let text = |k: &str| s[k].as_str().unwrap_or("-").to_string();
-                    println!(
+                    outln!(
                         "{:<24} {:<20} {:<16} {:<7} {:<26} {}",
                         text("name"),
                         text("cron"),

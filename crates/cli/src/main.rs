@@ -1,5 +1,24 @@
 //! The `overseer` binary: a server node, the client commands, and the command agent.
 
+/// `println!` for data on standard output, as an error instead of a panic when the reader went
+/// away (`overseer jobs | head -1`): `main` ends quietly on a broken pipe.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
+/// `print!` with the same care as [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        write!(stdout, $($arg)*)?;
+        stdout.flush()?
+    }};
+}
+
 mod agent_cmd;
 mod bench;
 mod client_cmd;
@@ -215,8 +234,10 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(code) => code,
+        // The reader of our output went away (`| head`): nothing is wrong, nothing to say.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe_error(&e));
             ExitCode::from(2)
         }
     }
@@ -262,4 +283,50 @@ pub async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// One line for an error: its message and the causes that add something to it (error types
+/// often repeat their source's text in their own), plus a hint when the server cannot be
+/// reached.
+fn describe_error(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        // A transport error already names the URL and the root cause; what lies under it would
+        // only say the same again.
+        let transport = matches!(
+            cause.downcast_ref::<overseer_agent::client::Error>(),
+            Some(overseer_agent::client::Error::Transport { .. })
+        );
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        if transport {
+            break;
+        }
+    }
+    let unreachable = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<overseer_agent::client::Error>(),
+            Some(overseer_agent::client::Error::Transport { .. })
+        )
+    });
+    if unreachable {
+        line.push_str(
+            "\nhint: is the server running? Start one with `overseer server`, or point at \
+             another with --server URL or OVERSEER_SERVER",
+        );
+    }
+    line
 }
