@@ -297,6 +297,42 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/jobs` with any of its query parameters (`state`, `label`, `agent`, `since`,
+    /// `until`, `id_prefix`, `limit`, `cursor`).
+    pub async fn jobs_where(&self, query: &[(&str, String)]) -> Result<JobList> {
+        let url = self.url(&["v1", "jobs"]);
+        self.call_ok(Method::GET, url, query, None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/agents/{agent}/limits`: `{agent, max_concurrency, rate, paused}`.
+    pub async fn limits(&self, agent: &str) -> Result<Value> {
+        let url = self.url(&["v1", "agents", agent, "limits"]);
+        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `PUT /v1/agents/{agent}/limits` with `{max_concurrency, rate}` (absent = no limit).
+    pub async fn set_limits(
+        &self,
+        agent: &str,
+        max_concurrency: Option<u32>,
+        rate: Option<f64>,
+    ) -> Result<Value> {
+        let url = self.url(&["v1", "agents", agent, "limits"]);
+        let body = serde_json::json!({ "max_concurrency": max_concurrency, "rate": rate });
+        self.call_ok(Method::PUT, url, &[], Some(&body), REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/agents/{agent}/pause` or `/resume`.
+    pub async fn set_agent_paused(&self, agent: &str, paused: bool) -> Result<Value> {
+        let verb = if paused { "pause" } else { "resume" };
+        let url = self.url(&["v1", "agents", agent, verb]);
+        self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
     /// `POST /v1/jobs/{id}/cancel`: answers the job as it is after the request.
     pub async fn cancel(&self, id: JobId) -> Result<JobView> {
         let url = self.url(&["v1", "jobs", &id.to_string(), "cancel"]);

@@ -18,9 +18,31 @@ pub fn connect(remote: &Remote) -> anyhow::Result<Client> {
     Client::new(&remote.server, remote.token.clone()).context("invalid --server URL")
 }
 
-fn parse_job(raw: &str) -> anyhow::Result<JobId> {
-    raw.parse()
-        .with_context(|| format!("`{raw}` is not a job id"))
+/// A job id, or a unique prefix of one (at least 4 characters, like git): the server is asked
+/// which jobs start with it, and the command goes on only when exactly one does.
+pub async fn resolve_job(client: &Client, raw: &str) -> anyhow::Result<JobId> {
+    if let Ok(id) = raw.parse() {
+        return Ok(id);
+    }
+    if JobId::prefix_range(raw).is_none() {
+        bail!("`{raw}` is not a job id or a prefix of one (4 or more of its first characters)");
+    }
+    let query = [("id_prefix", raw.to_string()), ("limit", "6".to_string())];
+    let found = client.jobs_where(&query).await?.jobs;
+    match found.as_slice() {
+        [] => bail!("no job id starts with `{raw}`"),
+        [one] => Ok(one.id),
+        many => {
+            let ids: Vec<String> = many.iter().take(5).map(|j| j.id.to_string()).collect();
+            let more = if many.len() > 5 { ", …" } else { "" };
+            bail!(
+                "`{raw}` is ambiguous: it starts {}{} job ids ({}{more}); give more of it",
+                if many.len() > 5 { "more than " } else { "" },
+                many.len().min(5),
+                ids.join(", ")
+            )
+        }
+    }
 }
 
 /// Reads a spec (a job, or a schedule: `T`) as JSON, or as YAML when it does not look like
@@ -182,7 +204,7 @@ async fn follow(client: &Client, id: JobId) -> anyhow::Result<JobView> {
     }
 }
 
-fn event_line(e: &overseer_core::Event) -> String {
+pub fn event_line(e: &overseer_core::Event) -> String {
     let mut line = format!("{}  {:<22}", e.at, e.kind);
     if let Some(step) = &e.step {
         line.push_str(&format!(" step={step}"));
@@ -227,8 +249,8 @@ pub async fn status(
     watch: bool,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
-    let id = parse_job(raw)?;
     let client = connect(remote)?;
+    let id = resolve_job(&client, raw).await?;
     if !watch {
         let job = client.job(id).await?;
         match output {
@@ -258,6 +280,12 @@ pub async fn status(
 }
 
 fn render_job(job: &JobView) -> String {
+    let now = overseer_core::Timestamp::from_millis(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0),
+    );
     let mut out = format!("job {}  {}", job.id, job.state);
     if job.desired_state.as_str() != "succeeded" {
         out.push_str(&format!(" (desired: {})", job.desired_state));
@@ -267,7 +295,10 @@ fn render_job(job: &JobView) -> String {
         out.push_str(&format!("blocked: {reason}\n"));
     }
     if !job.compensated.is_empty() {
-        out.push_str(&format!("compensated: {}\n", job.compensated.join(", ")));
+        out.push_str(&format!(
+            "compensated (in the order undone): {}\n",
+            job.compensated.join(", ")
+        ));
     }
     out.push_str(&format!("created {}", job.created_at));
     if let Some(f) = job.finished_at {
@@ -275,27 +306,14 @@ fn render_job(job: &JobView) -> String {
     }
     out.push('\n');
     out.push_str(&format!(
-        "{:<20} {:<14} {:<12} {:>7}  {:<24} {:<24}\n",
-        "STEP", "AGENT", "STATE", "ATTEMPT", "STARTED", "FINISHED"
+        "{:<20} {:<14} {:<18} {:>8} {:>5}  {:<24} {:<24}\n",
+        "STEP", "AGENT", "STATE", "ATTEMPTS", "UNDOS", "STARTED", "FINISHED"
     ));
     for s in &job.steps {
-        let attempts = if s.max_attempts == 0 {
-            format!("{}/∞", s.attempt)
-        } else {
-            format!("{}/{}", s.attempt, s.max_attempts)
-        };
-        out.push_str(&format!(
-            "{:<20} {:<14} {:<12} {:>7}  {:<24} {:<24}\n",
-            s.name,
-            s.agent,
-            match s.comp_phase {
-                Some(phase) => format!("undo:{phase}"),
-                None => s.state.as_str().to_string(),
-            },
-            attempts,
-            s.started_at.map(|t| t.to_string()).unwrap_or_default(),
-            s.finished_at.map(|t| t.to_string()).unwrap_or_default(),
-        ));
+        out.push_str(&step_line(s));
+        if let Some(next) = next_attempt(s, now) {
+            out.push_str(&format!("    {next}\n"));
+        }
         if let Some(err) = &s.last_error {
             out.push_str(&format!("    last error: {err}\n"));
         }
@@ -303,23 +321,129 @@ fn render_job(job: &JobView) -> String {
     out
 }
 
+/// One step's row of `status`: its work attempts and its undo attempts counted apart (the
+/// lease counter `attempt` counts both).
+fn step_line(s: &overseer_core::wire::StepView) -> String {
+    let work = s.attempt.saturating_sub(s.comp_attempts);
+    let attempts = match s.max_attempts {
+        0 => format!("{work}/∞"),
+        max => format!("{work}/{max}"),
+    };
+    let undos = match (&s.compensate, s.comp_attempts) {
+        (None, _) => "-".to_string(),
+        (Some(_), n) => n.to_string(),
+    };
+    let state = match s.comp_phase {
+        Some(phase) => format!("{} (undo {phase})", s.state),
+        None => s.state.as_str().to_string(),
+    };
+    format!(
+        "{:<20} {:<14} {:<18} {:>8} {:>5}  {:<24} {:<24}\n",
+        s.name,
+        s.agent,
+        state,
+        attempts,
+        undos,
+        s.started_at.map(|t| t.to_string()).unwrap_or_default(),
+        s.finished_at.map(|t| t.to_string()).unwrap_or_default(),
+    )
+}
+
+/// When a step waiting out a retry backoff (or an undo's) gets its next attempt, if later than
+/// `now`.
+fn next_attempt(
+    s: &overseer_core::wire::StepView,
+    now: overseer_core::Timestamp,
+) -> Option<String> {
+    let waiting = matches!(s.state, StepState::Ready | StepState::Waiting)
+        || s.comp_phase == Some(CompPhase::Ready);
+    let at = s.next_attempt_at.filter(|at| waiting && *at > now)?;
+    let what = if s.comp_phase.is_some() {
+        "undo"
+    } else {
+        "attempt"
+    };
+    Some(format!(
+        "next {what} at {at} (in {})",
+        overseer_core::Span::from_millis((at.as_millis() - now.as_millis()).max(0) as u64)
+    ))
+}
+
+/// What `overseer jobs` asks for.
+#[derive(clap::Args, Debug, Clone)]
+pub struct JobFilters {
+    /// Only jobs in this state.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// A label filter `key:value`; repeat to require several.
+    #[arg(long)]
+    pub label: Vec<String>,
+    /// Only jobs with a step run by this agent name.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only jobs created since then: a time (RFC 3339) or an age (`2h`, `30m`, `7d`).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only jobs created before then: a time (RFC 3339) or an age (`2h`, `30m`, `7d`).
+    #[arg(long)]
+    pub until: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Continue from a `next_cursor` printed by an earlier call.
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
+impl JobFilters {
+    fn query(&self, now: std::time::SystemTime) -> anyhow::Result<Vec<(&'static str, String)>> {
+        let mut q = Vec::new();
+        if let Some(s) = &self.state {
+            if JobState::parse(s).is_none() {
+                bail!("`{s}` is not a job state");
+            }
+            q.push(("state", s.clone()));
+        }
+        q.extend(self.label.iter().map(|l| ("label", l.clone())));
+        if let Some(a) = &self.agent {
+            q.push(("agent", a.clone()));
+        }
+        if let Some(t) = &self.since {
+            q.push(("since", when("--since", t, now)?));
+        }
+        if let Some(t) = &self.until {
+            q.push(("until", when("--until", t, now)?));
+        }
+        q.push(("limit", self.limit.to_string()));
+        if let Some(c) = &self.cursor {
+            q.push(("cursor", c.clone()));
+        }
+        Ok(q)
+    }
+}
+
+/// An RFC 3339 time as given, or an age (`2h`) as the time that long before `now`.
+fn when(flag: &str, raw: &str, now: std::time::SystemTime) -> anyhow::Result<String> {
+    if overseer_core::Timestamp::parse_rfc3339(raw).is_ok() {
+        return Ok(raw.to_string());
+    }
+    let age: Span = raw.parse().map_err(|e| {
+        anyhow::anyhow!("{flag} `{raw}` is neither a time (RFC 3339) nor an age like 2h: {e}")
+    })?;
+    let now_ms = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    Ok(overseer_core::Timestamp::from_millis(now_ms - age.as_millis() as i64).to_string())
+}
+
 pub async fn jobs(
     remote: &Remote,
-    state: Option<String>,
-    labels: Vec<String>,
-    limit: usize,
-    cursor: Option<String>,
+    filters: JobFilters,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
-    if let Some(s) = &state {
-        if JobState::parse(s).is_none() {
-            bail!("`{s}` is not a job state");
-        }
-    }
+    let query = filters.query(std::time::SystemTime::now())?;
     let client = connect(remote)?;
-    let list = client
-        .jobs(state.as_deref(), &labels, Some(limit), cursor.as_deref())
-        .await?;
+    let list = client.jobs_where(&query).await?;
     match output {
         Output::Json => print_json(&list)?,
         Output::Human => {
@@ -351,8 +475,8 @@ pub async fn jobs(
 }
 
 pub async fn cancel(remote: &Remote, raw: &str, output: Output) -> anyhow::Result<ExitCode> {
-    let id = parse_job(raw)?;
     let client = connect(remote)?;
+    let id = resolve_job(&client, raw).await?;
     let job = client.cancel(id).await?;
     match output {
         Output::Json => print_json(&job)?,
@@ -395,8 +519,8 @@ pub async fn operator(
     op: Op,
     action: Action,
 ) -> anyhow::Result<ExitCode> {
-    let id = parse_job(raw)?;
     let client = connect(remote)?;
+    let id = resolve_job(&client, raw).await?;
     let req = overseer_core::wire::OperatorRequest {
         by: action.by,
         reason: action.reason,

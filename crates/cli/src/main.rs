@@ -22,12 +22,13 @@ macro_rules! out {
 mod agent_cmd;
 mod bench;
 mod client_cmd;
+mod ops_cmd;
 mod server_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -92,21 +93,53 @@ enum Cmd {
     },
     /// List jobs, newest first.
     Jobs {
-        #[arg(long)]
-        state: Option<String>,
-        /// A label filter `key:value`; repeat to require several.
-        #[arg(long)]
-        label: Vec<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        /// Continue from a `next_cursor` printed by an earlier call.
-        #[arg(long)]
-        cursor: Option<String>,
+        #[command(flatten)]
+        filters: client_cmd::JobFilters,
         #[arg(long, value_enum, default_value_t)]
         output: Output,
         #[command(flatten)]
         remote: Remote,
     },
+    /// Show a job's history, oldest first; `--follow` streams new events until it finishes.
+    Events {
+        job: String,
+        #[arg(long)]
+        follow: bool,
+        /// `json` prints one JSON object per line.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Agent names and their work; `agents pause|resume NAME`.
+    Agents {
+        #[command(subcommand)]
+        command: Option<ops_cmd::AgentsCmd>,
+        #[arg(long, value_enum, default_value_t, global = true)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Show or change an agent name's limits (concurrency across all workers, rate).
+    Limits {
+        #[command(subcommand)]
+        command: ops_cmd::LimitsCmd,
+        #[arg(long, value_enum, default_value_t, global = true)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Stop handing out leases of an agent name (running ones go on); undo with
+    /// `overseer resume --agent NAME`.
+    Pause {
+        agent: String,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
     /// Ask for a job to be cancelled.
     Cancel {
         job: String,
@@ -133,9 +166,14 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Resume a blocked job: every failed step and compensation gets a fresh budget.
+    /// Resume a blocked job (every failed step and compensation gets a fresh budget), or with
+    /// `--agent NAME` a paused agent name.
     Resume {
-        job: String,
+        #[arg(required_unless_present = "agent")]
+        job: Option<String>,
+        /// Resume this paused agent name instead of a job.
+        #[arg(long, conflicts_with = "job")]
+        agent: Option<String>,
         #[command(flatten)]
         action: client_cmd::Action,
         #[command(flatten)]
@@ -193,13 +231,32 @@ fn main() -> ExitCode {
                 remote,
             } => client_cmd::status(&remote, &job, watch, output).await,
             Cmd::Jobs {
-                state,
-                label,
-                limit,
-                cursor,
+                filters,
                 output,
                 remote,
-            } => client_cmd::jobs(&remote, state, label, limit, cursor, output).await,
+            } => client_cmd::jobs(&remote, filters, output).await,
+            Cmd::Events {
+                job,
+                follow,
+                output,
+                remote,
+            } => ops_cmd::events(&remote, &job, follow, output).await,
+            Cmd::Agents {
+                command,
+                output,
+                remote,
+            } => ops_cmd::agents(&remote, command, output).await,
+            Cmd::Limits {
+                command,
+                output,
+                remote,
+            } => ops_cmd::limits(&remote, command, output).await,
+            Cmd::Pause {
+                agent,
+                output,
+                remote,
+            } => ops_cmd::set_paused(&remote, &agent, true, output).await,
+            Cmd::Completions { shell } => Ok(ops_cmd::completions(shell, &mut Cli::command())),
             Cmd::Cancel {
                 job,
                 output,
@@ -218,10 +275,19 @@ fn main() -> ExitCode {
                 remote,
             } => client_cmd::operator(&remote, &job, client_cmd::Op::Skip(step), action).await,
             Cmd::Resume {
+                agent: Some(agent),
+                remote,
+                ..
+            } => ops_cmd::set_paused(&remote, &agent, false, Output::Human).await,
+            Cmd::Resume {
                 job,
                 action,
                 remote,
-            } => client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await,
+                ..
+            } => {
+                let job = job.unwrap_or_default();
+                client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await
+            }
             Cmd::Schedules {
                 command,
                 output,

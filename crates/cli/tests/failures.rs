@@ -100,6 +100,20 @@ async fn permanent_failure_compensates_in_reverse_order() {
         works.iter().all(|w| w.contains(" work u ")),
         "work leases carry no undo attempt: {works:?}"
     );
+    // `status` counts the undo apart from the work: one run, one undo, not "2 attempts".
+    let status = std::process::Command::new(BIN)
+        .args(["status", &id, "--server", &server.url])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    let charge = status.lines().find(|l| l.starts_with("charge ")).unwrap();
+    let columns: Vec<&str> = charge.split_whitespace().collect();
+    assert_eq!(columns[1..4], ["work", "compensated", "1/5"], "{status}");
+    assert_eq!(columns[4], "1", "one undo attempt: {status}");
+    assert!(
+        status.contains("compensated (in the order undone): charge, reserve"),
+        "{status}"
+    );
     let events = api.events(&id).await;
     let failed = events.iter().find(|e| e["kind"] == "job_failed").unwrap();
     assert_eq!(

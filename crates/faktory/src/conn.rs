@@ -1007,6 +1007,7 @@ impl Connection {
                     labels: labels.clone(),
                     limit: SCAN_PAGE,
                     before,
+                    ..JobQuery::default()
                 })
                 .await?;
             let full = page.len() == SCAN_PAGE;

@@ -325,6 +325,17 @@ async fn list_jobs(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Js
                 }
                 query.limit = n;
             }
+            "id_prefix" => {
+                query.ids = Some(JobId::prefix_range(&value).ok_or_else(|| {
+                    ApiError::bad_request(
+                        "id_prefix",
+                        "an id prefix is at least 4 hex digits of a job id, dashes included",
+                    )
+                })?)
+            }
+            "agent" => query.agent = Some(value),
+            "since" => query.created_from = Some(query_time("since", &value)?),
+            "until" => query.created_before = Some(query_time("until", &value)?),
             "cursor" => {
                 query.before = Some(value.parse().map_err(|_| {
                     ApiError::bad_request(
@@ -350,6 +361,12 @@ async fn list_jobs(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Js
         jobs: jobs.iter().map(JobView::from).collect(),
         next_cursor,
     }))
+}
+
+/// A time given as a query parameter (RFC 3339), or a 400 naming the parameter.
+fn query_time(name: &str, value: &str) -> Result<overseer_core::Timestamp> {
+    overseer_core::Timestamp::parse_rfc3339(value)
+        .map_err(|e| ApiError::bad_request(name, format!("{name}: {e}")))
 }
 
 async fn wait_job(

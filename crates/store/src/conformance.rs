@@ -63,6 +63,7 @@ macro_rules! conformance_tests {
             submit_and_get_round_trip,
             idempotent_resubmit_and_conflicts,
             list_filters_and_paginates,
+            list_filters_by_id_prefix_agent_and_creation_time,
             claim_orders_by_priority_then_age,
             concurrent_claims_lease_each_step_once,
             complete_promotes_dependants_and_finishes_job,
@@ -401,6 +402,75 @@ pub async fn idempotent_resubmit_and_conflicts(f: &Fixture) {
     assert_eq!(all_events(store, job_id(1)).await.len(), first.events.len());
 }
 
+// Proves the list's other filters on both stores: an id range (what a job-id prefix maps to),
+// jobs having a step of one agent name, and a creation-time window, alone and together.
+pub async fn list_filters_by_id_prefix_agent_and_creation_time(f: &Fixture) {
+    let store = &*f.store;
+    let batch: Vec<NewJob> = (1..=20u64)
+        .map(|n| {
+            let agent = if n % 2 == 0 { "even" } else { "odd" };
+            let body =
+                json!({"steps": [{"name": "s", "agent": "other"}, {"name": "t", "agent": agent}]});
+            admitted(job_id(n), &spec(body), at(n as i64 * 100))
+        })
+        .collect();
+    store.jobs_submit(batch).await.expect("submit");
+    let list = |q: JobQuery| async move {
+        let jobs = store
+            .jobs_list(JobQuery { limit: 100, ..q })
+            .await
+            .expect("list");
+        jobs.iter().map(|j| j.id).collect::<Vec<_>>()
+    };
+    let newest_first = |ns: &[u64]| ns.iter().rev().map(|n| job_id(*n)).collect::<Vec<_>>();
+
+    let by_agent = list(JobQuery {
+        agent: Some("even".into()),
+        ..JobQuery::default()
+    })
+    .await;
+    assert_eq!(
+        by_agent,
+        newest_first(&[2, 4, 6, 8, 10, 12, 14, 16, 18, 20])
+    );
+    let window = JobQuery {
+        created_from: Some(at(500)),
+        created_before: Some(at(1_000)),
+        ..JobQuery::default()
+    };
+    assert_eq!(list(window.clone()).await, newest_first(&[5, 6, 7, 8, 9]));
+    let odd_in_window = JobQuery {
+        agent: Some("odd".into()),
+        ..window
+    };
+    assert_eq!(list(odd_in_window).await, newest_first(&[5, 7, 9]));
+
+    // job_id(16)…job_id(31) share their first 12 characters (`n` is in the time part too).
+    let id = job_id(17).to_string();
+    let range = JobId::prefix_range(&id[..12]).expect("a prefix");
+    let by_prefix = list(JobQuery {
+        ids: Some(range),
+        ..JobQuery::default()
+    })
+    .await;
+    assert_eq!(by_prefix, newest_first(&[16, 17, 18, 19, 20]));
+    let exact = JobId::prefix_range(&id).expect("a whole id");
+    assert_eq!(
+        list(JobQuery {
+            ids: Some(exact),
+            ..JobQuery::default()
+        })
+        .await,
+        vec![job_id(17)]
+    );
+    assert!(list(JobQuery {
+        agent: Some("nobody".into()),
+        ..JobQuery::default()
+    })
+    .await
+    .is_empty());
+}
+
 // Proves listing filters by state and by every label pair, newest first, and that walking the
 // cursor visits every match exactly once.
 pub async fn list_filters_and_paginates(f: &Fixture) {
@@ -431,6 +501,7 @@ pub async fn list_filters_and_paginates(f: &Fixture) {
             .collect(),
         limit,
         before,
+        ..JobQuery::default()
     };
     let expect = |pred: &dyn Fn(u64) -> bool| -> Vec<JobId> {
         (1..=30u64).rev().filter(|n| pred(*n)).map(job_id).collect()

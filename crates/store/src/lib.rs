@@ -12,6 +12,7 @@ use overseer_core::{Command, Job, JobId, JobState, LeaseId, Timestamp, Transitio
 
 #[cfg(feature = "testing")]
 pub mod conformance;
+pub(crate) mod filter;
 #[cfg(feature = "testing")]
 pub mod pgtest;
 pub mod postgres;
@@ -83,6 +84,15 @@ pub struct JobQuery {
     pub limit: usize,
     /// Only jobs with a smaller id (older) than this.
     pub before: Option<JobId>,
+    /// Only jobs whose id lies in this range, both ends included (an id prefix, see
+    /// `JobId::prefix_range`).
+    pub ids: Option<(JobId, JobId)>,
+    /// Only jobs with at least one step run by this agent name.
+    pub agent: Option<String>,
+    /// Only jobs created at or after this instant.
+    pub created_from: Option<Timestamp>,
+    /// Only jobs created before this instant.
+    pub created_before: Option<Timestamp>,
 }
 
 /// A claim for up to `lease_ids.len()` ready steps of one agent name.

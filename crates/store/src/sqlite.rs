@@ -512,22 +512,15 @@ fn submit_jobs(
 }
 
 fn list_jobs(conn: &Connection, query: &JobQuery) -> Result<Vec<Job>> {
-    let mut sql = String::from("SELECT id FROM jobs WHERE 1 = 1");
-    let mut args: Vec<SqlValue> = Vec::new();
-    if let Some(state) = query.state {
-        sql.push_str(" AND state = ?");
-        args.push(SqlValue::Text(state.as_str().to_string()));
-    }
-    if let Some(before) = query.before {
-        sql.push_str(" AND id < ?");
-        args.push(SqlValue::Text(job_id_text(before)));
-    }
-    for (key, value) in &query.labels {
-        sql.push_str(" AND id IN (SELECT job_id FROM job_labels WHERE key = ? AND value = ?)");
-        args.push(SqlValue::Text(key.clone()));
-        args.push(SqlValue::Text(value.clone()));
-    }
-    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    let (sql, filters) = crate::filter::job_list_sql(query);
+    let mut args: Vec<SqlValue> = filters
+        .into_iter()
+        .map(|a| match a {
+            crate::filter::Arg::Text(t) => SqlValue::Text(t),
+            crate::filter::Arg::Id(id) => SqlValue::Text(job_id_text(id)),
+            crate::filter::Arg::Millis(ms) => SqlValue::Integer(ms),
+        })
+        .collect();
     args.push(SqlValue::Integer(limit_param(query.limit)));
     let ids: Vec<String> = conn
         .prepare_cached(&sql)

@@ -527,28 +527,20 @@ async fn load_locked(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
 }
 
 pub(super) async fn list(tx: &Transaction<'_>, q: &JobQuery) -> Res<Vec<Job>> {
-    let mut sql = String::from("SELECT id FROM jobs WHERE true");
-    let mut params: DynParams = Vec::new();
-    if let Some(state) = q.state {
-        params.push(Box::new(state.as_str().to_string()));
-        sql.push_str(&format!(" AND state = ${}", params.len()));
-    }
-    if let Some(before) = q.before {
-        params.push(Box::new(before.0));
-        sql.push_str(&format!(" AND id < ${}", params.len()));
-    }
-    for (key, value) in &q.labels {
-        // As stored (see `rows::text`).
-        params.push(Box::new(rows::text(key).into_owned()));
-        params.push(Box::new(rows::text(value).into_owned()));
-        sql.push_str(&format!(
-            " AND id IN (SELECT job_id FROM job_labels WHERE key = ${} AND value = ${})",
-            params.len() - 1,
-            params.len()
-        ));
-    }
+    let (sql, filters) = crate::filter::job_list_sql(q);
+    let sql = crate::filter::numbered(&sql);
+    let mut params: DynParams = filters
+        .into_iter()
+        .map(|a| -> Box<dyn tokio_postgres::types::ToSql + Sync + Send> {
+            match a {
+                // As stored (see `rows::text`).
+                crate::filter::Arg::Text(t) => Box::new(rows::text(&t).into_owned()),
+                crate::filter::Arg::Id(id) => Box::new(id.0),
+                crate::filter::Arg::Millis(ms) => Box::new(ms),
+            }
+        })
+        .collect();
     params.push(Box::new(limit_param(q.limit)));
-    sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", params.len()));
     let rows = query(tx, &sql, &param_refs(&params)).await?;
     let ids = job_ids(&rows, "jobs.id")?;
     rows::load_jobs(tx, &ids).await
