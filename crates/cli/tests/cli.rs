@@ -175,7 +175,7 @@ async fn events_follow_streams_json_lines() {
         .api()
         .submit(&json!({"steps": [{"name": "s", "agent": "later"}]}))
         .await;
-    let mut follower = Command::new(BIN)
+    let follower = Command::new(BIN)
         .args([
             "events",
             &id,
@@ -189,13 +189,10 @@ async fn events_follow_streams_json_lines() {
         .spawn()
         .unwrap();
     let _agent = Agent::start(&server, "later", "cat >/dev/null; echo '\"ok\"'");
-    let out = tokio::task::spawn_blocking(move || {
-        let _ = follower.stdout.as_ref();
-        follower.wait_with_output()
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let out = tokio::task::spawn_blocking(move || follower.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
     let text = stdout_of(&out);
     let kinds: Vec<String> = text
         .lines()
