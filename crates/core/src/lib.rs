@@ -4,6 +4,7 @@
 //! jitter are passed in by the caller, so the same inputs always give the same transition. The
 //! store persists what [`machine::apply`] decides; the server only routes requests to it.
 
+pub mod auth;
 pub mod backoff;
 pub mod bucket;
 pub mod id;

@@ -97,6 +97,10 @@ impl From<overseer_store::Error> for ApiError {
                 ApiError::not_found(format!("schedule `{name}` not found"))
             }
             E::ScheduleConflict(_) => ApiError::conflict("schedule-exists", e.to_string()),
+            E::TokenExists(_) => ApiError {
+                field: Some("name".into()),
+                ..ApiError::conflict("token-exists", e.to_string())
+            },
             E::Fenced { .. } => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not-leader",

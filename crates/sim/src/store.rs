@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use overseer_core::auth::TokenRecord;
 use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
 use overseer_store::{
     AgentCounts, AgentSettings, Claim, ClaimResult, Delivery, DeliveryOutcome, Error, Fence, Fire,
@@ -263,6 +264,26 @@ impl Store for SimStore {
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
         self.crash.check_alive()?;
         self.inner.ordering_key_status(key).await
+    }
+
+    async fn token_create(&self, token: TokenRecord) -> Result<()> {
+        self.crash.check_alive()?;
+        self.inner.token_create(token).await
+    }
+
+    async fn tokens_list(&self) -> Result<Vec<TokenRecord>> {
+        self.crash.check_alive()?;
+        self.inner.tokens_list().await
+    }
+
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        self.crash.check_alive()?;
+        self.inner.token_by_hash(hash).await
+    }
+
+    async fn token_revoke(&self, name: &str, now: Timestamp) -> Result<bool> {
+        self.crash.check_alive()?;
+        self.inner.token_revoke(name, now).await
     }
 
     async fn schedule_create(&self, schedule: Schedule) -> Result<(Schedule, bool)> {

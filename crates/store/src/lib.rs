@@ -8,6 +8,7 @@
 //! Every write method returns only after its transaction is committed durably (fsync'd).
 
 use async_trait::async_trait;
+use overseer_core::auth::TokenRecord;
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Timestamp, Transition};
 
 #[cfg(feature = "testing")]
@@ -17,6 +18,7 @@ pub(crate) mod filter;
 pub mod pgtest;
 pub mod postgres;
 pub mod sqlite;
+pub(crate) mod tokens;
 
 pub use postgres::PgStore;
 pub use sqlite::{SqliteOptions, SqliteStore};
@@ -56,6 +58,8 @@ pub enum Error {
     /// Another process has this store open (a SQLite file serves one server process).
     #[error("{0}")]
     InUse(String),
+    #[error("a token named `{0}` already exists")]
+    TokenExists(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -451,6 +455,20 @@ pub trait Store: Send + Sync + 'static {
     async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>>;
 
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus>;
+
+    // ---- API tokens ----
+
+    /// Stores a new token; a name already used (live or revoked) is [`Error::TokenExists`].
+    async fn token_create(&self, token: TokenRecord) -> Result<()>;
+
+    /// Every token, oldest first. Hashes are included; callers never show them.
+    async fn tokens_list(&self) -> Result<Vec<TokenRecord>>;
+
+    /// The token whose secret hashes to `hash`, live or not.
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
+
+    /// Revokes the named token at `now`; false when no unrevoked token has that name.
+    async fn token_revoke(&self, name: &str, now: Timestamp) -> Result<bool>;
 
     /// Creates a schedule; the same definition again is a no-op answering the stored one;
     /// another definition under the same name is [`Error::ScheduleConflict`].

@@ -35,6 +35,7 @@ mod listen;
 mod removal;
 mod rows;
 mod schema;
+mod tokens;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -44,6 +45,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction};
+use overseer_core::auth::TokenRecord;
 use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
@@ -716,6 +718,26 @@ impl Store for PgStore {
 
     async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>> {
         self.read(|tx, _| Box::pin(control::agent_settings_list(tx)))
+            .await
+    }
+
+    async fn token_create(&self, token: TokenRecord) -> Result<()> {
+        let token = &token;
+        self.write(move |tx, _| Box::pin(tokens::create(tx, token)))
+            .await
+    }
+
+    async fn tokens_list(&self) -> Result<Vec<TokenRecord>> {
+        self.read(|tx, _| Box::pin(tokens::list(tx))).await
+    }
+
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        self.read(move |tx, _| Box::pin(tokens::by_hash(tx, hash)))
+            .await
+    }
+
+    async fn token_revoke(&self, name: &str, now: Timestamp) -> Result<bool> {
+        self.write(move |tx, _| Box::pin(tokens::revoke(tx, name, now)))
             .await
     }
 

@@ -25,6 +25,7 @@ mod removal;
 mod rows;
 mod schedule;
 mod schema;
+mod tokens;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use overseer_core::auth::TokenRecord;
 use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{
@@ -880,6 +882,25 @@ impl Store for SqliteStore {
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
         let key = key.to_string();
         self.read(move |conn| ordering::status(conn, &key)).await
+    }
+
+    async fn token_create(&self, token: TokenRecord) -> Result<()> {
+        self.write(move |conn| tokens::create(conn, &token)).await
+    }
+
+    async fn tokens_list(&self) -> Result<Vec<TokenRecord>> {
+        self.read(tokens::list).await
+    }
+
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        let hash = hash.to_string();
+        self.read(move |conn| tokens::by_hash(conn, &hash)).await
+    }
+
+    async fn token_revoke(&self, name: &str, now: Timestamp) -> Result<bool> {
+        let name = name.to_string();
+        self.write(move |conn| tokens::revoke(conn, &name, now))
+            .await
     }
 
     async fn schedule_create(&self, schedule: Schedule) -> Result<(Schedule, bool)> {

@@ -14,7 +14,7 @@
 pub(super) const MIGRATION_LOCK: i64 = 0x6f76_6572_7365_6572;
 
 /// Migration `i` takes a database from version `i` to version `i + 1`.
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// Created before anything else, outside the numbered migrations.
 pub(super) const BOOKKEEPING: &str = r#"
@@ -193,4 +193,17 @@ CREATE INDEX schedules_due ON schedules (next_fire_at, name) WHERE NOT paused;
 /// means exponential, which is what every step written before this migration used.
 const V2: &str = r#"
 ALTER TABLE steps ADD COLUMN backoff_formula text;
+"#;
+
+/// API tokens: only the SHA-256 of each secret is kept. `scopes` and `agents` are comma lists.
+const V3: &str = r#"
+CREATE TABLE tokens (
+    name       text PRIMARY KEY,
+    hash       text NOT NULL UNIQUE,
+    scopes     text NOT NULL,
+    agents     text NOT NULL,
+    created_at bigint NOT NULL,
+    expires_at bigint,
+    revoked_at bigint
+);
 "#;

@@ -4,7 +4,7 @@
 //! rest in one transaction. Never edit a migration that has shipped: append a new one.
 
 /// Migration `i` takes a file from version `i` to version `i + 1`.
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 const V1: &str = r#"
 CREATE TABLE jobs (
@@ -233,4 +233,17 @@ CREATE INDEX schedules_due ON schedules (next_fire_at, name) WHERE paused = 0;
 /// means exponential, which is what every step written before this migration used.
 const V4: &str = r#"
 ALTER TABLE steps ADD COLUMN backoff_formula TEXT;
+"#;
+
+/// API tokens: only the SHA-256 of each secret is kept. `scopes` and `agents` are comma lists.
+const V5: &str = r#"
+CREATE TABLE tokens (
+    name       TEXT PRIMARY KEY,
+    hash       TEXT NOT NULL UNIQUE,
+    scopes     TEXT NOT NULL,
+    agents     TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    revoked_at INTEGER
+);
 "#;

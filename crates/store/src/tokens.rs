@@ -1,0 +1,28 @@
+//! How a token's grant is kept in a row, the same in both stores: scopes and agent names as
+//! comma-separated lists (neither can contain a comma: scopes are fixed words, agent names bound
+//! to tokens are checked when the token is made).
+
+use overseer_core::auth::{Grant, Scope};
+
+use crate::{Error, Result};
+
+/// The `scopes` and `agents` columns of a grant.
+pub(crate) fn columns(grant: &Grant) -> (String, String) {
+    let scopes: Vec<&str> = grant.scopes.iter().map(|s| s.as_str()).collect();
+    (scopes.join(","), grant.agents.join(","))
+}
+
+/// The grant stored as `scopes` and `agents`.
+pub(crate) fn grant(scopes: &str, agents: &str) -> Result<Grant> {
+    let scopes = scopes
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| Scope::parse(s).ok_or_else(|| Error::Corrupt(format!("tokens.scopes `{s}`"))))
+        .collect::<Result<Vec<Scope>>>()?;
+    let agents = agents
+        .split(',')
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect();
+    Ok(Grant { scopes, agents })
+}
