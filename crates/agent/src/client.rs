@@ -333,6 +333,27 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/tokens` (admin): answers the token with its secret, shown this once.
+    pub async fn create_token(&self, body: &Value) -> Result<Value> {
+        let url = self.url(&["v1", "tokens"]);
+        self.call_ok(Method::POST, url, &[], Some(body), REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/tokens` (admin): `{tokens: [...]}`, never secrets.
+    pub async fn tokens(&self) -> Result<Value> {
+        let url = self.url(&["v1", "tokens"]);
+        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `DELETE /v1/tokens/{name}` (admin).
+    pub async fn revoke_token(&self, name: &str) -> Result<Value> {
+        let url = self.url(&["v1", "tokens", name]);
+        self.call_ok(Method::DELETE, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
     /// `POST /v1/jobs/{id}/cancel`: answers the job as it is after the request.
     pub async fn cancel(&self, id: JobId) -> Result<JobView> {
         let url = self.url(&["v1", "jobs", &id.to_string(), "cancel"]);

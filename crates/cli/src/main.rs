@@ -24,6 +24,7 @@ mod bench;
 mod client_cmd;
 mod ops_cmd;
 mod server_cmd;
+mod tokens_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -140,6 +141,15 @@ enum Cmd {
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
+    /// API tokens: create (the secret is printed once), list, revoke.
+    Tokens {
+        #[command(subcommand)]
+        command: tokens_cmd::TokensCmd,
+        #[arg(long, value_enum, default_value_t, global = true)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Ask for a job to be cancelled.
     Cancel {
         job: String,
@@ -257,6 +267,11 @@ fn main() -> ExitCode {
                 remote,
             } => ops_cmd::set_paused(&remote, &agent, true, output).await,
             Cmd::Completions { shell } => Ok(ops_cmd::completions(shell, &mut Cli::command())),
+            Cmd::Tokens {
+                command,
+                output,
+                remote,
+            } => tokens_cmd::run(&remote, command, output).await,
             Cmd::Cancel {
                 job,
                 output,

@@ -44,6 +44,24 @@ pub struct ServerArgs {
     /// Allow the Faktory `FLUSH` command (cancels every Faktory job): development and tests only.
     #[arg(long, env = "OVERSEER_FAKTORY_ALLOW_FLUSH")]
     faktory_allow_flush: bool,
+    /// Whether API calls need a token: `auto` (required off loopback, off on loopback),
+    /// `required`, or `off` (refused off loopback).
+    #[arg(long, env = "OVERSEER_AUTH", value_parser = parse_auth)]
+    auth: Option<overseer_server::auth::Mode>,
+    /// An admin secret of your own (32+ characters) accepted as a token but never stored; prefer
+    /// the environment variable to the flag, which other users can see in `ps`.
+    #[arg(long, env = "OVERSEER_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+}
+
+fn parse_auth(s: &str) -> Result<overseer_server::auth::Mode, String> {
+    use overseer_server::auth::Mode;
+    match s {
+        "auto" => Ok(Mode::Auto),
+        "required" => Ok(Mode::Required),
+        "off" => Ok(Mode::Off),
+        _ => Err(format!("`{s}` is not auto, required or off")),
+    }
 }
 
 pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
@@ -79,6 +97,12 @@ pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
     }
     if args.faktory_allow_flush {
         config.faktory_allow_flush = true;
+    }
+    if let Some(mode) = args.auth {
+        config.auth = mode;
+    }
+    if let Some(token) = &args.admin_token {
+        config.admin_token = Some(token.clone());
     }
     config.validate()?;
     Ok(config)

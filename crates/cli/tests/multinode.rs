@@ -565,6 +565,81 @@ fn an_agent_fails_over_to_the_next_node() {
     });
 }
 
+// Proves tokens live in the shared store: a token made on one node of three works on all, and
+// once revoked on one node it is refused on every node within one second (each node trusts a
+// lookup for at most `auth::CACHE_TTL`, 500 ms).
+#[test]
+fn a_revoked_token_is_refused_on_every_node_within_a_second() {
+    let _serial = serial();
+    let cluster = PgCluster::shared();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = rt.block_on(cluster.database());
+    let dir = tempfile::tempdir().unwrap();
+    let admin = "multinode-admin-secret-0123456789abcdef";
+    let nodes: Vec<Server> = ["a", "b", "c"]
+        .iter()
+        .map(|n| {
+            let node_dir = dir.path().join(n);
+            std::fs::create_dir_all(&node_dir).unwrap();
+            Server::start_with_db(
+                &node_dir,
+                db.url(),
+                &["--auth", "required", "--admin-token", admin],
+            )
+        })
+        .collect();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let status = |url: String, token: String| {
+            let http = http.clone();
+            async move {
+                http.get(format!("{url}/v1/jobs"))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0)
+            }
+        };
+        let made: Value = http
+            .post(format!("{}/v1/tokens", nodes[0].url))
+            .bearer_auth(admin)
+            .json(&json!({"name": "reader", "scopes": ["read"]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let secret = made["secret"].as_str().unwrap().to_string();
+        for node in &nodes {
+            assert_eq!(status(node.url.clone(), secret.clone()).await, 200);
+        }
+        let revoked = http
+            .delete(format!("{}/v1/tokens/reader", nodes[1].url))
+            .bearer_auth(admin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(revoked.status().as_u16(), 200);
+        let start = Instant::now();
+        let mut slowest = Duration::ZERO;
+        for node in &nodes {
+            while status(node.url.clone(), secret.clone()).await != 401 {
+                assert!(start.elapsed() < Duration::from_secs(5), "still accepted");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            slowest = slowest.max(start.elapsed());
+        }
+        eprintln!("revocation seen on all 3 nodes after {slowest:?}");
+        assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    });
+}
+
 // Proves a job submitted on one node wakes an agent long-polling on another, and measures how fast.
 #[test]
 fn cross_node_wake_up_latency() {

@@ -4,7 +4,7 @@
 use axum::extract::{FromRequest, Path, RawQuery, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use overseer_core::machine::{admit, Reply};
 use overseer_core::schedule::{CronSchedule, ScheduleSpec};
@@ -55,6 +55,16 @@ pub fn router(app: App) -> Router {
         .route("/v1/schedules/{name}/pause", post(pause_schedule))
         .route("/v1/schedules/{name}/resume", post(resume_schedule))
         .route("/v1/ordering-keys/{key}", get(ordering_key))
+        .route(
+            "/v1/tokens",
+            get(crate::tokens::list).post(crate::tokens::create),
+        )
+        .route("/v1/tokens/{name}", delete(crate::tokens::revoke))
+        // Every route (and only routes: an unknown path is a plain 404) is checked here.
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::auth::check,
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are read by `Body<T>` under this limit; the extra slack lets us answer 413

@@ -46,6 +46,11 @@ pub struct Config {
     pub faktory_password: Option<String>,
     /// Allow Faktory's `FLUSH` (development and tests only).
     pub faktory_allow_flush: bool,
+    /// `auto` (required off loopback, off on loopback), `required` or `off` (loopback only).
+    pub auth: crate::auth::Mode,
+    /// An admin credential given as a setting (`OVERSEER_ADMIN_TOKEN`), never stored: the way
+    /// in before any token exists. Never logged.
+    pub admin_token: Option<String>,
     pub limits: Limits,
 }
 
@@ -68,6 +73,8 @@ impl Default for Config {
             faktory_listen: None,
             faktory_password: None,
             faktory_allow_flush: false,
+            auth: crate::auth::Mode::Auto,
+            admin_token: None,
             limits: Limits::default(),
         }
     }
@@ -89,7 +96,27 @@ fn invalid(setting: &'static str, message: impl Into<String>) -> Error {
 }
 
 impl Config {
+    /// Whether calls must carry a token: always off loopback, and on loopback when asked.
+    pub fn auth_required(&self) -> bool {
+        use crate::auth::Mode;
+        match self.auth {
+            Mode::Required => true,
+            Mode::Off => false,
+            Mode::Auto => !self.listen.ip().is_loopback(),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), Error> {
+        if self.auth == crate::auth::Mode::Off && !self.listen.ip().is_loopback() {
+            return Err(invalid(
+                "auth",
+                "cannot be off on a non-loopback address: anyone who reaches the port would \
+                 control everything",
+            ));
+        }
+        if self.admin_token.as_deref().is_some_and(|t| t.len() < 32) {
+            return Err(invalid("admin_token", "must be at least 32 characters"));
+        }
         StoreUrl::parse(&self.db).map_err(|m| invalid("db", m))?;
         if self.sweep_interval < Span::from_millis(10) || self.sweep_interval > Span::from_secs(60)
         {

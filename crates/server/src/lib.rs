@@ -4,6 +4,7 @@
 //! limits. [`api::router`] serves it over HTTP; [`supervisor::Supervisor`] heals it.
 
 pub mod api;
+pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod deliver;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod metrics;
 pub mod notify;
 pub mod supervisor;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -45,6 +47,7 @@ struct Inner {
     node: String,
     leader: std::sync::atomic::AtomicBool,
     last_job_id: Mutex<u128>,
+    auth: auth::Auth,
 }
 
 impl App {
@@ -81,6 +84,7 @@ impl App {
                 node: config.node_id.clone().unwrap_or_else(default_node_id),
                 leader: std::sync::atomic::AtomicBool::new(false),
                 last_job_id: Mutex::new(0),
+                auth: auth::Auth::new(config.auth_required(), config.admin_token.as_deref()),
             }),
         }
     }
@@ -119,6 +123,10 @@ impl App {
 
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
+    }
+
+    pub fn auth(&self) -> &auth::Auth {
+        &self.inner.auth
     }
 
     pub fn shutdown(&self) -> &CancellationToken {
@@ -322,6 +330,9 @@ pub async fn serve_with(
         config.node_id = Some(format!("{}:{port}", host_name()));
     }
     let config = &config;
+    if config.auth_required() {
+        ensure_a_credential(store.as_ref(), config).await?;
+    }
     let app = App::new(store, Arc::new(SystemClock), config, shutdown.clone());
     let supervisor = supervisor::Supervisor::new(app.clone(), config.sweep_interval)
         .with_repair_batch(config.repair_batch)
@@ -359,4 +370,25 @@ pub async fn serve_with(
         let _ = task.await;
     }
     result.map_err(Into::into)
+}
+
+/// With auth required, a node that no credential could ever pass would only answer 401: refuse
+/// to start instead, saying how to make the first admin token.
+async fn ensure_a_credential(store: &dyn Store, config: &Config) -> anyhow::Result<()> {
+    if config.admin_token.as_deref().is_some_and(|t| !t.is_empty()) {
+        return Ok(());
+    }
+    let now = SystemClock.now();
+    let tokens = store.tokens_list().await?;
+    if tokens.iter().any(|t| t.is_live(now)) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "auth is required (listening on {}) and no token exists yet. Create the first admin \
+         token against the store, before starting the server:\n  overseer tokens create \
+         --bootstrap --db {} --name admin --scope admin\nor set OVERSEER_ADMIN_TOKEN (a secret \
+         of your own, at least 32 characters) for an admin credential that is never stored",
+        config.listen,
+        config.db
+    )
 }

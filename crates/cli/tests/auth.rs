@@ -1,0 +1,527 @@
+//! Authentication end to end: a server that requires tokens, real HTTP, real token secrets.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// An admin secret given as a setting (never stored).
+const ADMIN: &str = "admin-secret-for-tests-0123456789abcdef";
+
+fn secured(dir: &std::path::Path) -> Server {
+    Server::start_with(dir, &["--auth", "required", "--admin-token", ADMIN])
+}
+
+/// One call; a 429 for too many failed authentications is waited out (as its `Retry-After`
+/// says) and the call made again, so the matrix below can make hundreds of refused calls.
+async fn call(
+    server: &Server,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    loop {
+        let (status, answer) = call_once(server, token, method, path, body).await;
+        if status != 429 {
+            return (status, answer);
+        }
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+    }
+}
+
+async fn call_once(
+    server: &Server,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let http = reqwest::Client::new();
+    let url = format!("{}{path}", server.url);
+    let mut req = http.request(method.parse().unwrap(), url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let res = req.send().await.expect("request");
+    let status = res.status().as_u16();
+    let ctype = res
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    let body: Value = res.json().await.unwrap_or(Value::Null);
+    if status == 401 || status == 403 {
+        assert_eq!(ctype, "application/problem+json", "{method} {path}");
+    }
+    (status, body)
+}
+
+async fn make_token(server: &Server, name: &str, scopes: &[&str], agents: &[&str]) -> String {
+    let (status, body) = call(
+        server,
+        Some(ADMIN),
+        "POST",
+        "/v1/tokens",
+        Some(&json!({"name": name, "scopes": scopes, "agents": agents})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    body["secret"].as_str().unwrap().to_string()
+}
+
+// Proves every route of the API against every scope: no token and a bad token get 401, a token
+// whose scopes do not cover the route gets 403, a covering one gets through (whatever the
+// route then answers); 401 and 403 never depend on whether the job or lease exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_against_every_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = secured(dir.path());
+    let mut tokens = Vec::new();
+    for scope in ["admin", "operate", "submit", "read", "agent"] {
+        tokens.push((
+            scope,
+            make_token(&server, &format!("t-{scope}"), &[scope], &[]).await,
+        ));
+    }
+    let (_, job) = call(
+        &server,
+        Some(ADMIN),
+        "POST",
+        "/v1/jobs",
+        Some(&json!({"steps": [{"name": "s", "agent": "dns"}]})),
+    )
+    .await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let spec = json!({"steps": [{"name": "s", "agent": "dns"}]});
+    let lease = "00000000-0000-0000-0000-000000000000";
+    let schedule = json!({"name": "nightly", "cron": "0 3 * * *", "job": spec});
+    // (method, path, body, which scopes may call it)
+    let routes: Vec<(&str, String, Option<Value>, &[&str])> = vec![
+        (
+            "GET",
+            "/metrics".into(),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "POST",
+            "/v1/jobs".into(),
+            Some(spec.clone()),
+            &["admin", "submit"],
+        ),
+        (
+            "POST",
+            "/v1/jobs:batch".into(),
+            Some(json!({"jobs": [spec]})),
+            &["admin", "submit"],
+        ),
+        (
+            "GET",
+            "/v1/jobs".into(),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "GET",
+            format!("/v1/jobs/{id}"),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "GET",
+            format!("/v1/jobs/{id}/events"),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "GET",
+            format!("/v1/jobs/{id}/wait?timeout=10ms"),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{id}/resume"),
+            Some(json!({})),
+            &["admin", "operate"],
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{id}/steps/s/retry"),
+            Some(json!({})),
+            &["admin", "operate"],
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{id}/steps/s/skip"),
+            Some(json!({})),
+            &["admin", "operate"],
+        ),
+        (
+            "GET",
+            "/v1/agents".into(),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "POST",
+            "/v1/agents/dns/leases".into(),
+            Some(json!({"worker": "w", "wait": "0s"})),
+            &["admin", "agent"],
+        ),
+        (
+            "GET",
+            "/v1/agents/dns/limits".into(),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "PUT",
+            "/v1/agents/dns/limits".into(),
+            Some(json!({})),
+            &["admin", "operate"],
+        ),
+        (
+            "POST",
+            "/v1/agents/dns/pause".into(),
+            None,
+            &["admin", "operate"],
+        ),
+        (
+            "POST",
+            "/v1/agents/dns/resume".into(),
+            None,
+            &["admin", "operate"],
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/heartbeat"),
+            Some(json!({})),
+            &["admin", "agent"],
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/complete"),
+            Some(json!({})),
+            &["admin", "agent"],
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/fail"),
+            Some(json!({"error": "x"})),
+            &["admin", "agent"],
+        ),
+        (
+            "POST",
+            "/v1/leases:report".into(),
+            Some(json!({"reports": []})),
+            &["admin", "agent"],
+        ),
+        (
+            "POST",
+            "/v1/schedules".into(),
+            Some(schedule),
+            &["admin", "operate"],
+        ),
+        (
+            "GET",
+            "/v1/schedules".into(),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "GET",
+            "/v1/schedules/nightly".into(),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        (
+            "POST",
+            "/v1/schedules/nightly/pause".into(),
+            None,
+            &["admin", "operate"],
+        ),
+        (
+            "POST",
+            "/v1/schedules/nightly/resume".into(),
+            None,
+            &["admin", "operate"],
+        ),
+        (
+            "DELETE",
+            "/v1/schedules/nightly".into(),
+            None,
+            &["admin", "operate"],
+        ),
+        (
+            "GET",
+            "/v1/ordering-keys/k".into(),
+            None,
+            &["admin", "operate", "submit", "read"],
+        ),
+        ("GET", "/v1/tokens".into(), None, &["admin"]),
+        (
+            "POST",
+            format!("/v1/jobs/{id}/cancel"),
+            None,
+            &["admin", "operate"],
+        ),
+    ];
+    for (method, path, body, allowed) in &routes {
+        for token in [None, Some("ovr_not-a-real-token")] {
+            let (status, problem) = call(&server, token, method, path, body.as_ref()).await;
+            assert_eq!(status, 401, "{method} {path} with {token:?}: {problem}");
+        }
+        for (scope, secret) in &tokens {
+            let (status, answer) = call(&server, Some(secret), method, path, body.as_ref()).await;
+            if allowed.contains(scope) {
+                assert!(
+                    status != 401 && status != 403,
+                    "{scope} on {method} {path}: {status} {answer}"
+                );
+            } else {
+                assert_eq!(status, 403, "{scope} on {method} {path}: {answer}");
+            }
+        }
+    }
+    let (status, _) = call(&server, None, "GET", "/healthz", None).await;
+    assert_eq!(status, 200, "probes stay public");
+}
+
+// Proves an agent token bound to `dns` takes `dns` leases but gets 403 on `billing` ones, and a
+// revoked token is refused at once on the node that revoked it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_binding_and_revocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = secured(dir.path());
+    let dns = make_token(&server, "dns-worker", &["agent"], &["dns"]).await;
+    let body = json!({"worker": "w", "wait": "0s"});
+    let (status, _) = call(
+        &server,
+        Some(&dns),
+        "POST",
+        "/v1/agents/dns/leases",
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, problem) = call(
+        &server,
+        Some(&dns),
+        "POST",
+        "/v1/agents/billing/leases",
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, 403, "{problem}");
+    let (status, _) = call(
+        &server,
+        Some(ADMIN),
+        "DELETE",
+        "/v1/tokens/dns-worker",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = call(
+        &server,
+        Some(&dns),
+        "POST",
+        "/v1/agents/dns/leases",
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (_, listed) = call(&server, Some(ADMIN), "GET", "/v1/tokens", None).await;
+    let text = listed.to_string();
+    assert!(
+        !text.contains(&dns) && !text.contains("hash"),
+        "no secret or hash is listed: {text}"
+    );
+    assert!(listed["tokens"][0]["revoked_at"].is_string(), "{listed}");
+}
+
+// Proves the secure default: on a non-loopback address with no token in the store the server
+// refuses to start and says how to make the first one; `--auth off` there is refused too.
+#[test]
+fn off_loopback_needs_a_token_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("o.db").display());
+    let listen = format!("0.0.0.0:{}", free_port());
+    for extra in [&[][..], &["--auth", "off"][..]] {
+        let mut child = Command::new(BIN)
+            .args(["server", "--db", &db, "--listen", &listen])
+            .args(extra)
+            .env_remove("OVERSEER_ADMIN_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the server started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        let says = if extra.is_empty() {
+            "overseer tokens create --bootstrap"
+        } else {
+            "cannot be off"
+        };
+        assert!(stderr.contains(says), "{stderr}");
+    }
+}
+
+// Proves the CLI round trip: `tokens create --bootstrap` writes the first admin token into the
+// store and prints its secret once; with it the server starts off loopback, and `tokens create`
+// over the API, `tokens list` (no secrets) and `tokens revoke` work with `--token`.
+#[test]
+fn cli_bootstrap_create_list_revoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("o.db").display());
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let admin = run(&[
+        "tokens",
+        "create",
+        "--bootstrap",
+        "--db",
+        &db,
+        "--name",
+        "admin",
+        "--scope",
+        "admin",
+    ]);
+    assert!(admin.starts_with("ovr_"), "{admin}");
+    let port = free_port();
+    let mut server = Command::new(BIN)
+        .args([
+            "server",
+            "--db",
+            &db,
+            "--listen",
+            &format!("0.0.0.0:{port}"),
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline && server.try_wait().unwrap().is_none(),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ci = run(&[
+        "tokens",
+        "create",
+        "--name",
+        "ci",
+        "--scope",
+        "submit",
+        "--expires",
+        "90d",
+        "--server",
+        &url,
+        "--token",
+        &admin,
+    ]);
+    assert!(ci.starts_with("ovr_"));
+    let listed = run(&["tokens", "list", "--server", &url, "--token", &admin]);
+    assert!(
+        listed.contains("ci") && listed.contains("submit") && !listed.contains(&ci),
+        "{listed}"
+    );
+    run(&[
+        "tokens", "revoke", "ci", "--server", &url, "--token", &admin,
+    ]);
+    let refused = Command::new(BIN)
+        .args(["jobs", "--server", &url, "--token", &ci])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("revoked"));
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+// Proves failed authentications are rate limited: a burst of bad tokens soon gets 429 with
+// `Retry-After`, and a good token still gets through meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_authentications_are_rate_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = secured(dir.path());
+    let mut limited = false;
+    for _ in 0..60 {
+        let (status, _) = call_once(&server, Some("ovr_guess"), "GET", "/v1/jobs", None).await;
+        limited |= status == 429;
+    }
+    assert!(limited, "60 failures in a burst were never limited");
+    let (status, _) = call_once(&server, Some(ADMIN), "GET", "/v1/jobs", None).await;
+    assert_eq!(status, 200);
+}
+
+// Proves secrets stay out of the server's log: a run that authenticates with a token, submits a
+// payload, completes a lease with a result and fails one with an error, each carrying a planted
+// secret, leaves none of them (nor the admin secret) in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_never_reach_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = secured(dir.path());
+    let token = make_token(&server, "all", &["admin"], &[]).await;
+    let planted = "PLANTED-7f3a9c";
+    let spec = json!({"steps": [{"name": "a", "agent": "leak", "payload": {"card": planted}},
+                                {"name": "b", "agent": "leak", "max_attempts": 1}]});
+    let (status, _) = call(&server, Some(&token), "POST", "/v1/jobs", Some(&spec)).await;
+    assert_eq!(status, 202);
+    let take = json!({"worker": "w", "max": 2, "wait": "1s"});
+    let (_, leases) = call(
+        &server,
+        Some(&token),
+        "POST",
+        "/v1/agents/leak/leases",
+        Some(&take),
+    )
+    .await;
+    for lease in leases["leases"].as_array().unwrap() {
+        let id = lease["lease_id"].as_str().unwrap();
+        let (path, body) = match lease["step"].as_str() {
+            Some("a") => (
+                format!("/v1/leases/{id}/complete"),
+                json!({"result": {"echo": planted}}),
+            ),
+            _ => (
+                format!("/v1/leases/{id}/fail"),
+                json!({"error": planted, "retryable": false}),
+            ),
+        };
+        let (status, answer) = call(&server, Some(&token), "POST", &path, Some(&body)).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let logs = server.logs();
+    assert!(logs.contains("job accepted"), "the log has lines: {logs}");
+    for secret in [planted, ADMIN, token.as_str()] {
+        assert!(
+            !logs.contains(secret),
+            "`{secret}` leaked into the log:\n{logs}"
+        );
+    }
+}
