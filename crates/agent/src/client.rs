@@ -193,6 +193,13 @@ impl Client {
     /// when a token is given.
     #[allow(clippy::result_large_err)] // The crate's one error type; this runs once at start.
     pub fn new(base_url: &str, token: Option<String>) -> Result<Client> {
+        Client::with_ca(base_url, token, None)
+    }
+
+    /// Like [`Client::new`], also trusting the PEM certificate(s) in `ca_pem` for `https://`
+    /// servers (a private CA, or a server's self-signed certificate).
+    #[allow(clippy::result_large_err)] // The crate's one error type; this runs once at start.
+    pub fn with_ca(base_url: &str, token: Option<String>, ca_pem: Option<&[u8]>) -> Result<Client> {
         let urls = base_url
             .split(',')
             .map(str::trim)
@@ -205,14 +212,22 @@ impl Client {
                 message: "no server URL given".into(),
             });
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .user_agent(concat!("overseer-agent/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::BadUrl {
+            .user_agent(concat!("overseer-agent/", env!("CARGO_PKG_VERSION")));
+        if let Some(pem) = ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::BadUrl {
                 url: base_url.to_string(),
-                message: format!("cannot build an HTTP client: {e}"),
+                message: format!("the CA certificate is not PEM: {e}"),
             })?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().map_err(|e| Error::BadUrl {
+            url: base_url.to_string(),
+            message: format!("cannot build an HTTP client: {e}"),
+        })?;
         Ok(Client {
             http,
             servers: Arc::new(Servers {

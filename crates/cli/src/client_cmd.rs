@@ -15,7 +15,15 @@ use serde_json::Value;
 use crate::{Output, Remote};
 
 pub fn connect(remote: &Remote) -> anyhow::Result<Client> {
-    Client::new(&remote.server, remote.token.clone()).context("invalid --server URL")
+    let ca = match &remote.ca_cert {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("cannot read --ca-cert {}", path.display()))?,
+        ),
+        None => None,
+    };
+    Client::with_ca(&remote.server, remote.token.clone(), ca.as_deref())
+        .context("invalid --server URL")
 }
 
 /// A job id, or a unique prefix of one (at least 4 characters, like git): the server is asked

@@ -56,6 +56,9 @@ pub struct Remote {
     /// A bearer token sent with every request.
     #[arg(long, global = true, env = "OVERSEER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A PEM certificate to trust for an `https://` server (its own, or its CA's).
+    #[arg(long, global = true, env = "OVERSEER_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 /// How a command prints what it found.

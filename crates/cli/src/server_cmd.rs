@@ -52,6 +52,18 @@ pub struct ServerArgs {
     /// the environment variable to the flag, which other users can see in `ps`.
     #[arg(long, env = "OVERSEER_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// A PEM certificate chain: with `--tls-key`, serve HTTPS.
+    #[arg(long, env = "OVERSEER_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "OVERSEER_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// HTTP connections open at once at most (default 10000).
+    #[arg(long, env = "OVERSEER_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// How long a client may take to send its request headers (default 10s).
+    #[arg(long, env = "OVERSEER_HEADER_READ_TIMEOUT")]
+    header_read_timeout: Option<Span>,
 }
 
 fn parse_auth(s: &str) -> Result<overseer_server::auth::Mode, String> {
@@ -104,6 +116,16 @@ pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
     if let Some(token) = &args.admin_token {
         config.admin_token = Some(token.clone());
     }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls_cert = Some(cert.clone());
+        config.tls_key = Some(key.clone());
+    }
+    if let Some(n) = args.max_connections {
+        config.max_connections = n;
+    }
+    if let Some(t) = args.header_read_timeout {
+        config.header_read_timeout = t;
+    }
     config.validate()?;
     Ok(config)
 }
@@ -120,7 +142,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot open store {}", config.db))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, db = %config.db, "overseer listening");
+    let scheme = if config.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(%addr, %scheme, auth = config.auth_required(), db = %config.db, "overseer listening");
     if let Some(path) = &config.ready_file {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, addr.to_string()).context("cannot write ready file")?;

@@ -51,6 +51,13 @@ pub struct Config {
     /// An admin credential given as a setting (`OVERSEER_ADMIN_TOKEN`), never stored: the way
     /// in before any token exists. Never logged.
     pub admin_token: Option<String>,
+    /// A PEM certificate chain and its private key: with both, the HTTP listener speaks HTTPS.
+    pub tls_cert: Option<std::path::PathBuf>,
+    pub tls_key: Option<std::path::PathBuf>,
+    /// HTTP connections open at once at most; more are closed as they arrive.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers (slow clients are cut off).
+    pub header_read_timeout: Span,
     pub limits: Limits,
 }
 
@@ -75,6 +82,10 @@ impl Default for Config {
             faktory_allow_flush: false,
             auth: crate::auth::Mode::Auto,
             admin_token: None,
+            tls_cert: None,
+            tls_key: None,
+            max_connections: 10_000,
+            header_read_timeout: Span::from_secs(10),
             limits: Limits::default(),
         }
     }
@@ -113,6 +124,15 @@ impl Config {
                 "cannot be off on a non-loopback address: anyone who reaches the port would \
                  control everything",
             ));
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(invalid("tls_cert", "tls_cert and tls_key go together"));
+        }
+        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+            return Err(invalid("max_connections", "must be between 1 and 1000000"));
+        }
+        if self.header_read_timeout < Span::from_millis(100) {
+            return Err(invalid("header_read_timeout", "must be at least 100ms"));
         }
         if self.admin_token.as_deref().is_some_and(|t| t.len() < 32) {
             return Err(invalid("admin_token", "must be at least 32 characters"));

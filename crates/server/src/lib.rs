@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod deliver;
 pub mod error;
+pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod supervisor;
@@ -360,16 +361,22 @@ pub async fn serve_with(
     let delivering = tokio::spawn(deliverer.run(shutdown.clone()));
     let extras = extra(app.clone());
     let router = api::router(app);
-    let result = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(listen::tls_acceptor(cert, key)?),
+        _ => None,
+    };
+    let bounds = listen::Bounds {
+        max_connections: config.max_connections,
+        header_read_timeout: config.header_read_timeout.as_std(),
+    };
+    let result = listen::serve(listener, router, tls, bounds, shutdown.clone()).await;
     shutdown.cancel();
     let _ = sweeper.await;
     let _ = delivering.await;
     for task in extras {
         let _ = task.await;
     }
-    result.map_err(Into::into)
+    result
 }
 
 /// With auth required, a node that no credential could ever pass would only answer 401: refuse

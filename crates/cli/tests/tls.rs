@@ -1,0 +1,105 @@
+//! HTTPS and the listener's bounds, end to end: a self-signed certificate made for the test,
+//! the CLI and command agents trusting it with `--ca-cert`, and slow clients cut off.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A self-signed certificate for 127.0.0.1 and localhost, written as PEM files in `dir`.
+fn self_signed(dir: &std::path::Path) -> (String, String) {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+        .expect("a certificate");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    (cert.display().to_string(), key.display().to_string())
+}
+
+// Proves the HTTPS walkthrough: a server with `--tls-cert/--tls-key`, command agents and
+// `submit --wait` over https:// with `--ca-cert` run the README's job to success; without the
+// certificate trusted, the CLI refuses the server's certificate, in one line.
+#[test]
+fn the_walkthrough_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let server = Server::start_with(dir.path(), &["--tls-cert", &cert, "--tls-key", &key]);
+    let url = server.url.replace("http://", "https://");
+    let root = workspace_root();
+    let mut agents = Vec::new();
+    for name in ["accounts", "dns", "storage", "deploy"] {
+        let script = root.join(format!("examples/agents/{name}.sh"));
+        agents.push(Agent::start_on(
+            &server,
+            &url,
+            name,
+            &["--ca-cert", &cert],
+            &[script.to_str().unwrap()],
+        ));
+    }
+    let out = Command::new(BIN)
+        .args(["submit", "examples/provision-site.json", "--wait"])
+        .args(["--server", &url, "--ca-cert", &cert])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refused = Command::new(BIN)
+        .args(["jobs", "--server", &url])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+}
+
+// Proves slow clients cannot hold the server: 50 connections that send half a request and then
+// nothing are closed once the header read timeout (1 s here) passes, while a normal client is
+// answered meanwhile (its latency is printed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_connections_are_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--header-read-timeout", "1s"]);
+    let addr = format!("127.0.0.1:{}", server.port);
+    let mut slow = Vec::new();
+    for _ in 0..50 {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n")
+            .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        slow.push(s);
+    }
+    let started = Instant::now();
+    let (status, _) = server.api().get("/v1/jobs").await;
+    eprintln!(
+        "a normal request with 50 slow clients open: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status, 200);
+    let cut = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        for s in &mut slow {
+            let mut buf = [0u8; 512];
+            // The server either closes (0) or answers 408 and closes.
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        started.elapsed()
+    })
+    .await
+    .unwrap();
+    assert!(
+        cut < Duration::from_secs(8),
+        "slow connections held for {cut:?}"
+    );
+}
