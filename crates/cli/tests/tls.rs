@@ -103,3 +103,36 @@ async fn slowloris_connections_are_cut_off() {
         "slow connections held for {cut:?}"
     );
 }
+
+// Proves long-polls are bounded per node: with `limits.long_polls = 2`, two waiting lease
+// requests are held and a third is answered at once with 429 and `Retry-After`, while ordinary
+// calls go on; once the two end, a long-poll is accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_polls_are_bounded_per_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("overseer.toml");
+    std::fs::write(&config, "[limits]\nlong_polls = 2\n").unwrap();
+    let server = Server::start_with(dir.path(), &["--config", config.to_str().unwrap()]);
+    let http = reqwest::Client::new();
+    let poll = |wait: &'static str| {
+        let (http, url) = (http.clone(), server.url.clone());
+        async move {
+            http.post(format!("{url}/v1/agents/idle/leases"))
+                .json(&serde_json::json!({"worker": "w", "wait": wait}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let held: Vec<_> = (0..2).map(|_| tokio::spawn(poll("2s"))).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = poll("2s").await;
+    assert_eq!(refused.status().as_u16(), 429);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let (status, _) = server.api().get("/v1/jobs").await;
+    assert_eq!(status, 200, "ordinary calls go on");
+    for h in held {
+        assert_eq!(h.await.unwrap().status().as_u16(), 200);
+    }
+    assert_eq!(poll("10ms").await.status().as_u16(), 200);
+}

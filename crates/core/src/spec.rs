@@ -130,6 +130,8 @@ pub struct Limits {
     pub leases_per_call: usize,
     /// Longest a long-poll may wait.
     pub wait_max: Span,
+    /// Long-polls (lease requests and job waits) waiting at once on one node; more get 429.
+    pub long_polls: usize,
 }
 
 impl Default for Limits {
@@ -148,6 +150,7 @@ impl Default for Limits {
             timeout_max: Span::from_secs(24 * 3600),
             leases_per_call: 100,
             wait_max: Span::from_secs(60),
+            long_polls: 10_000,
         }
     }
 }

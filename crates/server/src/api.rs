@@ -397,6 +397,7 @@ async fn wait_job(
             }
         }
     }
+    let _slot = app.long_poll_slot()?;
     let deadline = tokio::time::Instant::now() + timeout.as_std();
     // Subscribe before reading, so a finish between the read and the wait is not missed.
     let mut finished = app.notifier().subscribe_finished();
@@ -513,6 +514,10 @@ async fn take_leases(
             format!("wait must be at most {}", limits.wait_max),
         ));
     }
+    let _slot = match wait > Span::ZERO {
+        true => Some(app.long_poll_slot()?),
+        false => None,
+    };
     let deadline = tokio::time::Instant::now() + wait.as_std();
     let wake = app.notifier().agent(&agent);
     loop {

@@ -187,6 +187,7 @@ impl Config {
             ("limits.history_per_job", l.history_per_job),
             ("limits.name_bytes", l.name_bytes),
             ("limits.leases_per_call", l.leases_per_call),
+            ("limits.long_polls", l.long_polls),
         ];
         for (name, value) in positive {
             if value == 0 {

@@ -37,6 +37,11 @@ impl ApiError {
         }
     }
 
+    /// 429 with `Retry-After: 1`.
+    pub fn too_many(detail: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too-many-requests", detail)
+    }
+
     pub fn not_found(detail: impl Into<String>) -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "not-found", detail)
     }
@@ -172,7 +177,7 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

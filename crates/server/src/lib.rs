@@ -49,6 +49,8 @@ struct Inner {
     leader: std::sync::atomic::AtomicBool,
     last_job_id: Mutex<u128>,
     auth: auth::Auth,
+    /// Long-polls waiting at once on this node, at most `limits.long_polls`.
+    long_polls: Arc<tokio::sync::Semaphore>,
 }
 
 impl App {
@@ -86,6 +88,7 @@ impl App {
                 leader: std::sync::atomic::AtomicBool::new(false),
                 last_job_id: Mutex::new(0),
                 auth: auth::Auth::new(config.auth_required(), config.admin_token.as_deref()),
+                long_polls: Arc::new(tokio::sync::Semaphore::new(config.limits.long_polls.max(1))),
             }),
         }
     }
@@ -124,6 +127,21 @@ impl App {
 
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
+    }
+
+    /// A place among this node's long-polls, or a 429 telling the client to come back.
+    pub fn long_poll_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, error::ApiError> {
+        self.inner
+            .long_polls
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                self.metrics().long_polls_refused.inc();
+                error::ApiError::too_many(format!(
+                    "this node already holds {} long-polls; retry shortly, or on another node",
+                    self.limits().long_polls
+                ))
+            })
     }
 
     pub fn auth(&self) -> &auth::Auth {

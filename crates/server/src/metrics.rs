@@ -47,6 +47,7 @@ pub struct Metrics {
     /// `POST /v1/leases:report` calls, and the reports they carried.
     pub report_batches: Counter,
     pub reports_batched: Counter,
+    pub long_polls_refused: Counter,
     pub alerts: Family<KindLabel, Counter>,
     pub deliveries: Family<DeliveryLabel, Counter>,
     pub repairs: Counter,
@@ -69,6 +70,7 @@ impl Default for Metrics {
             reports: Family::default(),
             report_batches: Counter::default(),
             reports_batched: Counter::default(),
+            long_polls_refused: Counter::default(),
             alerts: Family::default(),
             deliveries: Family::default(),
             repairs: Counter::default(),
@@ -84,6 +86,11 @@ impl Default for Metrics {
             "jobs_submitted",
             "Jobs accepted by this node",
             m.jobs_submitted.clone(),
+        );
+        registry.register(
+            "long_polls_refused",
+            "Long-polls refused with 429 because the node held its limit of them",
+            m.long_polls_refused.clone(),
         );
         registry.register(
             "jobs_finished",
