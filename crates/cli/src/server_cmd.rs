@@ -58,6 +58,13 @@ pub struct ServerArgs {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, env = "OVERSEER_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Internal networks or host names callbacks and alert webhooks may reach (everything
+    /// internal is refused otherwise), e.g. `10.0.0.0/8,hooks.internal`; repeat or comma-separate.
+    #[arg(long, env = "OVERSEER_OUTBOUND_ALLOW", value_delimiter = ',')]
+    outbound_allow: Vec<String>,
+    /// The key deliveries are signed with (`whsec_` + base64); prefer the environment variable.
+    #[arg(long, env = "OVERSEER_WEBHOOK_SECRET", hide_env_values = true)]
+    webhook_secret: Option<String>,
     /// HTTP connections open at once at most (default 10000).
     #[arg(long, env = "OVERSEER_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
@@ -119,6 +126,12 @@ pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls_cert = Some(cert.clone());
         config.tls_key = Some(key.clone());
+    }
+    if !args.outbound_allow.is_empty() {
+        config.outbound_allow = args.outbound_allow.clone();
+    }
+    if let Some(secret) = &args.webhook_secret {
+        config.webhook_secret = Some(secret.clone());
     }
     if let Some(n) = args.max_connections {
         config.max_connections = n;

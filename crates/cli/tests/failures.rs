@@ -333,18 +333,27 @@ struct Received(Arc<Mutex<Vec<Delivered>>>);
 /// (path, Idempotency-Key header, body) of one request received.
 type Delivered = (String, Option<String>, Value);
 
-async fn receive(port: u16, got: Received) {
+/// The raw body and Standard Webhooks headers of each request received, to check signatures.
+#[derive(Clone, Default)]
+struct Signed(Arc<Mutex<Vec<Raw>>>);
+
+/// The headers and raw body of one request received.
+type Raw = (axum::http::HeaderMap, Vec<u8>);
+
+async fn receive(port: u16, got: Received, signed: Signed) {
     use axum::routing::post;
     let record = |path: &'static str| {
-        let got = got.clone();
-        move |headers: axum::http::HeaderMap, axum::Json(body): axum::Json<Value>| {
-            let got = got.clone();
+        let (got, signed) = (got.clone(), signed.clone());
+        move |headers: axum::http::HeaderMap, raw: axum::body::Bytes| {
+            let (got, signed) = (got.clone(), signed.clone());
             async move {
                 let key = headers
                     .get("idempotency-key")
                     .and_then(|v| v.to_str().ok())
                     .map(String::from);
+                let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
                 got.0.lock().unwrap().push((path.to_string(), key, body));
+                signed.0.lock().unwrap().push((headers, raw.to_vec()));
                 "ok"
             }
         }
@@ -358,9 +367,14 @@ async fn receive(port: u16, got: Received) {
     axum::serve(listener, app).await.unwrap();
 }
 
+/// A `webhook_secret` for the tests: `whsec_` and the base64 of 32 bytes.
+const WEBHOOK_SECRET: &str = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
 // Proves alerts and callbacks are delivered even when the receiver is down at first: a failed
 // job raises an alert to the webhook and calls its callback URL, both retried until the receiver
-// comes up, each carrying an idempotency key; metrics count them.
+// comes up, each carrying an idempotency key and a signature that the README's verification
+// recipe (`examples/verify-webhook.py`, run with python3) accepts; metrics count them. The
+// receiver is on 127.0.0.1, which `outbound_allow` opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alerts_and_callbacks_survive_a_down_receiver() {
     let dir = tempfile::tempdir().unwrap();
@@ -368,7 +382,9 @@ async fn alerts_and_callbacks_survive_a_down_receiver() {
     let config = dir.path().join("overseer.toml");
     std::fs::write(
         &config,
-        format!("alert_webhook = \"http://127.0.0.1:{port}/alerts\"\n"),
+        format!(
+            "alert_webhook = \"http://127.0.0.1:{port}/alerts\"\noutbound_allow = [\"127.0.0.1\"]\nwebhook_secret = \"{WEBHOOK_SECRET}\"\n"
+        ),
     )
     .unwrap();
     let server = Server::start_with(dir.path(), &["--config", config.to_str().unwrap()]);
@@ -398,7 +414,8 @@ async fn alerts_and_callbacks_survive_a_down_receiver() {
     })
     .await;
     let got = Received::default();
-    tokio::spawn(receive(port, got.clone()));
+    let signed = Signed::default();
+    tokio::spawn(receive(port, got.clone(), signed.clone()));
     let all = wait_for("the alert and the callback", || {
         let got = got.clone();
         async move {
@@ -424,6 +441,14 @@ async fn alerts_and_callbacks_survive_a_down_receiver() {
         .unwrap();
     assert!(alert_key.is_some());
     assert_eq!(alert["job_id"], id.as_str());
+    for (headers, body) in signed.0.lock().unwrap().iter() {
+        assert!(verifies(headers, body, WEBHOOK_SECRET), "{headers:?}");
+        let forged: Vec<u8> = body.iter().rev().copied().collect();
+        assert!(
+            !verifies(headers, &forged, WEBHOOK_SECRET),
+            "a changed body must not verify"
+        );
+    }
     tokio::time::sleep(Duration::from_millis(10)).await;
     let (_, text) = api.get("/metrics").await;
     let text = text.as_str().unwrap().to_string();
@@ -434,5 +459,78 @@ async fn alerts_and_callbacks_survive_a_down_receiver() {
     assert!(
         text.contains("overseer_jobs_finished_total{state=\"failed\"} 1"),
         "{text}"
+    );
+}
+
+/// Runs the README's recipe, `examples/verify-webhook.py`, on one received delivery.
+fn verifies(headers: &axum::http::HeaderMap, body: &[u8], secret: &str) -> bool {
+    use std::io::Write;
+    let h = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut child = std::process::Command::new("python3")
+        .arg(workspace_root().join("examples/verify-webhook.py"))
+        .args([
+            secret.to_string(),
+            h("webhook-id"),
+            h("webhook-timestamp"),
+            h("webhook-signature"),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs the recipe");
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    child.wait().unwrap().success()
+}
+
+// Proves the outbound guard: a callback to an internal IP literal (loopback, cloud metadata) is
+// refused at submit with a 400 naming `callback_url`; a name that resolves to loopback
+// (`localhost`) is accepted at submit but refused when the delivery connects, the reason is
+// logged and the receiver gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_to_internal_addresses_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let port = free_port();
+    for url in [
+        format!("http://127.0.0.1:{port}/callback"),
+        "http://169.254.169.254/latest/meta-data".to_string(),
+        format!("http://[::1]:{port}/callback"),
+    ] {
+        let (status, problem) = api
+            .post(
+                "/v1/jobs",
+                &json!({"callback_url": url, "steps": [{"name": "s", "agent": "a"}]}),
+            )
+            .await;
+        assert_eq!(status, 400, "{url}: {problem}");
+        assert_eq!(problem["field"], "callback_url", "{problem}");
+    }
+    let got = Received::default();
+    tokio::spawn(receive(port, got.clone(), Signed::default()));
+    let _agent = Agent::start(&server, "a", "cat >/dev/null; echo '\"ok\"'");
+    let id = api
+        .submit(
+            &json!({"callback_url": format!("http://localhost:{port}/callback"),
+                        "steps": [{"name": "s", "agent": "a"}]}),
+        )
+        .await;
+    api.wait_terminal(&id).await;
+    wait_for("the refused delivery in the log", || {
+        let logs = server.logs();
+        async move {
+            logs.contains("resolves only to internal addresses")
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        got.0.lock().unwrap().is_empty(),
+        "nothing reached the receiver"
     );
 }

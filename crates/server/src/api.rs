@@ -198,8 +198,22 @@ fn job_created(job: &Job, created: bool) -> Response {
     res
 }
 
+/// A `callback_url` the outbound policy refuses already (a bad scheme, an internal IP
+/// literal) is a 400 now rather than a delivery that can never succeed. `prefix` names the job
+/// within a batch.
+fn check_callback(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
+    match &spec.callback_url {
+        Some(url) => app
+            .outbound()
+            .check_url(url)
+            .map_err(|why| ApiError::bad_request(format!("{prefix}callback_url"), why)),
+        None => Ok(()),
+    }
+}
+
 async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Response> {
     spec.validate_submitted(app.limits())?;
+    check_callback(&app, &spec, "")?;
     let new = admit_spec(&app, &spec);
     let mut submitted = app.store().jobs_submit(vec![new]).await?;
     match submitted.pop() {
@@ -235,6 +249,7 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
     for (i, spec) in batch.jobs.iter().enumerate() {
         spec.validate_submitted(app.limits())
             .map_err(|e| e.within(&format!("jobs[{i}].")))?;
+        check_callback(&app, spec, &format!("jobs[{i}]."))?;
     }
     let new: Vec<NewJob> = batch.jobs.iter().map(|s| admit_spec(&app, s)).collect();
     let submitted = app.store().jobs_submit(new).await.map_err(|e| match e {

@@ -54,6 +54,13 @@ pub struct Config {
     /// A PEM certificate chain and its private key: with both, the HTTP listener speaks HTTPS.
     pub tls_cert: Option<std::path::PathBuf>,
     pub tls_key: Option<std::path::PathBuf>,
+    /// Internal networks (`10.0.0.0/8`, `127.0.0.1`) or host names that callbacks and alert
+    /// webhooks may reach; everything internal is refused otherwise.
+    pub outbound_allow: Vec<String>,
+    /// The key deliveries are signed with: `whsec_` and base64 (24+ bytes). Every node of a
+    /// cluster needs the same one. Unset: deliveries go unsigned (a warning at start). Never
+    /// logged or returned.
+    pub webhook_secret: Option<String>,
     /// HTTP connections open at once at most; more are closed as they arrive.
     pub max_connections: usize,
     /// How long a client may take to send a request's headers (slow clients are cut off).
@@ -84,6 +91,8 @@ impl Default for Config {
             admin_token: None,
             tls_cert: None,
             tls_key: None,
+            outbound_allow: Vec::new(),
+            webhook_secret: None,
             max_connections: 10_000,
             header_read_timeout: Span::from_secs(10),
             limits: Limits::default(),
@@ -124,6 +133,16 @@ impl Config {
                 "cannot be off on a non-loopback address: anyone who reaches the port would \
                  control everything",
             ));
+        }
+        crate::outbound::Policy::new(&self.outbound_allow)
+            .map_err(|m| invalid("outbound_allow", m))?;
+        if let Some(secret) = &self.webhook_secret {
+            crate::outbound::Signer::new(secret).map_err(|m| invalid("webhook_secret", m))?;
+        }
+        if let Some(url) = &self.alert_webhook {
+            crate::outbound::Policy::new(&self.outbound_allow)
+                .and_then(|p| p.check_url(url))
+                .map_err(|m| invalid("alert_webhook", m))?;
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(invalid("tls_cert", "tls_cert and tls_key go together"));

@@ -3,8 +3,6 @@
 //! the transition that raised them), so a crash loses none; this loop runs beside the scheduler
 //! and never blocks it.
 
-use std::time::Duration;
-
 use overseer_core::backoff::Backoff;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::Span;
@@ -18,6 +16,8 @@ use crate::App;
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub alert_webhook: Option<String>,
+    /// Signs every delivery (Standard Webhooks headers); none: unsigned.
+    pub signer: Option<crate::outbound::Signer>,
     pub max_attempts: u32,
     pub timeout: Span,
     pub backoff: Backoff,
@@ -28,6 +28,10 @@ impl Settings {
     pub fn from_config(config: &crate::Config) -> Self {
         Settings {
             alert_webhook: config.alert_webhook.clone(),
+            signer: config
+                .webhook_secret
+                .as_deref()
+                .and_then(|s| crate::outbound::Signer::new(s).ok()),
             max_attempts: config.delivery_max_attempts,
             timeout: config.delivery_timeout,
             backoff: Backoff {
@@ -50,11 +54,10 @@ const BATCH: usize = 32;
 
 impl Deliverer {
     pub fn new(app: App, settings: Settings) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(settings.timeout.as_std())
-            .connect_timeout(Duration::from_secs(5))
-            .user_agent(concat!("overseer/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let http = crate::outbound::client(app.outbound().clone(), settings.timeout.as_std())?;
+        if settings.signer.is_none() {
+            tracing::warn!("webhook_secret is not set: callbacks and alert webhooks go unsigned");
+        }
         Ok(Deliverer {
             app,
             settings,
@@ -111,6 +114,36 @@ impl Deliverer {
         Ok(n)
     }
 
+    /// POSTs one delivery, signed when a secret is set. The error names its cause down to the
+    /// root (e.g. a name that resolves only to internal addresses).
+    async fn send(&self, url: &str, d: &Delivery) -> Result<reqwest::Response, String> {
+        let body = serde_json::to_vec(&d.body).map_err(|e| e.to_string())?;
+        let mut req = self
+            .http
+            .post(url)
+            .header("Idempotency-Key", &d.idempotency_key)
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        if let Some(signer) = &self.settings.signer {
+            let timestamp = self.app.now().as_millis() / 1000;
+            req = req
+                .header("webhook-id", &d.idempotency_key)
+                .header("webhook-timestamp", timestamp.to_string())
+                .header(
+                    "webhook-signature",
+                    signer.sign(&d.idempotency_key, timestamp, &body),
+                );
+        }
+        req.body(body).send().await.map_err(|e| {
+            let mut cause: &dyn std::error::Error = &e;
+            let mut text = e.to_string();
+            while let Some(next) = cause.source() {
+                text = format!("{text}: {next}");
+                cause = next;
+            }
+            text
+        })
+    }
+
     async fn attempt(&self, d: &Delivery) -> DeliveryOutcome {
         let url = match d.kind {
             DeliveryKind::Callback => d.url.clone(),
@@ -120,13 +153,10 @@ impl Deliverer {
             // No webhook configured: the alert was logged and counted when raised; nothing to send.
             return DeliveryOutcome::Delivered;
         };
-        let sent = self
-            .http
-            .post(&url)
-            .header("Idempotency-Key", &d.idempotency_key)
-            .json(&d.body)
-            .send()
-            .await;
+        let sent = match self.app.outbound().check_url(&url) {
+            Ok(()) => self.send(&url, d).await,
+            Err(refused) => Err(refused),
+        };
         let error = match sent {
             Ok(res) if res.status().is_success() => {
                 tracing::info!(kind = d.kind.as_str(), job = %d.job_id, %url, "delivered");

@@ -12,6 +12,7 @@ pub mod error;
 pub mod listen;
 pub mod metrics;
 pub mod notify;
+pub mod outbound;
 pub mod supervisor;
 pub mod tokens;
 
@@ -51,6 +52,8 @@ struct Inner {
     auth: auth::Auth,
     /// Long-polls waiting at once on this node, at most `limits.long_polls`.
     long_polls: Arc<tokio::sync::Semaphore>,
+    /// Where callbacks and webhooks may go.
+    outbound: Arc<outbound::Policy>,
 }
 
 impl App {
@@ -89,6 +92,10 @@ impl App {
                 last_job_id: Mutex::new(0),
                 auth: auth::Auth::new(config.auth_required(), config.admin_token.as_deref()),
                 long_polls: Arc::new(tokio::sync::Semaphore::new(config.limits.long_polls.max(1))),
+                // Checked by `Config::validate`; an embedder that skipped it gets the default.
+                outbound: Arc::new(
+                    outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
+                ),
             }),
         }
     }
@@ -142,6 +149,10 @@ impl App {
                     self.limits().long_polls
                 ))
             })
+    }
+
+    pub fn outbound(&self) -> &Arc<outbound::Policy> {
+        &self.inner.outbound
     }
 
     pub fn auth(&self) -> &auth::Auth {
