@@ -373,7 +373,7 @@ const WEBHOOK_SECRET: &str = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=
 // Proves alerts and callbacks are delivered even when the receiver is down at first: a failed
 // job raises an alert to the webhook and calls its callback URL, both retried until the receiver
 // comes up, each carrying an idempotency key and a signature that the README's verification
-// recipe (`examples/verify-webhook.py`, run with python3) accepts; metrics count them. The
+// recipe (`examples/verify_webhook.py`, run with python3) accepts; metrics count them. The
 // receiver is on 127.0.0.1, which `outbound_allow` opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alerts_and_callbacks_survive_a_down_receiver() {
@@ -462,7 +462,7 @@ async fn alerts_and_callbacks_survive_a_down_receiver() {
     );
 }
 
-/// Runs the README's recipe, `examples/verify-webhook.py`, on one received delivery.
+/// Runs the README's recipe, `examples/verify_webhook.py`, on one received delivery.
 fn verifies(headers: &axum::http::HeaderMap, body: &[u8], secret: &str) -> bool {
     use std::io::Write;
     let h = |name: &str| {
@@ -473,7 +473,7 @@ fn verifies(headers: &axum::http::HeaderMap, body: &[u8], secret: &str) -> bool 
             .to_string()
     };
     let mut child = std::process::Command::new("python3")
-        .arg(workspace_root().join("examples/verify-webhook.py"))
+        .arg(workspace_root().join("examples/verify_webhook.py"))
         .args([
             secret.to_string(),
             h("webhook-id"),

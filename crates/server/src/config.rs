@@ -144,6 +144,13 @@ impl Config {
                 .and_then(|p| p.check_url(url))
                 .map_err(|m| invalid("alert_webhook", m))?;
         }
+        let open_faktory = self.faktory_listen.is_some_and(|a| !a.ip().is_loopback());
+        if open_faktory && self.faktory_password.as_deref().unwrap_or_default().is_empty() {
+            return Err(invalid(
+                "faktory_password",
+                "a Faktory listener off loopback needs a password: tokens do not apply there",
+            ));
+        }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(invalid("tls_cert", "tls_cert and tls_key go together"));
         }
