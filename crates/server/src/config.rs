@@ -145,7 +145,13 @@ impl Config {
                 .map_err(|m| invalid("alert_webhook", m))?;
         }
         let open_faktory = self.faktory_listen.is_some_and(|a| !a.ip().is_loopback());
-        if open_faktory && self.faktory_password.as_deref().unwrap_or_default().is_empty() {
+        if open_faktory
+            && self
+                .faktory_password
+                .as_deref()
+                .unwrap_or_default()
+                .is_empty()
+        {
             return Err(invalid(
                 "faktory_password",
                 "a Faktory listener off loopback needs a password: tokens do not apply there",
