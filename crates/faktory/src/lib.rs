@@ -69,11 +69,15 @@ pub struct Config {
     /// `count⁴ + 15 + rand(30) × (count + 1)` seconds; `Some` an exponential backoff instead
     /// (tests use short ones).
     pub backoff: Option<Backoff>,
+    /// Connections open at once at most; more are closed as they arrive, so idle connections
+    /// cannot exhaust the node.
+    pub max_connections: usize,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
+            max_connections: 10_000,
             password: None,
             allow_flush: false,
             beat_grace: Duration::from_secs(60),
@@ -207,13 +211,21 @@ impl Faktory {
 
     async fn accept_loop(self, listener: TcpListener) {
         let shutdown = self.app().shutdown().clone();
+        let slots = Arc::new(tokio::sync::Semaphore::new(
+            self.inner.config.max_connections.max(1),
+        ));
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
+                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                            tracing::warn!(%peer, "too many Faktory connections: closing a new one");
+                            continue;
+                        };
                         let me = self.clone();
                         tokio::spawn(async move {
+                            let _slot = slot;
                             me.inner.connections.fetch_add(1, Ordering::Relaxed);
                             if let Err(e) = conn::Connection::run(me.clone(), stream).await {
                                 tracing::debug!(%peer, error = %e, "faktory connection ended");
