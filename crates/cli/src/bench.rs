@@ -9,7 +9,8 @@
 //!
 //! Scenarios (see `BENCHMARKS.md` for what each measures and the reference numbers):
 //! `submit`, `drain`, `latency`, `latency_loaded`, `cross_node`, `dag`, `timers`, `recovery`,
-//! `ordered` (the hand-over between consecutive jobs of one ordering key), `memory`.
+//! `ordered` (the hand-over between consecutive jobs of one ordering key), `memory`,
+//! `overload` (a normal client's latency beside long-polls, slowloris and idle connections).
 //!
 //! - `latency_loaded` is `latency` while a steady background load (`--load-rate` one-step no-op
 //!   jobs per second, on an agent of its own) is drained by `--workers` × `--concurrency`; the
@@ -26,6 +27,7 @@
 //!   process's memory cannot be read.
 
 mod memory;
+mod overload;
 mod scenarios;
 
 use std::io::Write;
@@ -118,10 +120,11 @@ pub enum Scenario {
     Recovery,
     Ordered,
     Memory,
+    Overload,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 10] = [
+    const ALL: [Scenario; 11] = [
         Scenario::Submit,
         Scenario::Drain,
         Scenario::Latency,
@@ -132,6 +135,7 @@ impl Scenario {
         Scenario::Recovery,
         Scenario::Ordered,
         Scenario::Memory,
+        Scenario::Overload,
     ];
 
     fn name(self) -> &'static str {
@@ -145,6 +149,7 @@ impl Scenario {
             Scenario::Timers => "timers",
             Scenario::Recovery => "recovery",
             Scenario::Ordered => "ordered",
+            Scenario::Overload => "overload",
             Scenario::Memory => "memory",
         }
     }
@@ -153,7 +158,10 @@ impl Scenario {
     /// `--server` is given: `memory` starts a server process of its own, and `cross_node` is
     /// skipped on SQLite, so starting one for it would be wasted.
     fn uses_server(self) -> bool {
-        !matches!(self, Scenario::Memory | Scenario::CrossNode)
+        !matches!(
+            self,
+            Scenario::Memory | Scenario::CrossNode | Scenario::Overload
+        )
     }
 }
 

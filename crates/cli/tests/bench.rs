@@ -100,6 +100,7 @@ fn every_scenario_prints_sane_json() {
         "recovery",
         "ordered",
         "memory",
+        "overload",
     ];
     expected.sort_unstable();
     assert_eq!(names, expected, "{stdout}");
@@ -109,7 +110,7 @@ fn every_scenario_prints_sane_json() {
     );
 
     for (name, row) in &rows {
-        let backend = if name == "memory" {
+        let backend = if name == "memory" || name == "overload" {
             "sqlite server process"
         } else {
             "sqlite in-process"
@@ -120,7 +121,7 @@ fn every_scenario_prints_sane_json() {
         assert!(seconds > 0.0 && seconds < 60.0, "{row}");
         assert!(num(row, "rss_mb") > 1.0, "{row}");
         assert!(row["note"].as_str().is_some_and(|n| !n.is_empty()), "{row}");
-        let throughput = !matches!(name.as_str(), "timers_lateness" | "recovery");
+        let throughput = !matches!(name.as_str(), "timers_lateness" | "recovery" | "overload");
         if throughput {
             assert!(num(row, "per_s") > 0.0, "{row}");
         } else {
@@ -141,7 +142,11 @@ fn every_scenario_prints_sane_json() {
             name != "latency_loaded",
             "{row}"
         );
-        assert_eq!(row["rss_idle_mb"].is_null(), name != "memory", "{row}");
+        assert_eq!(
+            row["rss_idle_mb"].is_null(),
+            name != "memory" && name != "overload",
+            "{row}"
+        );
     }
 
     let jobs = |name: &str| rows[name]["jobs"].as_u64().unwrap();

@@ -93,16 +93,16 @@ fn round(mb: f64) -> f64 {
 }
 
 /// One reading of a process's memory.
-struct Memory {
-    rss_mb: f64,
-    peak_mb: f64,
+pub(super) struct Memory {
+    pub(super) rss_mb: f64,
+    pub(super) peak_mb: f64,
 }
 
 /// `overseer server` run as a child of the bench.
-struct ServerProcess {
+pub(super) struct ServerProcess {
     child: Child,
     pid: u32,
-    url: String,
+    pub(super) url: String,
     /// The store's kind, for the note.
     backend: String,
     log: std::path::PathBuf,
@@ -112,6 +112,16 @@ impl ServerProcess {
     /// Starts the server on `db`, listening on a free loopback port, and waits until `/readyz`
     /// answers 200.
     async fn spawn(ctx: &Ctx, db: &str, dir: &Path) -> anyhow::Result<ServerProcess> {
+        ServerProcess::spawn_with(ctx, db, dir, &[]).await
+    }
+
+    /// Like `spawn`, with more arguments for `overseer server`.
+    pub(super) async fn spawn_with(
+        ctx: &Ctx,
+        db: &str,
+        dir: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<ServerProcess> {
         let exe = std::env::current_exe().context("cannot find this executable")?;
         let ready = dir.join("ready");
         let log = dir.join("server.log");
@@ -127,6 +137,7 @@ impl ServerProcess {
         if let Some(sweep) = ctx.sweep_interval {
             cmd.arg("--sweep-interval").arg(sweep.to_string());
         }
+        cmd.args(extra);
         // The same defaults as the in-process servers: no settings file, no Faktory listener.
         let child = cmd
             .env_remove("OVERSEER_CONFIG")
@@ -190,7 +201,7 @@ impl ServerProcess {
         }
     }
 
-    fn memory(&self) -> anyhow::Result<Memory> {
+    pub(super) fn memory(&self) -> anyhow::Result<Memory> {
         let path = format!("/proc/{}/status", self.pid);
         let status = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {path} (memory needs Linux's /proc)"))?;
@@ -202,7 +213,7 @@ impl ServerProcess {
     }
 
     /// SIGTERM, then a wait; killed if it does not stop in time.
-    async fn stop(&mut self) -> anyhow::Result<()> {
+    pub(super) async fn stop(&mut self) -> anyhow::Result<()> {
         // std has no portable signal call and unsafe code is forbidden: ask `kill`.
         let signalled = Command::new("kill")
             .arg("-TERM")
@@ -229,7 +240,7 @@ impl ServerProcess {
     }
 
     /// The end of the server's log, for error messages.
-    fn log_tail(&self) -> String {
+    pub(super) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(20)..].join("\n");

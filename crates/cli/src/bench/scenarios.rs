@@ -46,6 +46,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         Scenario::Recovery => recovery(ctx).await,
         Scenario::Ordered => ordered(ctx).await,
         Scenario::Memory => super::memory::run(ctx).await,
+        Scenario::Overload => super::overload::run(ctx).await,
     }
 }
 
