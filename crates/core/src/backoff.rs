@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::time::{Span, SPAN_MAX_MS};
 
 /// Which curve a step's retry delays follow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Formula {
     /// The step's [`Backoff`]: exponential, capped, jittered down by up to half.
@@ -62,7 +62,7 @@ pub fn faktory_delay(failures: u32, jitter: f64) -> Span {
 
 /// Exponential backoff: the n-th retry waits `initial * factor^(n-1)`, capped at `max`,
 /// then jittered down by up to half (so retries of many steps spread out instead of herding).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Backoff {
     #[serde(default = "Backoff::default_initial")]

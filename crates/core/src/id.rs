@@ -85,6 +85,31 @@ impl FromStr for LeaseId {
     }
 }
 
+/// Ids travel as UUID strings.
+fn uuid_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
+        .into()
+}
+
+impl utoipa::PartialSchema for JobId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        uuid_schema()
+    }
+}
+
+impl utoipa::ToSchema for JobId {}
+
+impl utoipa::PartialSchema for LeaseId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        uuid_schema()
+    }
+}
+
+impl utoipa::ToSchema for LeaseId {}
+
 #[cfg(test)]
 mod prefix_tests {
     use super::*;

@@ -13,7 +13,7 @@ use crate::time::{Span, Timestamp};
 macro_rules! string_enum {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
         #[serde(rename_all = "snake_case")]
         pub enum $name { $($variant),+ }
 
@@ -385,7 +385,7 @@ impl Step {
 pub const PRIORITY_AGING: Span = Span::from_secs(1);
 
 /// One entry of a job's history, as stored.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     /// Position in the job's history, from 1.
     pub seq: i64,

@@ -31,7 +31,7 @@ use crate::time::{Span, Timestamp};
 pub const MISFIRE_GRACE: Span = Span::from_secs(60);
 
 /// What to do when the schedule was not fired on time by more than [`MISFIRE_GRACE`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Misfire {
     /// Fire once for the whole missed window, then carry on from now.
@@ -44,7 +44,7 @@ pub enum Misfire {
 }
 
 /// Whether a firing may start while the previous job of the schedule is not finished.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     #[default]
@@ -53,7 +53,7 @@ pub enum Overlap {
 }
 
 /// `POST /v1/schedules` body.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     pub name: String,

@@ -10,7 +10,7 @@ use crate::backoff::{Backoff, Formula};
 use crate::time::{Span, Timestamp};
 
 /// A job as submitted. Unknown fields are rejected so typos never pass silently.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,7 +31,7 @@ pub struct JobSpec {
 }
 
 /// One step as submitted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepSpec {
     pub name: String,
@@ -57,7 +57,7 @@ pub struct StepSpec {
 
 /// How to undo a step. Runs as its own leased, fenced, retried unit of work; `timeout` and
 /// `backoff` default to the step's, `max_attempts` to 5 (0 = retry until it succeeds).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompensateSpec {
     pub agent: String,
@@ -70,7 +70,7 @@ pub struct CompensateSpec {
 }
 
 /// What a job does when one of its steps fails permanently.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnFailure {
     Compensate,

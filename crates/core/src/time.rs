@@ -185,6 +185,34 @@ impl<'de> Deserialize<'de> for Span {
     }
 }
 
+/// In the API a time is an RFC 3339 string in UTC.
+impl utoipa::PartialSchema for Timestamp {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .examples([serde_json::json!("2026-12-01T09:00:00Z")])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Timestamp {}
+
+/// In the API a duration is a string of numbers with units: `250ms`, `30s`, `5m`, `1h`, `7d`.
+impl utoipa::PartialSchema for Span {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"))
+            .examples([serde_json::json!("30s")])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Span {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

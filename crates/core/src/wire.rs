@@ -11,20 +11,20 @@ use crate::spec::{CompensateSpec, JobSpec};
 use crate::time::{Span, Timestamp};
 
 /// `POST /v1/jobs:batch` body.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     pub jobs: Vec<JobSpec>,
 }
 
 /// `POST /v1/jobs:batch` answer, jobs in request order.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchResponse {
     pub jobs: Vec<JobView>,
 }
 
 /// A job as the API shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobView {
     pub id: JobId,
     pub state: JobState,
@@ -50,7 +50,7 @@ pub struct JobView {
 }
 
 /// A step as the API shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StepView {
     pub name: String,
     pub agent: String,
@@ -132,20 +132,20 @@ impl From<&Job> for JobView {
 }
 
 /// `GET /v1/jobs` answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobList {
     pub jobs: Vec<JobView>,
     pub next_cursor: Option<String>,
 }
 
 /// `GET /v1/jobs/{id}/events` answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventList {
     pub events: Vec<Event>,
 }
 
 /// `POST /v1/agents/{agent}/leases` body.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
     pub worker: String,
@@ -156,13 +156,13 @@ pub struct LeaseRequest {
 }
 
 /// `POST /v1/agents/{agent}/leases` answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseResponse {
     pub leases: Vec<Lease>,
 }
 
 /// One lease: the right to run one attempt of one step until `complete_by`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Lease {
     pub lease_id: LeaseId,
     /// `work` for the step itself, `compensate` for undoing it.
@@ -192,7 +192,7 @@ pub struct Lease {
 }
 
 /// What a lease is for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseKind {
     #[default]
@@ -201,7 +201,7 @@ pub enum LeaseKind {
 }
 
 /// `POST /v1/jobs/{id}/steps/{name}/retry|skip` and `/v1/jobs/{id}/resume` body (optional).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OperatorRequest {
     /// Who acts, recorded in the job's history.
@@ -213,7 +213,7 @@ pub struct OperatorRequest {
 }
 
 /// `POST /v1/leases/{id}/heartbeat` body.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,7 +221,7 @@ pub struct HeartbeatRequest {
 }
 
 /// `POST /v1/leases/{id}/heartbeat` answer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HeartbeatResponse {
     pub complete_by: Timestamp,
     pub lease_ms: u64,
@@ -230,7 +230,7 @@ pub struct HeartbeatResponse {
 }
 
 /// `POST /v1/leases/{id}/complete` body.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -238,7 +238,7 @@ pub struct CompleteRequest {
 }
 
 /// `POST /v1/leases/{id}/fail` body.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailRequest {
     pub error: String,
@@ -253,7 +253,7 @@ fn yes() -> bool {
 /// `POST /v1/leases:report` body: the outcomes of many leases in one call (the SDK sends them
 /// this way when several attempts end at once). Each is fenced and applied exactly as its own
 /// `complete` or `fail` call would be.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportBatch {
     pub reports: Vec<LeaseOutcome>,
@@ -261,7 +261,7 @@ pub struct ReportBatch {
 
 /// One lease's outcome in a [`ReportBatch`]: `{"outcome": "complete", "lease_id", "result"}` or
 /// `{"outcome": "fail", "lease_id", "error", "retryable"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
 pub enum LeaseOutcome {
     Complete {
@@ -288,14 +288,14 @@ impl LeaseOutcome {
 }
 
 /// `POST /v1/leases:report` answer: one result per report, in the order sent.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReportBatchResponse {
     pub results: Vec<ReportResult>,
 }
 
 /// What became of one report: `status` is what its own `complete`/`fail` call would have
 /// answered (200, or the problem's status: 409 when the lease is no longer live, 404, 413…).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReportResult {
     pub lease_id: LeaseId,
     pub status: u16,
@@ -308,13 +308,13 @@ pub struct ReportResult {
 }
 
 /// `GET /v1/agents` answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AgentList {
     pub agents: Vec<AgentView>,
 }
 
 /// One agent name and what it is doing.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AgentView {
     pub agent: String,
     pub ready: u64,
@@ -324,14 +324,14 @@ pub struct AgentView {
     pub last_seen_at: Option<Timestamp>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerView {
     pub worker: String,
     pub last_seen_at: Timestamp,
 }
 
 /// An error answer, `application/problem+json`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Problem {
     /// Always `about:blank`: the problem is what the status says, and `code` tells which one.
     #[serde(rename = "type")]

@@ -4,7 +4,7 @@
 use axum::extract::{FromRequest, Path, RawQuery, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::get;
 use axum::{Json, Router};
 use overseer_core::machine::{admit, Reply};
 use overseer_core::schedule::{CronSchedule, ScheduleSpec};
@@ -12,8 +12,8 @@ use overseer_core::spec::{decode_bytes, JobSpec};
 use overseer_core::wire::{
     AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
     HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseOutcome,
-    LeaseRequest, LeaseResponse, OperatorRequest, ReportBatch, ReportBatchResponse, ReportResult,
-    WorkerView,
+    LeaseRequest, LeaseResponse, OperatorRequest, Problem, ReportBatch, ReportBatchResponse,
+    ReportResult, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{AgentSettings, Claim, JobQuery, LeaseReport, NewJob, Schedule, Submitted};
@@ -23,48 +23,104 @@ use serde_json::{json, Value};
 use crate::error::{ApiError, Result};
 use crate::App;
 
+/// The API's description, filled in from the handlers' annotations as they are routed.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Overseer",
+        description = "A durable job scheduler: jobs are DAGs of steps run by agents under fenced leases."
+    ),
+    components(schemas(Problem, JobState)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "jobs", description = "Submit, read, wait for and act on jobs"),
+        (name = "agents", description = "Take leases; per-agent limits and pauses"),
+        (name = "leases", description = "Heartbeat and report on leases held"),
+        (name = "schedules", description = "Cron schedules"),
+        (name = "tokens", description = "API tokens (admin)"),
+        (name = "operations", description = "Probes and metrics"),
+    )
+)]
+struct ApiDoc;
+
+/// Declares the bearer scheme every route but the probes and `/openapi.json` may require.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        doc.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+/// Every route with its documentation: `routes!` registers a handler and its `utoipa::path`
+/// together, so the served router and `/openapi.json` cannot disagree.
+fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi;
+    use utoipa_axum::router::OpenApiRouter;
+    use utoipa_axum::routes;
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(submit, list_jobs))
+        .routes(routes!(submit_batch))
+        .routes(routes!(get_job))
+        .routes(routes!(job_events))
+        .routes(routes!(wait_job))
+        .routes(routes!(cancel_job))
+        .routes(routes!(resume_job))
+        .routes(routes!(retry_step))
+        .routes(routes!(skip_step))
+        .routes(routes!(metrics))
+        .routes(routes!(list_agents))
+        .routes(routes!(take_leases))
+        .routes(routes!(put_limits, get_limits))
+        .routes(routes!(pause_agent))
+        .routes(routes!(resume_agent))
+        .routes(routes!(heartbeat))
+        .routes(routes!(complete))
+        .routes(routes!(fail))
+        .routes(routes!(report_batch))
+        .routes(routes!(list_schedules, create_schedule))
+        .routes(routes!(get_schedule, delete_schedule))
+        .routes(routes!(pause_schedule))
+        .routes(routes!(resume_schedule))
+        .routes(routes!(ordering_key))
+        .routes(routes!(crate::tokens::list, crate::tokens::create))
+        .routes(routes!(crate::tokens::revoke))
+        .split_for_parts()
+}
+
+/// The OpenAPI 3.1 document of every route, as `GET /openapi.json` serves it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    documented().1
+}
+
 pub fn router(app: App) -> Router {
     let body_limit = app.limits().body_bytes;
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/v1/jobs", post(submit).get(list_jobs))
-        .route("/v1/jobs:batch", post(submit_batch))
-        .route("/v1/jobs/{id}", get(get_job))
-        .route("/v1/jobs/{id}/events", get(job_events))
-        .route("/v1/jobs/{id}/wait", get(wait_job))
-        .route("/v1/jobs/{id}/cancel", post(cancel_job))
-        .route("/v1/jobs/{id}/resume", post(resume_job))
-        .route("/v1/jobs/{id}/steps/{name}/retry", post(retry_step))
-        .route("/v1/jobs/{id}/steps/{name}/skip", post(skip_step))
-        .route("/metrics", get(metrics))
-        .route("/v1/agents", get(list_agents))
-        .route("/v1/agents/{agent}/leases", post(take_leases))
-        .route("/v1/agents/{agent}/limits", put(put_limits).get(get_limits))
-        .route("/v1/agents/{agent}/pause", post(pause_agent))
-        .route("/v1/agents/{agent}/resume", post(resume_agent))
-        .route("/v1/leases/{lease_id}/heartbeat", post(heartbeat))
-        .route("/v1/leases/{lease_id}/complete", post(complete))
-        .route("/v1/leases/{lease_id}/fail", post(fail))
-        .route("/v1/leases:report", post(report_batch))
-        .route("/v1/schedules", get(list_schedules).post(create_schedule))
-        .route(
-            "/v1/schedules/{name}",
-            get(get_schedule).delete(delete_schedule),
-        )
-        .route("/v1/schedules/{name}/pause", post(pause_schedule))
-        .route("/v1/schedules/{name}/resume", post(resume_schedule))
-        .route("/v1/ordering-keys/{key}", get(ordering_key))
-        .route(
-            "/v1/tokens",
-            get(crate::tokens::list).post(crate::tokens::create),
-        )
-        .route("/v1/tokens/{name}", delete(crate::tokens::revoke))
+    let (routes, doc) = documented();
+    let doc = std::sync::Arc::new(doc);
+    routes
         // Every route (and only routes: an unknown path is a plain 404) is checked here.
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
             crate::auth::check,
         ))
+        .route(
+            "/openapi.json",
+            get(move || {
+                let doc = doc.clone();
+                async move { Json(doc.as_ref().clone()) }
+            }),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are read by `Body<T>` under this limit; the extra slack lets us answer 413
@@ -127,10 +183,12 @@ fn too_large_body(limit: usize) -> ApiError {
     )
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process answers", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "operations", responses((status = 200, description = "The store answers: `{status, node, leader}`", body = serde_json::Value), (status = 503, description = "Shutting down or the store is unreachable", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn readyz(State(app): State<App>) -> Response {
     match app.store().ping().await {
         Ok(()) if !app.shutdown().is_cancelled() => {
@@ -211,6 +269,7 @@ fn check_callback(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
     }
 }
 
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec, responses((status = 202, description = "Accepted and committed; `Location` names the job", body = JobView), (status = 200, description = "A job with this idempotency key and body already exists", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Response> {
     spec.validate_submitted(app.limits())?;
     check_callback(&app, &spec, "")?;
@@ -232,6 +291,7 @@ async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Res
     }
 }
 
+#[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest, responses((status = 202, description = "All committed, in request order", body = BatchResponse), (status = 200, description = "Every job already existed", body = BatchResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -> Result<Response> {
     let max = app.limits().jobs_per_batch;
     if batch.jobs.is_empty() {
@@ -280,11 +340,13 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
     Ok((status, Json(BatchResponse { jobs })).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
     let job = app.job(parse_job_id(&id)?).await?;
     Ok(Json(JobView::from(&job)))
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn job_events(State(app): State<App>, Path(id): Path<String>) -> Result<Json<EventList>> {
     let id = parse_job_id(&id)?;
     app.job(id).await?;
@@ -317,6 +379,7 @@ fn parse_span(field: &str, raw: &str, max: Span) -> Result<Span> {
 const LIST_LIMIT_DEFAULT: usize = 50;
 const LIST_LIMIT_MAX: usize = 500;
 
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("state" = Option<JobState>, Query, description = "Only jobs in this state"), ("label" = Option<String>, Query, description = "key:value; repeat to require several"), ("agent" = Option<String>, Query, description = "Only jobs with a step of this agent name"), ("since" = Option<String>, Query, description = "Created at or after (RFC 3339)"), ("until" = Option<String>, Query, description = "Created before (RFC 3339)"), ("id_prefix" = Option<String>, Query, description = "Ids starting with this (4+ characters)"), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50"), ("cursor" = Option<String>, Query, description = "A next_cursor from an earlier page")), responses((status = 200, description = "Newest first", body = JobList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn list_jobs(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Json<JobList>> {
     let mut query = JobQuery {
         limit: LIST_LIMIT_DEFAULT,
@@ -394,6 +457,7 @@ fn query_time(name: &str, value: &str) -> Result<overseer_core::Timestamp> {
         .map_err(|e| ApiError::bad_request(name, format!("{name}: {e}")))
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}/wait", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("timeout" = Option<String>, Query, description = "How long to wait, e.g. 30s (at most limits.wait_max)")), responses((status = 200, description = "The job, terminal or as it is when the timeout passed", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn wait_job(
     State(app): State<App>,
     Path(id): Path<String>,
@@ -433,6 +497,7 @@ async fn wait_job(
     }
 }
 
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
     let id = parse_job_id(&id)?;
     let t = app
@@ -446,6 +511,7 @@ async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Js
     Ok(Json(JobView::from(&t.job)))
 }
 
+#[utoipa::path(get, path = "/v1/agents", tag = "agents", responses((status = 200, description = "Each agent name with ready and running counts and workers", body = AgentList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn list_agents(State(app): State<App>) -> Result<Json<AgentList>> {
     let counts = app.store().agents_counts().await?;
     let mut names: Vec<String> = counts.iter().map(|c| c.agent.clone()).collect();
@@ -503,6 +569,7 @@ fn lease_of(claimed: &Transition, step: usize, now: overseer_core::Timestamp) ->
     })
 }
 
+#[utoipa::path(post, path = "/v1/agents/{agent}/leases", tag = "agents", params(("agent" = String, Path, description = "An agent name")), request_body = LeaseRequest, responses((status = 200, description = "Leases, possibly none when nothing came in time", body = LeaseResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn take_leases(
     State(app): State<App>,
     Path(agent): Path<String>,
@@ -637,6 +704,7 @@ fn report_refused(app: &App, name: &'static str, e: &overseer_store::Error) {
     app.metrics().report(name, outcome);
 }
 
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/heartbeat", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = Option<HeartbeatRequest>, responses((status = 200, description = "The lease extended; `cancel` says to stop", body = HeartbeatResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn heartbeat(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -674,6 +742,7 @@ fn report_answer(t: &Transition, lease_id: &str) -> Result<Json<Value>> {
     }
 }
 
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/complete", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = Option<CompleteRequest>, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn complete(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -721,6 +790,7 @@ fn check_result_size(app: &App, result: &Value, field: &str) -> Result<()> {
 /// checked, fenced and applied as its own `complete`/`fail` call would be, and answered in
 /// `results` with the status that call would have had; the call itself fails only when the
 /// request is malformed or the store cannot commit (then none of them was applied).
+#[utoipa::path(post, path = "/v1/leases:report", tag = "leases", request_body = ReportBatch, responses((status = 200, description = "One answer per report, in order", body = ReportBatchResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn report_batch(
     State(app): State<App>,
     Body(req): Body<ReportBatch>,
@@ -812,6 +882,7 @@ fn report_problem(lease_id: LeaseId, e: ApiError) -> ReportResult {
     }
 }
 
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/fail", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = FailRequest, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn fail(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -845,6 +916,7 @@ fn step_index(job: &Job, name: &str) -> Result<usize> {
         .ok_or_else(|| ApiError::not_found(format!("job {} has no step `{name}`", job.id)))
 }
 
+#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/retry", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("name" = String, Path, description = "A step name")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn retry_step(
     State(app): State<App>,
     Path((id, name)): Path<(String, String)>,
@@ -864,6 +936,7 @@ async fn retry_step(
     .await
 }
 
+#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/skip", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("name" = String, Path, description = "A step name")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn skip_step(
     State(app): State<App>,
     Path((id, name)): Path<(String, String)>,
@@ -883,6 +956,7 @@ async fn skip_step(
     .await
 }
 
+#[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "jobs", params(("id" = String, Path, description = "A job id")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_job(
     State(app): State<App>,
     Path(id): Path<String>,
@@ -900,6 +974,7 @@ async fn resume_job(
 }
 
 /// Prometheus text; store-wide gauges are read at scrape time.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text", body = String, content_type = "application/openmetrics-text"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn metrics(State(app): State<App>) -> Result<Response> {
     let m = app.metrics();
     let counts = app.store().agents_counts().await?;
@@ -939,7 +1014,7 @@ fn check_agent(app: &App, agent: &str) -> Result<()> {
 }
 
 /// `PUT /v1/agents/{agent}/limits` body.
-#[derive(serde::Deserialize, Default)]
+#[derive(serde::Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LimitsRequest {
     #[serde(default)]
@@ -952,12 +1027,14 @@ fn settings_view(agent: &str, s: &AgentSettings) -> Value {
     json!({ "agent": agent, "max_concurrency": s.max_concurrency, "rate": s.rate, "paused": s.paused })
 }
 
+#[utoipa::path(get, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn get_limits(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     check_agent(&app, &agent)?;
     let s = app.store().agent_settings_get(&agent).await?;
     Ok(Json(settings_view(&agent, &s)))
 }
 
+#[utoipa::path(put, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name")), request_body = LimitsRequest, responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn put_limits(
     State(app): State<App>,
     Path(agent): Path<String>,
@@ -1002,14 +1079,17 @@ async fn set_paused(app: &App, agent: &str, paused: bool) -> Result<Json<Value>>
     Ok(Json(settings_view(agent, &s)))
 }
 
+#[utoipa::path(post, path = "/v1/agents/{agent}/pause", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn pause_agent(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     set_paused(&app, &agent, true).await
 }
 
+#[utoipa::path(post, path = "/v1/agents/{agent}/resume", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_agent(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     set_paused(&app, &agent, false).await
 }
 
+#[utoipa::path(get, path = "/v1/ordering-keys/{key}", tag = "jobs", params(("key" = String, Path, description = "An ordering key")), responses((status = 200, description = "`{key, head, waiting}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn ordering_key(State(app): State<App>, Path(key): Path<String>) -> Result<Json<Value>> {
     let status = app.store().ordering_key_status(&key).await?;
     Ok(Json(json!({
@@ -1036,6 +1116,7 @@ fn schedule_view(s: &Schedule) -> Value {
     })
 }
 
+#[utoipa::path(post, path = "/v1/schedules", tag = "schedules", request_body = ScheduleSpec, responses((status = 201, description = "Created", body = serde_json::Value), (status = 200, description = "The same definition already exists", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn create_schedule(
     State(app): State<App>,
     Body(spec): Body<ScheduleSpec>,
@@ -1078,6 +1159,7 @@ async fn create_schedule(
     Ok(res)
 }
 
+#[utoipa::path(get, path = "/v1/schedules", tag = "schedules", responses((status = 200, description = "`{schedules: [...]}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn list_schedules(State(app): State<App>) -> Result<Json<Value>> {
     let all = app.store().schedules_list().await?;
     Ok(Json(
@@ -1092,10 +1174,12 @@ async fn find_schedule(app: &App, name: &str) -> Result<Schedule> {
         .ok_or_else(|| ApiError::not_found(format!("schedule `{name}` not found")))
 }
 
+#[utoipa::path(get, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn get_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     Ok(Json(schedule_view(&find_schedule(&app, &name).await?)))
 }
 
+#[utoipa::path(delete, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 204, description = "Deleted"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<StatusCode> {
     if app.store().schedule_delete(&name).await? {
         Ok(StatusCode::NO_CONTENT)
@@ -1104,6 +1188,7 @@ async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Re
     }
 }
 
+#[utoipa::path(post, path = "/v1/schedules/{name}/pause", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     find_schedule(&app, &name).await?;
     let s = app
@@ -1113,6 +1198,7 @@ async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Res
     Ok(Json(schedule_view(&s)))
 }
 
+#[utoipa::path(post, path = "/v1/schedules/{name}/resume", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     let s = find_schedule(&app, &name).await?;
     let cron = CronSchedule::parse(&s.spec.cron, &s.spec.timezone)?;

@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 use crate::api::Body;
 use crate::error::{ApiError, Result};
 use crate::App;
+#[allow(unused_imports)] // Named in the OpenAPI annotations.
+use overseer_core::wire::Problem;
 
 /// `POST /v1/tokens` body.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     pub name: String,
@@ -28,7 +30,7 @@ pub struct CreateToken {
 }
 
 /// A token as listed: never its secret or hash.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenView {
     pub name: String,
     pub scopes: Vec<String>,
@@ -110,6 +112,7 @@ pub fn make_token(
     Ok((record, secret))
 }
 
+#[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = CreateToken, responses((status = 201, description = "The token with its `secret`, shown this once", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 pub async fn create(State(app): State<App>, Body(req): Body<CreateToken>) -> Result<Response> {
     let (record, secret) = make_token(&req, app.now(), rand::random())?;
     app.store().token_create(record.clone()).await?;
@@ -119,12 +122,14 @@ pub async fn create(State(app): State<App>, Body(req): Body<CreateToken>) -> Res
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/tokens", tag = "tokens", responses((status = 200, description = "`{tokens: [...]}`, never secrets", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 pub async fn list(State(app): State<App>) -> Result<Json<serde_json::Value>> {
     let tokens = app.store().tokens_list().await?;
     let views: Vec<TokenView> = tokens.iter().map(TokenView::from).collect();
     Ok(Json(serde_json::json!({ "tokens": views })))
 }
 
+#[utoipa::path(delete, path = "/v1/tokens/{name}", tag = "tokens", params(("name" = String, Path, description = "A token name")), responses((status = 200, description = "`{name, revoked_at}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 pub async fn revoke(
     State(app): State<App>,
     Path(name): Path<String>,
