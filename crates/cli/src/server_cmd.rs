@@ -201,9 +201,17 @@ async fn bind_faktory(
         .await
         .with_context(|| format!("cannot listen on {addr} for Faktory clients"))?;
     tracing::info!(addr = %listener.local_addr()?, "speaking the Faktory work protocol");
+    // The HTTP listener's certificate serves Faktory clients too (`tcp+tls://`).
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(overseer_faktory::Tls(
+            overseer_server::listen::tls_acceptor(cert, key)?,
+        )),
+        _ => None,
+    };
     let settings = overseer_faktory::Config {
         password: config.faktory_password.clone().filter(|p| !p.is_empty()),
         allow_flush: config.faktory_allow_flush,
+        tls,
         ..overseer_faktory::Config::default()
     };
     Ok(Some((listener, settings)))

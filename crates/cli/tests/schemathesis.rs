@@ -15,6 +15,9 @@ fn the_api_keeps_its_documented_contract() {
         .expect("run scripts/schemathesis.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "schemathesis found problems (see above)");
+    assert!(
+        out.status.success(),
+        "schemathesis found problems (see above)"
+    );
     assert!(stdout.contains("Test cases"), "no summary: {stdout}");
 }

@@ -136,3 +136,80 @@ async fn long_polls_are_bounded_per_node() {
     }
     assert_eq!(poll("10ms").await.status().as_u16(), 200);
 }
+
+// Proves the Faktory listener speaks TLS with the same certificate (`tcp+tls://` in Faktory
+// clients): a client trusting the certificate shakes hands, gets `HI`, says `HELLO`, pushes a
+// job, and the job is there over HTTPS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faktory_over_tls() {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let faktory_port = free_port();
+    let faktory = format!("127.0.0.1:{faktory_port}");
+    let server = Server::start_with(
+        dir.path(),
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--faktory-listen",
+            &faktory,
+        ],
+    );
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&cert).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(&faktory).await.unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let tls = connector.connect(name, tcp).await.expect("TLS handshake");
+    let mut conn = BufReader::new(tls);
+    let mut line = String::new();
+    conn.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("+HI "), "{line}");
+    conn.get_mut()
+        .write_all(b"HELLO {\"v\":2}\r\n")
+        .await
+        .unwrap();
+    line.clear();
+    conn.read_line(&mut line).await.unwrap();
+    assert_eq!(line, "+OK\r\n");
+    let push = r#"PUSH {"jid":"tls-jid-000001","jobtype":"add","args":[1,2],"queue":"math"}"#;
+    conn.get_mut()
+        .write_all(format!("{push}\r\n").as_bytes())
+        .await
+        .unwrap();
+    line.clear();
+    conn.read_line(&mut line).await.unwrap();
+    assert_eq!(line, "+OK\r\n");
+    let https = server.url.replace("http://", "https://");
+    let out = std::process::Command::new(BIN)
+        .args([
+            "jobs",
+            "--label",
+            "faktory_jid:tls-jid-000001",
+            "--output",
+            "json",
+        ])
+        .args(["--server", &https, "--ca-cert", &cert])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && listed.contains("tls-jid-000001"),
+        "{listed}"
+    );
+}

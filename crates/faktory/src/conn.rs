@@ -11,8 +11,6 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::io::{BufReader, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::TcpStream;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
@@ -68,9 +66,12 @@ fn same_secret(a: &str, b: &str) -> bool {
 }
 
 impl Connection {
-    pub async fn run(fk: Faktory, stream: TcpStream) -> std::io::Result<()> {
-        let _ = stream.set_nodelay(true);
-        let (rd, wr) = stream.into_split();
+    /// Serves one client connection, plain TCP or TLS, until it closes.
+    pub async fn run<S>(fk: Faktory, stream: S) -> std::io::Result<()>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (rd, wr) = tokio::io::split(stream);
         let mut reader = BufReader::new(rd);
         let mut writer = BufWriter::new(wr);
         let (iterations, salt) = {
@@ -133,12 +134,16 @@ impl Connection {
         result
     }
 
-    async fn serve(
+    async fn serve<R, W>(
         &self,
-        reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
-        writer: &mut BufWriter<OwnedWriteHalf>,
+        reader: &mut BufReader<R>,
+        writer: &mut BufWriter<W>,
         max: usize,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<()>
+    where
+        R: tokio::io::AsyncRead + Unpin,
+        W: tokio::io::AsyncWrite + Unpin,
+    {
         resp::write(writer, &Reply::Ok).await?;
         let shutdown = self.fk.app().shutdown().clone();
         loop {

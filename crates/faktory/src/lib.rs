@@ -72,12 +72,25 @@ pub struct Config {
     /// Connections open at once at most; more are closed as they arrive, so idle connections
     /// cannot exhaust the node.
     pub max_connections: usize,
+    /// With an acceptor, clients speak TLS (`tcp+tls://` in Faktory client libraries).
+    pub tls: Option<Tls>,
+}
+
+/// The listener's TLS acceptor (its certificate and key are never printed).
+#[derive(Clone)]
+pub struct Tls(pub overseer_server::listen::TlsAcceptor);
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls(<certificate>)")
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             max_connections: 10_000,
+            tls: None,
             password: None,
             allow_flush: false,
             beat_grace: Duration::from_secs(60),
@@ -224,10 +237,11 @@ impl Faktory {
                             continue;
                         };
                         let me = self.clone();
+                        let _ = stream.set_nodelay(true);
                         tokio::spawn(async move {
                             let _slot = slot;
                             me.inner.connections.fetch_add(1, Ordering::Relaxed);
-                            if let Err(e) = conn::Connection::run(me.clone(), stream).await {
+                            if let Err(e) = me.serve_stream(stream).await {
                                 tracing::debug!(%peer, error = %e, "faktory connection ended");
                             }
                             me.inner.connections.fetch_sub(1, Ordering::Relaxed);
@@ -238,6 +252,21 @@ impl Faktory {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 },
+            }
+        }
+    }
+
+    /// One connection, through a TLS handshake first when the listener has a certificate.
+    async fn serve_stream(&self, stream: tokio::net::TcpStream) -> std::io::Result<()> {
+        match &self.inner.config.tls {
+            None => conn::Connection::run(self.clone(), stream).await,
+            Some(Tls(acceptor)) => {
+                let handshake = acceptor.accept(stream);
+                match tokio::time::timeout(Duration::from_secs(10), handshake).await {
+                    Ok(Ok(tls)) => conn::Connection::run(self.clone(), tls).await,
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Ok(()),
+                }
             }
         }
     }

@@ -18,7 +18,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::rustls::ServerConfig;
-use tokio_rustls::TlsAcceptor;
+pub use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 /// How long a client has to finish its TLS handshake.
