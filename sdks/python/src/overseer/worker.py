@@ -33,7 +33,7 @@ BACKOFF_MAX = 5.0
 
 
 class _Slots:
-    """The worker's `concurrency`, shared by every agent name's poll loop."""
+    """One agent name's `concurrency`: its poll loop asks for as many leases as are free."""
 
     def __init__(self, n: int) -> None:
         self.free = n
@@ -57,7 +57,8 @@ class Worker:
     """Registers handlers per agent name and runs them.
 
     `server` is one URL or several (failed over in turn); `concurrency` is the number of
-    attempts running at once across all agent names. Plain `def` handlers run in a thread
+    attempts of each agent name running at once (each name has its own long-poll loop and
+    its own slots, so an idle name never holds back a busy one). Plain `def` handlers run in a thread
     pool; `async def` handlers run on the worker's event loop."""
 
     def __init__(
@@ -146,14 +147,16 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._loop.add_signal_handler(sig, self._on_signal)
+        # Room beyond the slots for sync handlers still running after being dropped.
         pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.concurrency * 2, thread_name_prefix="overseer-handler"
+            max_workers=2 * self.concurrency * len(self.handlers), thread_name_prefix="overseer-handler"
         )
         client = AsyncClient(self.servers, self.token, transport=self.transport)
         self._reporter = Reporter(client)
-        slots = _Slots(self.concurrency)
         try:
-            polls = [self._poll(client, pool, slots, agent) for agent in self.handlers]
+            polls = [
+                self._poll(client, pool, _Slots(self.concurrency), agent) for agent in self.handlers
+            ]
             await asyncio.gather(*polls)
             while self._attempts:
                 await asyncio.gather(*list(self._attempts), return_exceptions=True)
