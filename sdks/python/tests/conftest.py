@@ -33,13 +33,23 @@ class Server:
         if not binary:
             pytest.fail("set OVERSEER_BIN to the overseer binary (scripts/test-sdk-python.sh does)")
         self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = open(tmp / "server.log", "wb")
-        self.proc = subprocess.Popen(
-            [binary, "server", "--db", f"sqlite://{tmp}/overseer.db", "--listen", self.url[7:]],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
+        self.log = open(tmp / "server.log", "ab")
+        self.argv = [binary, "server", "--db", f"sqlite://{tmp}/overseer.db", "--listen", self.url[7:]]
+        self.proc = self._spawn()
+
+    def _spawn(self) -> "subprocess.Popen[bytes]":
+        proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = proc
         self._wait_ready()
+        return proc
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def start_again(self) -> None:
+        """The same server (port, database) started anew after `kill`."""
+        self._spawn()
 
     def _wait_ready(self) -> None:
         end = time.monotonic() + 30
@@ -55,8 +65,7 @@ class Server:
         raise RuntimeError("overseer server not ready within 30 s")
 
     def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
+        self.kill()
         self.log.close()
 
 

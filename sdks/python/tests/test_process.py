@@ -99,3 +99,22 @@ def test_worker_fails_over_to_the_next_server(server: Any, client: Client) -> No
     with running(worker):
         job = client.wait(client.submit({"steps": [{"name": "s", "agent": "any"}]})["id"], timeout=30)
     assert job["state"] == "succeeded", job
+
+
+def test_worker_reconnects_after_server_restart(server: Any, client: Client) -> None:
+    # Proves a worker rides out its server going away: the server is killed while the worker
+    # long-polls and started again on the same port and database; the worker keeps retrying
+    # with backoff and works a job submitted after the restart.
+    worker = Worker(server.url, poll_wait=1.0)
+
+    @worker.handler("any")
+    async def any_step(ctx: Context) -> Any:
+        return {"attempt": ctx.attempt}
+
+    with running(worker):
+        first = client.submit({"steps": [{"name": "s", "agent": "any"}]})["id"]
+        assert client.wait(first, timeout=30)["state"] == "succeeded"
+        server.kill()
+        server.start_again()
+        job = client.wait(client.submit({"steps": [{"name": "s", "agent": "any"}]})["id"], timeout=30)
+    assert job["state"] == "succeeded", job

@@ -228,3 +228,24 @@ def test_reports_are_batched_under_load(server: Any, client: Client) -> None:
     in_batches = [x["lease_id"] for r in batched for x in r["body"]["reports"]]
     assert len(in_batches) == len(set(in_batches)) and not leases & set(in_batches)
     assert len(leases) + len(in_batches) == 300
+
+
+def test_context_heartbeat_sends_progress(server: Any, client: Client) -> None:
+    # Proves ctx.heartbeat(progress=...) from a sync handler sends a heartbeat at once (long
+    # before the periodic one, the step's timeout being 30 s) carrying the progress.
+    recorder = Recorder()
+    worker = Worker(server.url, transport=recorder)
+
+    def beats() -> List[Any]:
+        with recorder.lock:
+            return [r["body"] for r in recorder.sent if r["path"].endswith("/heartbeat")]
+
+    @worker.handler("progress")
+    def work(ctx: Context) -> Any:
+        ctx.heartbeat(progress={"pct": 50})
+        wait_until("the progress heartbeat", lambda: {"progress": {"pct": 50}} in beats(), 10)
+        return "done"
+
+    with running(worker):
+        job = client.wait(client.submit({"steps": [{"name": "s", "agent": "progress"}]})["id"], timeout=30)
+    assert job["state"] == "succeeded", job
