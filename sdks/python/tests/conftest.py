@@ -34,7 +34,14 @@ class Server:
             pytest.fail("set OVERSEER_BIN to the overseer binary (scripts/test-sdk-python.sh does)")
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = open(tmp / "server.log", "ab")
-        self.argv = [binary, "server", "--db", f"sqlite://{tmp}/overseer.db", "--listen", self.url[7:]]
+        self.argv = [
+            binary,
+            "server",
+            "--db",
+            f"sqlite://{tmp}/overseer.db",
+            "--listen",
+            self.url[7:],
+        ]
         self.proc = self._spawn()
 
     def _spawn(self) -> "subprocess.Popen[bytes]":
@@ -100,7 +107,9 @@ class Recorder(httpx.AsyncBaseTransport):
         if path.endswith("/heartbeat") and path.split("/")[3] in self.cut_heartbeats:
             raise httpx.ConnectError("partitioned by the test", request=request)
         with self.lock:
-            self.sent.append({"method": request.method, "path": path, "body": body, "at": time.monotonic()})
+            self.sent.append(
+                {"method": request.method, "path": path, "body": body, "at": time.monotonic()}
+            )
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -165,4 +174,3 @@ def load_example(name: str) -> Dict[str, Any]:
     with open(REPO / "examples" / name) as f:
         spec: Dict[str, Any] = json.load(f)
     return spec
-

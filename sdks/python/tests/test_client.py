@@ -8,7 +8,6 @@ from typing import Any, Dict, List
 
 import httpx
 import pytest
-
 from conftest import running, step
 
 from overseer import ApiError, AsyncClient, Client, ConflictError, NotFoundError, Worker
@@ -20,7 +19,9 @@ def test_errors_carry_problem_fields(client: Client) -> None:
     # Proves errors are exceptions with the server's problem+json fields: a bad spec names the
     # field at fault, an unknown job is NotFoundError, a reused idempotency key with another
     # body and a cancel of a finished job are ConflictError.
-    bad = {"steps": [{"name": "a", "agent": "x"}, {"name": "b", "agent": "x", "depends_on": ["zz"]}]}
+    bad = {
+        "steps": [{"name": "a", "agent": "x"}, {"name": "b", "agent": "x", "depends_on": ["zz"]}]
+    }
     with pytest.raises(ApiError) as e:
         client.submit(bad)
     assert e.value.status in (400, 422) and e.value.field == "steps[1].depends_on[0]", vars(e.value)

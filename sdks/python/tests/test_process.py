@@ -16,9 +16,7 @@ PROC = str(Path(__file__).with_name("worker_proc.py"))
 
 
 def start_proc(url: str, mode: str) -> "subprocess.Popen[str]":
-    return subprocess.Popen(
-        [sys.executable, PROC, url, mode], stdout=subprocess.PIPE, text=True
-    )
+    return subprocess.Popen([sys.executable, PROC, url, mode], stdout=subprocess.PIPE, text=True)
 
 
 def read_until(proc: "subprocess.Popen[str]", prefix: str) -> None:
@@ -33,8 +31,16 @@ def read_until(proc: "subprocess.Popen[str]", prefix: str) -> None:
 def test_killed_worker_step_is_released_and_done_by_another(server: Any, client: Client) -> None:
     # Proves a worker killed with SIGKILL mid-step loses nothing: once the step's timeout
     # passes, the server re-leases it (attempt 2) to another worker, which completes it.
-    spec = {"steps": [{"name": "s", "agent": "victim", "timeout": "1s",
-                       "backoff": {"initial": "50ms", "max": "50ms"}}]}
+    spec = {
+        "steps": [
+            {
+                "name": "s",
+                "agent": "victim",
+                "timeout": "1s",
+                "backoff": {"initial": "50ms", "max": "50ms"},
+            }
+        ]
+    }
     job_id = client.submit(spec)["id"]
     proc = start_proc(server.url, "hang")
     read_until(proc, "started")
@@ -97,7 +103,9 @@ def test_worker_fails_over_to_the_next_server(server: Any, client: Client) -> No
         return "ok"
 
     with running(worker):
-        job = client.wait(client.submit({"steps": [{"name": "s", "agent": "any"}]})["id"], timeout=30)
+        job = client.wait(
+            client.submit({"steps": [{"name": "s", "agent": "any"}]})["id"], timeout=30
+        )
     assert job["state"] == "succeeded", job
 
 
@@ -116,5 +124,7 @@ def test_worker_reconnects_after_server_restart(server: Any, client: Client) -> 
         assert client.wait(first, timeout=30)["state"] == "succeeded"
         server.kill()
         server.start_again()
-        job = client.wait(client.submit({"steps": [{"name": "s", "agent": "any"}]})["id"], timeout=30)
+        job = client.wait(
+            client.submit({"steps": [{"name": "s", "agent": "any"}]})["id"], timeout=30
+        )
     assert job["state"] == "succeeded", job

@@ -61,7 +61,9 @@ def test_retryable_error_then_success(server: Any, client: Client) -> None:
             raise KeyError("boom")
         return {"ok": ctx.attempt}
 
-    spec = {"steps": [{"name": "s", "agent": "flaky", "backoff": {"initial": "50ms", "max": "50ms"}}]}
+    spec = {
+        "steps": [{"name": "s", "agent": "flaky", "backoff": {"initial": "50ms", "max": "50ms"}}]
+    }
     with running(worker):
         job = client.wait(client.submit(spec)["id"], timeout=30)
     assert job["state"] == "succeeded", job
@@ -93,11 +95,16 @@ def test_fatal_error_fails_job_and_compensates(server: Any, client: Client) -> N
         undone.append(ctx)
         return {"released": True}
 
-    spec = {"steps": [
-        {"name": "reserve", "agent": "billing",
-         "compensate": {"agent": "billing-undo", "payload": {"why": "rollback"}}},
-        {"name": "charge", "agent": "charge", "depends_on": ["reserve"]},
-    ]}
+    spec = {
+        "steps": [
+            {
+                "name": "reserve",
+                "agent": "billing",
+                "compensate": {"agent": "billing-undo", "payload": {"why": "rollback"}},
+            },
+            {"name": "charge", "agent": "charge", "depends_on": ["reserve"]},
+        ]
+    }
     with running(worker):
         job = client.wait(client.submit(spec)["id"], timeout=30)
     assert job["state"] == "failed", job
@@ -145,10 +152,12 @@ def test_handler_past_deadline_never_reports(server: Any, client: Client) -> Non
         return {"attempt": ctx.attempt}
 
     back = {"initial": "50ms", "max": "50ms"}
-    spec = {"steps": [
-        {"name": "a", "agent": "slow-async", "timeout": "1s", "backoff": back},
-        {"name": "s", "agent": "slow-sync", "timeout": "1s", "backoff": back},
-    ]}
+    spec = {
+        "steps": [
+            {"name": "a", "agent": "slow-async", "timeout": "1s", "backoff": back},
+            {"name": "s", "agent": "slow-sync", "timeout": "1s", "backoff": back},
+        ]
+    }
     with running(worker):
         job = client.wait(client.submit(spec)["id"], timeout=30)
         assert async_cancelled.wait(5) and sync_returned.wait(5)
@@ -187,10 +196,12 @@ def test_cancel_via_heartbeat_stops_handlers(server: Any, client: Client) -> Non
         assert ctx.cancel_event.wait(60)
         return {"finished": "anyway"}
 
-    spec = {"steps": [
-        {"name": "a", "agent": "wait-async", "timeout": "900ms"},
-        {"name": "s", "agent": "wait-sync", "timeout": "900ms"},
-    ]}
+    spec = {
+        "steps": [
+            {"name": "a", "agent": "wait-async", "timeout": "900ms"},
+            {"name": "s", "agent": "wait-sync", "timeout": "900ms"},
+        ]
+    }
     with running(worker):
         job_id = client.submit(spec)["id"]
         started.wait()
@@ -215,8 +226,10 @@ def test_reports_are_batched_under_load(server: Any, client: Client) -> None:
     async def quick(ctx: Context) -> Any:
         return ctx.payload["n"]
 
-    specs = [{"labels": {"load": "yes"}, "steps": [{"name": "s", "agent": "quick", "payload": {"n": i}}]}
-             for i in range(300)]
+    specs = [
+        {"labels": {"load": "yes"}, "steps": [{"name": "s", "agent": "quick", "payload": {"n": i}}]}
+        for i in range(300)
+    ]
     with running(worker):
         jobs = client.submit_batch(specs)
         for job in jobs:
@@ -247,5 +260,7 @@ def test_context_heartbeat_sends_progress(server: Any, client: Client) -> None:
         return "done"
 
     with running(worker):
-        job = client.wait(client.submit({"steps": [{"name": "s", "agent": "progress"}]})["id"], timeout=30)
+        job = client.wait(
+            client.submit({"steps": [{"name": "s", "agent": "progress"}]})["id"], timeout=30
+        )
     assert job["state"] == "succeeded", job

@@ -130,8 +130,10 @@ class Attempt:
                 now = self.loop.time()
                 if now >= self.deadline:
                     log.warning(
-                        "%s/%s attempt %s: local deadline passed; dropping the handler, reporting nothing",
-                        self.ctx.job_id, self.ctx.step, self.ctx.attempt,
+                        "%s/%s attempt %s: deadline passed; handler dropped, nothing reported",
+                        self.ctx.job_id,
+                        self.ctx.step,
+                        self.ctx.attempt,
                     )
                     return None
                 done, beat, beat_at = await self._wait_round(work, beat, beat_at, now)
@@ -144,7 +146,11 @@ class Attempt:
                         return None
                     beat = None
                     if answer is not None and answer.get("cancel"):
-                        log.info("%s/%s: the job is being cancelled; stopping the handler", self.ctx.job_id, self.ctx.step)
+                        log.info(
+                            "%s/%s: the job is being cancelled; stopping the handler",
+                            self.ctx.job_id,
+                            self.ctx.step,
+                        )
                         return CANCELLED
                     beat_at = next_beat(self.loop.time(), self.deadline, self.interval)
         finally:
@@ -172,7 +178,9 @@ class Attempt:
             waits.add(ask)
             until = min(self.deadline, beat_at)
         try:
-            done, _ = await asyncio.wait(waits, timeout=max(0.0, until - now), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                waits, timeout=max(0.0, until - now), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             if ask is not None:
                 ask.cancel()

@@ -113,7 +113,9 @@ class Reporter:
         live = []
         for p in batch:
             if self.abandoned.is_set() or p.deadline <= now:
-                log.warning("lease %s: local deadline passed before reporting; nothing sent", p.lease_id)
+                log.warning(
+                    "lease %s: local deadline passed before reporting; nothing sent", p.lease_id
+                )
                 _settle(p, None)
             else:
                 live.append(p)
@@ -169,16 +171,26 @@ async def send_one(
             await asyncio.wait_for(call, left)
             return
         except asyncio.TimeoutError:
-            log.warning("lease %s: no answer to the report before the deadline; not resent", lease_id)
+            log.warning(
+                "lease %s: no answer to the report before the deadline; not resent", lease_id
+            )
             return
         except ConflictError as e:
-            log.info("lease %s: report refused (409), the lease is no longer ours: %s", lease_id, e.detail)
+            log.info(
+                "lease %s: report refused (409), the lease is no longer ours: %s",
+                lease_id,
+                e.detail,
+            )
             return
         except Exception as e:
             if _transient(e) and tries < TRIES:
                 await asyncio.sleep((0.1 * 2**tries) * random.uniform(0.5, 1.0))
                 continue
-            if isinstance(e, ApiError) and report.outcome == "complete" and e.status in (400, 413, 422):
+            if (
+                isinstance(e, ApiError)
+                and report.outcome == "complete"
+                and e.status in (400, 413, 422)
+            ):
                 # The server refuses the result itself; every attempt would do the same.
                 detail = f"the server refused the step's result: {e.detail}"
                 report, tries = Report("fail", error=detail, retryable=False), 0

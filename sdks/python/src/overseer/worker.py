@@ -14,13 +14,13 @@ import os
 import random
 import signal
 import socket
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Union
+from typing import Any, Awaitable, Callable, Dict, Optional, Set
 
 import httpx
 
 from . import _http as h
-from .client import AsyncClient
 from .attempt import Attempt
+from .client import AsyncClient
 from .context import Context
 from .errors import ApiError, TransportError
 from .reports import Reporter
@@ -58,8 +58,8 @@ class Worker:
 
     `server` is one URL or several (failed over in turn); `concurrency` is the number of
     attempts of each agent name running at once (each name has its own long-poll loop and
-    its own slots, so an idle name never holds back a busy one). Plain `def` handlers run in a thread
-    pool; `async def` handlers run on the worker's event loop."""
+    its own slots, so an idle name never holds back a busy one). Plain `def` handlers run in a
+    thread pool; `async def` handlers run on the worker's event loop."""
 
     def __init__(
         self,
@@ -149,7 +149,8 @@ class Worker:
                 self._loop.add_signal_handler(sig, self._on_signal)
         # Room beyond the slots for sync handlers still running after being dropped.
         pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=2 * self.concurrency * len(self.handlers), thread_name_prefix="overseer-handler"
+            max_workers=2 * self.concurrency * len(self.handlers),
+            thread_name_prefix="overseer-handler",
         )
         client = AsyncClient(self.servers, self.token, transport=self.transport)
         self._reporter = Reporter(client)
@@ -196,7 +197,9 @@ class Worker:
                 # Unreachable or overloaded: back off (jittered) and try the next server.
                 if isinstance(e, TransportError):
                     client.rotate()
-                log.warning("agent %s: cannot take leases (%s); retrying in %.1fs", agent, e, backoff)
+                log.warning(
+                    "agent %s: cannot take leases (%s); retrying in %.1fs", agent, e, backoff
+                )
                 await self._until_stopped(asyncio.sleep(backoff * random.uniform(0.5, 1.0)))
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
@@ -230,7 +233,9 @@ class Worker:
         sent_at: float,
     ) -> None:
         assert self._reporter is not None
-        attempt = Attempt(client, self._reporter, pool, self.handlers[lease["agent"]], lease, sent_at)
+        attempt = Attempt(
+            client, self._reporter, pool, self.handlers[lease["agent"]], lease, sent_at
+        )
         self._contexts.add(attempt.ctx)
 
         async def run() -> None:
@@ -247,4 +252,3 @@ class Worker:
         task = asyncio.get_running_loop().create_task(run())
         self._attempts.add(task)
         task.add_done_callback(self._attempts.discard)
-
