@@ -142,6 +142,7 @@ class Worker:
             raise ValueError("no handler registered")
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._signals = 0
         if self._stop_requested:
             self._stopping.set()
         if install_signals:
@@ -169,6 +170,7 @@ class Worker:
             await client.aclose()
             # Threads of abandoned sync handlers are not waited for.
             pool.shutdown(wait=False)
+            self._stop_requested = False
 
     async def _poll(
         self,
