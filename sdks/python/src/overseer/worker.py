@@ -1,0 +1,256 @@
+"""`Worker`: runs handlers for the steps of one or more agent names.
+
+Each agent name has a long-poll loop; each lease runs as an attempt with its heartbeats, its
+local deadline and its report. The deadline is counted on the monotonic clock from the moment
+the lease request was *sent*, a little short of `lease_ms`, so this process always gives up
+before the server could hand the step to someone else, whatever the wall clocks say."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import random
+import signal
+import socket
+from typing import Any, Awaitable, Callable, Dict, Optional, Set
+
+import httpx
+
+from . import _http as h
+from .attempt import Attempt
+from .client import AsyncClient
+from .context import Context
+from .errors import ApiError, TransportError
+from .reports import Reporter
+
+log = logging.getLogger("overseer.worker")
+
+Handler = Callable[[Context], Any]
+LEASES_PER_CALL = 100
+BACKOFF_MAX = 5.0
+
+
+class _Slots:
+    """One agent name's `concurrency`: its poll loop asks for as many leases as are free."""
+
+    def __init__(self, n: int) -> None:
+        self.free = n
+        self._changed = asyncio.Condition()
+
+    async def take_some(self, most: int) -> int:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.free > 0)
+            n = min(self.free, most)
+            self.free -= n
+            return n
+
+    async def give(self, n: int) -> None:
+        if n:
+            async with self._changed:
+                self.free += n
+                self._changed.notify_all()
+
+
+class Worker:
+    """Registers handlers per agent name and runs them.
+
+    `server` is one URL or several (failed over in turn); `concurrency` is the number of
+    attempts of each agent name running at once (each name has its own long-poll loop and
+    its own slots, so an idle name never holds back a busy one). Plain `def` handlers run in a
+    thread pool; `async def` handlers run on the worker's event loop."""
+
+    def __init__(
+        self,
+        server: h.Servers = None,
+        token: Optional[str] = None,
+        worker_id: Optional[str] = None,
+        concurrency: int = 4,
+        poll_wait: float = 20.0,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.servers = h.resolve_servers(server)
+        self.token = token
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-py"
+        self.concurrency = concurrency
+        self.poll_wait = poll_wait
+        self.transport = transport
+        self.handlers: Dict[str, Handler] = {}
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._stopping: Optional[asyncio.Event] = None
+        self._attempts: Set["asyncio.Task[None]"] = set()
+        self._contexts: Set[Context] = set()
+        self._reporter: Optional[Reporter] = None
+        self._signals = 0
+        self._stop_requested = False
+
+    def handler(self, agent: str) -> Callable[[Handler], Handler]:
+        """Decorator: `@worker.handler("dns")` runs the function for steps of agent `dns`."""
+
+        def register(fn: Handler) -> Handler:
+            self.handlers[agent] = fn
+            return fn
+
+        return register
+
+    def run(self, install_signals: bool = True) -> None:
+        """Runs until stopped: SIGINT/SIGTERM (or `stop()`) stops taking work and lets the
+        running attempts finish and report; a second signal (or `abandon()`) drops them."""
+        asyncio.run(self.run_async(install_signals))
+
+    def stop(self) -> None:
+        """Graceful stop; safe from any thread, also before the worker has started."""
+        self._stop_requested = True
+        self._call_in_loop(self._begin_stop)
+
+    def abandon(self) -> None:
+        """Drops every running attempt without reporting (their leases will expire)."""
+        self._call_in_loop(self._abandon)
+
+    def _call_in_loop(self, fn: Callable[[], None]) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(fn)
+
+    def _on_signal(self) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("stopping: finishing the running attempts (signal again to abandon them)")
+            self._begin_stop()
+        else:
+            log.warning("abandoning the running attempts")
+            self._abandon()
+
+    def _begin_stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    def _abandon(self) -> None:
+        self._begin_stop()
+        if self._reporter is not None:
+            self._reporter.abandoned.set()
+        for ctx in list(self._contexts):
+            ctx._cancel()
+        for task in list(self._attempts):
+            task.cancel()
+
+    async def run_async(self, install_signals: bool = False) -> None:
+        """The worker on the running event loop, until `stop()` and the attempts are done."""
+        if not self.handlers:
+            raise ValueError("no handler registered")
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._signals = 0
+        if self._stop_requested:
+            self._stopping.set()
+        if install_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._loop.add_signal_handler(sig, self._on_signal)
+        # Room beyond the slots for sync handlers still running after being dropped.
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2 * self.concurrency * len(self.handlers),
+            thread_name_prefix="overseer-handler",
+        )
+        client = AsyncClient(self.servers, self.token, transport=self.transport)
+        self._reporter = Reporter(client)
+        try:
+            polls = [
+                self._poll(client, pool, _Slots(self.concurrency), agent) for agent in self.handlers
+            ]
+            await asyncio.gather(*polls)
+            while self._attempts:
+                await asyncio.gather(*list(self._attempts), return_exceptions=True)
+        finally:
+            if install_signals:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    self._loop.remove_signal_handler(sig)
+            await self._reporter.close()
+            await client.aclose()
+            # Threads of abandoned sync handlers are not waited for.
+            pool.shutdown(wait=False)
+            self._stop_requested = False
+
+    async def _poll(
+        self,
+        client: AsyncClient,
+        pool: concurrent.futures.Executor,
+        slots: _Slots,
+        agent: str,
+    ) -> None:
+        """One agent name's long-poll loop: takes as many leases as there are free slots."""
+        assert self._stopping is not None
+        loop = asyncio.get_running_loop()
+        backoff = 0.1
+        while not self._stopping.is_set():
+            n = await self._until_stopped(slots.take_some(LEASES_PER_CALL))
+            if n is None:
+                return
+            sent_at = loop.time()
+            try:
+                leases = await self._until_stopped(
+                    client.take_leases(agent, self.worker_id, n, self.poll_wait)
+                )
+            except (TransportError, ApiError) as e:
+                await slots.give(n)
+                if isinstance(e, ApiError) and e.status < 500 and e.status != 429:
+                    log.error("agent %s: lease request refused: %s", agent, e)
+                # Unreachable or overloaded: back off (jittered) and try the next server.
+                if isinstance(e, TransportError):
+                    client.rotate()
+                log.warning(
+                    "agent %s: cannot take leases (%s); retrying in %.1fs", agent, e, backoff
+                )
+                await self._until_stopped(asyncio.sleep(backoff * random.uniform(0.5, 1.0)))
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            if leases is None:
+                await slots.give(n)
+                return
+            backoff = 0.1
+            await slots.give(n - len(leases))
+            for lease in leases:
+                self._start_attempt(client, pool, slots, lease, sent_at)
+
+    async def _until_stopped(self, aw: Awaitable[Any]) -> Any:
+        """`aw`'s value, or None once the worker is stopping (then `aw` is cancelled)."""
+        assert self._stopping is not None
+        work = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        done, _ = await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if work in done:
+            return work.result()
+        work.cancel()
+        # A lease request cancelled this way may have been granted: that attempt expires.
+        return None
+
+    def _start_attempt(
+        self,
+        client: AsyncClient,
+        pool: concurrent.futures.Executor,
+        slots: _Slots,
+        lease: Dict[str, Any],
+        sent_at: float,
+    ) -> None:
+        assert self._reporter is not None
+        attempt = Attempt(
+            client, self._reporter, pool, self.handlers[lease["agent"]], lease, sent_at
+        )
+        self._contexts.add(attempt.ctx)
+
+        async def run() -> None:
+            try:
+                await attempt.run()
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("attempt %s/%s crashed", lease["job_id"], lease["step"])
+            finally:
+                self._contexts.discard(attempt.ctx)
+                await slots.give(1)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._attempts.add(task)
+        task.add_done_callback(self._attempts.discard)

@@ -1,0 +1,266 @@
+"""The worker against a real server: DAGs, retries, compensation, deadlines, cancels, batches."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Dict, List
+
+from conftest import Recorder, load_example, running, step, wait_until
+
+from overseer import Client, Context, FatalError, RetryableError, Worker
+
+
+def test_walkthrough_job_runs_on_python_workers(server: Any, client: Client) -> None:
+    # Proves the README walkthrough's job runs entirely on Python handlers: the two middle
+    # steps run at the same time (a barrier only both can pass), each step gets its
+    # dependencies' results as inputs, and sync and async handlers both work.
+    both_middle = threading.Barrier(2, timeout=10)
+    worker = Worker(server.url, concurrency=4)
+
+    @worker.handler("accounts")
+    async def accounts(ctx: Context) -> Dict[str, Any]:
+        return {"account_id": "acc-" + ctx.payload["customer"], "key": ctx.idempotency_key}
+
+    @worker.handler("dns")
+    def dns(ctx: Context) -> Dict[str, Any]:
+        both_middle.wait()
+        return {"records": ["A"], "for": ctx.inputs["create-account"]["account_id"]}
+
+    @worker.handler("storage")
+    def storage(ctx: Context) -> Dict[str, Any]:
+        both_middle.wait()
+        return {"bucket": ctx.payload["bucket"], "for": ctx.inputs["create-account"]["account_id"]}
+
+    @worker.handler("deploy")
+    async def deploy(ctx: Context) -> Dict[str, Any]:
+        return {"url": "https://acme.example.com", "saw": sorted(ctx.inputs)}
+
+    with running(worker):
+        job = client.submit(load_example("provision-site.json"))
+        done = client.wait(job["id"], timeout=30)
+    assert done["state"] == "succeeded", done
+    assert step(done, "create-account")["result"]["key"] == f"{job['id']}/create-account"
+    assert step(done, "provision-dns")["result"]["for"] == "acc-acme"
+    assert step(done, "provision-storage")["result"]["bucket"] == "acme-site"
+    assert step(done, "deploy-site")["result"]["saw"] == ["provision-dns", "provision-storage"]
+
+
+def test_retryable_error_then_success(server: Any, client: Client) -> None:
+    # Proves a RetryableError (and any plain exception) fails the attempt retryably: the step
+    # runs again and succeeds on attempt 3, with the earlier error kept in the history.
+    worker = Worker(server.url)
+    seen: List[int] = []
+
+    @worker.handler("flaky")
+    def flaky(ctx: Context) -> Any:
+        seen.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RetryableError("upstream busy")
+        if ctx.attempt == 2:
+            raise KeyError("boom")
+        return {"ok": ctx.attempt}
+
+    spec = {
+        "steps": [{"name": "s", "agent": "flaky", "backoff": {"initial": "50ms", "max": "50ms"}}]
+    }
+    with running(worker):
+        job = client.wait(client.submit(spec)["id"], timeout=30)
+    assert job["state"] == "succeeded", job
+    assert step(job, "s")["result"] == {"ok": 3}
+    assert seen == [1, 2, 3]
+    errors = [e for e in client.events(job["id"]) if "upstream busy" in str(e)]
+    assert errors, "the first attempt's error is in the history"
+
+
+def test_fatal_error_fails_job_and_compensates(server: Any, client: Client) -> None:
+    # Proves FatalError fails the step for good (no second attempt) and the succeeded step
+    # before it is undone by its compensation handler, which gets kind "compensate" and the
+    # undone step's result as input.
+    worker = Worker(server.url)
+    undone: List[Context] = []
+    charge_attempts: List[int] = []
+
+    @worker.handler("billing")
+    def reserve(ctx: Context) -> Any:
+        return {"reservation": "r-1"}
+
+    @worker.handler("charge")
+    def charge(ctx: Context) -> Any:
+        charge_attempts.append(ctx.attempt)
+        raise FatalError("card declined")
+
+    @worker.handler("billing-undo")
+    async def undo(ctx: Context) -> Any:
+        undone.append(ctx)
+        return {"released": True}
+
+    spec = {
+        "steps": [
+            {
+                "name": "reserve",
+                "agent": "billing",
+                "compensate": {"agent": "billing-undo", "payload": {"why": "rollback"}},
+            },
+            {"name": "charge", "agent": "charge", "depends_on": ["reserve"]},
+        ]
+    }
+    with running(worker):
+        job = client.wait(client.submit(spec)["id"], timeout=30)
+    assert job["state"] == "failed", job
+    assert job["compensated"] == ["reserve"], job
+    assert charge_attempts == [1]
+    assert "card declined" in step(job, "charge")["last_error"]
+    assert len(undone) == 1 and undone[0].kind == "compensate"
+    assert undone[0].payload == {"why": "rollback"}
+    assert undone[0].idempotency_key == f"{job['id']}/reserve/compensate"
+    assert any(v == {"reservation": "r-1"} for v in undone[0].inputs.values()), undone[0].inputs
+
+
+def test_handler_past_deadline_never_reports(server: Any, client: Client) -> None:
+    # Proves nothing is reported after the local deadline, for an async and a sync handler:
+    # attempt 1's heartbeats are cut (a partition for those leases only), so the deadline
+    # passes while the handlers hang; the async one is cancelled, the sync one sees
+    # `cancelled` and returns late. The recorder shows no complete/fail for those leases,
+    # and the server re-leases each step as attempt 2, whose result is the one kept.
+    recorder = Recorder()
+    worker = Worker(server.url, concurrency=4, transport=recorder)
+    first: Dict[str, str] = {}
+    async_cancelled = threading.Event()
+    sync_returned = threading.Event()
+
+    @worker.handler("slow-async")
+    async def slow_async(ctx: Context) -> Any:
+        if ctx.attempt == 1:
+            recorder.cut_heartbeats.add(ctx.lease_id)
+            first["async"] = ctx.lease_id
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                async_cancelled.set()
+                raise
+        return {"attempt": ctx.attempt}
+
+    @worker.handler("slow-sync")
+    def slow_sync(ctx: Context) -> Any:
+        if ctx.attempt == 1:
+            recorder.cut_heartbeats.add(ctx.lease_id)
+            first["sync"] = ctx.lease_id
+            assert ctx.cancel_event.wait(60)
+            sync_returned.set()
+            return {"late": True}
+        return {"attempt": ctx.attempt}
+
+    back = {"initial": "50ms", "max": "50ms"}
+    spec = {
+        "steps": [
+            {"name": "a", "agent": "slow-async", "timeout": "1s", "backoff": back},
+            {"name": "s", "agent": "slow-sync", "timeout": "1s", "backoff": back},
+        ]
+    }
+    with running(worker):
+        job = client.wait(client.submit(spec)["id"], timeout=30)
+        assert async_cancelled.wait(5) and sync_returned.wait(5)
+    assert job["state"] == "succeeded", job
+    for name in ("a", "s"):
+        assert step(job, name)["attempt"] == 2, job
+        assert step(job, name)["result"] == {"attempt": 2}, job
+    for lease_id in first.values():
+        assert recorder.reports_for(lease_id) == [], "a report was sent past the deadline"
+
+
+def test_cancel_via_heartbeat_stops_handlers(server: Any, client: Client) -> None:
+    # Proves a heartbeat answering `cancel: true` cancels an async handler and sets a sync
+    # handler's cancelled flag, that the sync handler's later return is not reported as a
+    # completion, and that the job ends cancelled quickly (the attempts report "cancelled").
+    recorder = Recorder()
+    worker = Worker(server.url, concurrency=2, transport=recorder)
+    started = threading.Barrier(3, timeout=10)
+    async_cancelled = threading.Event()
+    leases: List[str] = []
+
+    @worker.handler("wait-async")
+    async def wait_async(ctx: Context) -> Any:
+        leases.append(ctx.lease_id)
+        await asyncio.get_running_loop().run_in_executor(None, started.wait)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            async_cancelled.set()
+            raise
+
+    @worker.handler("wait-sync")
+    def wait_sync(ctx: Context) -> Any:
+        leases.append(ctx.lease_id)
+        started.wait()
+        assert ctx.cancel_event.wait(60)
+        return {"finished": "anyway"}
+
+    spec = {
+        "steps": [
+            {"name": "a", "agent": "wait-async", "timeout": "900ms"},
+            {"name": "s", "agent": "wait-sync", "timeout": "900ms"},
+        ]
+    }
+    with running(worker):
+        job_id = client.submit(spec)["id"]
+        started.wait()
+        client.cancel(job_id)
+        job = client.wait(job_id, timeout=20)
+        assert async_cancelled.wait(5)
+    assert job["state"] == "cancelled", job
+    for lease_id in leases:
+        sent = recorder.reports_for(lease_id)
+        assert sent, "each attempt reported its cancel"
+        assert all(r["outcome"] == "fail" and r["error"] == "cancelled" for r in sent), sent
+
+
+def test_reports_are_batched_under_load(server: Any, client: Client) -> None:
+    # Proves reports that queue up behind the calls in flight leave together: 300 one-step
+    # jobs worked with concurrency 32 all succeed, the recorder sees POST /v1/leases:report
+    # carrying several reports, and every lease was reported exactly once.
+    recorder = Recorder()
+    worker = Worker(server.url, concurrency=32, transport=recorder)
+
+    @worker.handler("quick")
+    async def quick(ctx: Context) -> Any:
+        return ctx.payload["n"]
+
+    specs = [
+        {"labels": {"load": "yes"}, "steps": [{"name": "s", "agent": "quick", "payload": {"n": i}}]}
+        for i in range(300)
+    ]
+    with running(worker):
+        jobs = client.submit_batch(specs)
+        for job in jobs:
+            assert client.wait(job["id"], timeout=60)["state"] == "succeeded"
+    assert recorder.count("/v1/leases:report") >= 1
+    batched = [r for r in recorder.sent if r["path"] == "/v1/leases:report"]
+    assert max(len(r["body"]["reports"]) for r in batched) >= 2
+    leases = {r["path"].split("/")[3] for r in recorder.sent if r["path"].endswith("/complete")}
+    in_batches = [x["lease_id"] for r in batched for x in r["body"]["reports"]]
+    assert len(in_batches) == len(set(in_batches)) and not leases & set(in_batches)
+    assert len(leases) + len(in_batches) == 300
+
+
+def test_context_heartbeat_sends_progress(server: Any, client: Client) -> None:
+    # Proves ctx.heartbeat(progress=...) from a sync handler sends a heartbeat at once (long
+    # before the periodic one, the step's timeout being 30 s) carrying the progress.
+    recorder = Recorder()
+    worker = Worker(server.url, transport=recorder)
+
+    def beats() -> List[Any]:
+        with recorder.lock:
+            return [r["body"] for r in recorder.sent if r["path"].endswith("/heartbeat")]
+
+    @worker.handler("progress")
+    def work(ctx: Context) -> Any:
+        ctx.heartbeat(progress={"pct": 50})
+        wait_until("the progress heartbeat", lambda: {"progress": {"pct": 50}} in beats(), 10)
+        return "done"
+
+    with running(worker):
+        job = client.wait(
+            client.submit({"steps": [{"name": "s", "agent": "progress"}]})["id"], timeout=30
+        )
+    assert job["state"] == "succeeded", job
