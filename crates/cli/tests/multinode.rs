@@ -513,11 +513,18 @@ fn leader_kills_and_a_postgres_restart_lose_nothing() {
     );
 }
 
-// Proves an agent given several nodes fails over: with `--server A,B` it works through node A,
-// and once A is killed it takes the next job (submitted on B) through B by itself.
-#[test]
-fn an_agent_fails_over_to_the_next_node() {
-    let _serial = serial();
+/// Nodes on one fresh database of the shared test cluster, each in a directory of its own under
+/// `dir`, started with `extra` arguments; with the runtime the test drives them from and the
+/// database (dropped after the nodes when bound in this order).
+fn pg_nodes(
+    names: &[&str],
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (
+    tokio::runtime::Runtime,
+    overseer_store::pgtest::TestDatabase,
+    Vec<Server>,
+) {
     let cluster = PgCluster::shared();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -525,15 +532,24 @@ fn an_agent_fails_over_to_the_next_node() {
         .build()
         .unwrap();
     let db = rt.block_on(cluster.database());
-    let dir = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<Server> = ["a", "b"]
+    let nodes = names
         .iter()
         .map(|n| {
-            let node_dir = dir.path().join(n);
+            let node_dir = dir.join(n);
             std::fs::create_dir_all(&node_dir).unwrap();
-            Server::start_with_db(&node_dir, db.url(), &[])
+            Server::start_with_db(&node_dir, db.url(), extra)
         })
         .collect();
+    (rt, db, nodes)
+}
+
+// Proves an agent given several nodes fails over: with `--server A,B` it works through node A,
+// and once A is killed it takes the next job (submitted on B) through B by itself.
+#[test]
+fn an_agent_fails_over_to_the_next_node() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (rt, _db, mut nodes) = pg_nodes(&["a", "b"], dir.path(), &[]);
     // The second node found the schema migrated and said nothing about it (no PostgreSQL
     // NOTICE about tables that already exist, logged at INFO on every start before).
     assert!(
@@ -571,27 +587,10 @@ fn an_agent_fails_over_to_the_next_node() {
 #[test]
 fn a_revoked_token_is_refused_on_every_node_within_a_second() {
     let _serial = serial();
-    let cluster = PgCluster::shared();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let db = rt.block_on(cluster.database());
     let dir = tempfile::tempdir().unwrap();
     let admin = "multinode-admin-secret-0123456789abcdef";
-    let nodes: Vec<Server> = ["a", "b", "c"]
-        .iter()
-        .map(|n| {
-            let node_dir = dir.path().join(n);
-            std::fs::create_dir_all(&node_dir).unwrap();
-            Server::start_with_db(
-                &node_dir,
-                db.url(),
-                &["--auth", "required", "--admin-token", admin],
-            )
-        })
-        .collect();
+    let extra = ["--auth", "required", "--admin-token", admin];
+    let (rt, _db, nodes) = pg_nodes(&["a", "b", "c"], dir.path(), &extra);
     rt.block_on(async {
         let http = reqwest::Client::new();
         let status = |url: String, token: String| {
