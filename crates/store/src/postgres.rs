@@ -35,6 +35,7 @@ mod listen;
 mod removal;
 mod rows;
 mod schema;
+mod tls;
 mod tokens;
 
 use std::future::Future;
@@ -215,8 +216,8 @@ impl PgStore {
     /// Connects, brings the schema up to date (safe when several nodes start at once), and starts
     /// listening for other nodes' signals.
     pub async fn open(options: PgOptions) -> Result<PgStore> {
-        let mut config: tokio_postgres::Config = options
-            .url
+        let (url, tls) = tls::from_url(&options.url)?;
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| Error::Unavailable(format!("not a PostgreSQL URL: {e}")))?;
         config.connect_timeout(options.connect_timeout);
@@ -240,15 +241,17 @@ impl PgStore {
         };
         config.options(&session);
 
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                // Checks a pooled connection with a query before handing it out, so connections
-                // broken by a server restart are replaced instead of failing a request.
-                recycling_method: RecyclingMethod::Verified,
-            },
-        );
+        // Checks a pooled connection with a query before handing it out, so connections
+        // broken by a server restart are replaced instead of failing a request.
+        let recycling = || ManagerConfig {
+            recycling_method: RecyclingMethod::Verified,
+        };
+        let manager = match &tls {
+            tls::Tls::Plain => Manager::from_config(config.clone(), NoTls, recycling()),
+            tls::Tls::Rustls(connect) => {
+                Manager::from_config(config.clone(), connect.clone(), recycling())
+            }
+        };
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .runtime(Runtime::Tokio1)
@@ -264,7 +267,7 @@ impl PgStore {
                 pool,
                 history_per_job: options.history_per_job.max(1),
                 signals: signals.clone(),
-                _listener: listen::spawn(config, signals),
+                _listener: listen::spawn(config, tls, signals),
             }),
         };
         store.migrate().await?;

@@ -50,13 +50,21 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-pub(super) fn spawn(config: tokio_postgres::Config, sender: broadcast::Sender<Signal>) -> Listener {
+pub(super) fn spawn(
+    config: tokio_postgres::Config,
+    tls: super::tls::Tls,
+    sender: broadcast::Sender<Signal>,
+) -> Listener {
     Listener {
-        task: tokio::spawn(run(config, sender)),
+        task: tokio::spawn(run(config, tls, sender)),
     }
 }
 
-async fn run(config: tokio_postgres::Config, sender: broadcast::Sender<Signal>) {
+async fn run(
+    config: tokio_postgres::Config,
+    tls: super::tls::Tls,
+    sender: broadcast::Sender<Signal>,
+) {
     let mut backoff = BACKOFF_FIRST;
     // Anything before the first attempt is covered by the node's own start-up sweep; after a
     // failed attempt or a dropped connection, notifications may have been missed.
@@ -64,7 +72,13 @@ async fn run(config: tokio_postgres::Config, sender: broadcast::Sender<Signal>) 
     loop {
         let missed = !first_attempt;
         first_attempt = false;
-        match listen(&config, &sender, missed).await {
+        let session = match &tls {
+            super::tls::Tls::Plain => listen(&config, NoTls, &sender, missed).await,
+            super::tls::Tls::Rustls(connect) => {
+                listen(&config, connect.clone(), &sender, missed).await
+            }
+        };
+        match session {
             Ok(Session::Listened(end)) => {
                 backoff = BACKOFF_FIRST;
                 tracing::warn!(reason = %end, "the PostgreSQL LISTEN connection ended; reconnecting");
@@ -87,12 +101,17 @@ enum Session {
     NeverListened(String),
 }
 
-async fn listen(
+async fn listen<T>(
     config: &tokio_postgres::Config,
+    tls: T,
     sender: &broadcast::Sender<Signal>,
     missed: bool,
-) -> Result<Session, String> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| e.to_string())?;
+) -> Result<Session, String>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, mut connection) = config.connect(tls).await.map_err(|e| e.to_string())?;
     let forward = sender.clone();
     let driver = AbortOnDrop(tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
