@@ -464,3 +464,58 @@ fn body_for(method: &str, template: &str) -> Value {
         _ => json!({}),
     }
 }
+
+// Proves long-polls are bounded per token as well as per node: with
+// `limits.long_polls_per_token = 2`, a token holding two waiting lease requests gets 429 for a
+// third, while another token still gets its long-poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_polls_are_bounded_per_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("overseer.toml");
+    std::fs::write(&config, "[limits]\nlong_polls_per_token = 2\n").unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &[
+            "--auth",
+            "required",
+            "--admin-token",
+            ADMIN,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let greedy = make_token(&server, "greedy", &["agent"], &[]).await;
+    let other = make_token(&server, "other", &["agent"], &[]).await;
+    let wait = |secret: String, wait: &'static str| {
+        let url = server.url.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{url}/v1/agents/idle/leases"))
+                .bearer_auth(secret)
+                .json(&json!({"worker": "w", "wait": wait}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(wait(greedy.clone(), "2s")))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        wait(greedy.clone(), "2s").await,
+        429,
+        "a third long-poll of one token"
+    );
+    assert_eq!(
+        wait(other.clone(), "10ms").await,
+        200,
+        "another token is not affected"
+    );
+    for h in held {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    assert_eq!(wait(greedy, "10ms").await, 200, "places are given back");
+}

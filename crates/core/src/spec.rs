@@ -132,6 +132,8 @@ pub struct Limits {
     pub wait_max: Span,
     /// Long-polls (lease requests and job waits) waiting at once on one node; more get 429.
     pub long_polls: usize,
+    /// Long-polls one token may hold at once on one node (when auth is on); more get 429.
+    pub long_polls_per_token: usize,
 }
 
 impl Default for Limits {
@@ -151,6 +153,7 @@ impl Default for Limits {
             leases_per_call: 100,
             wait_max: Span::from_secs(60),
             long_polls: 10_000,
+            long_polls_per_token: 2_000,
         }
     }
 }

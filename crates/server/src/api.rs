@@ -1,7 +1,7 @@
 //! The HTTP API. Handlers only translate: they decode and check requests, turn them into core
 //! commands applied through the store, carry out the resulting effects, and encode answers.
 
-use axum::extract::{FromRequest, Path, RawQuery, Request, State};
+use axum::extract::{Extension, FromRequest, Path, RawQuery, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -460,6 +460,7 @@ fn query_time(name: &str, value: &str) -> Result<overseer_core::Timestamp> {
 #[utoipa::path(get, path = "/v1/jobs/{id}/wait", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("timeout" = Option<String>, Query, description = "How long to wait, e.g. 30s (at most limits.wait_max)")), responses((status = 200, description = "The job, terminal or as it is when the timeout passed", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn wait_job(
     State(app): State<App>,
+    caller: Option<Extension<crate::auth::Caller>>,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<JobView>> {
@@ -476,7 +477,7 @@ async fn wait_job(
             }
         }
     }
-    let _slot = app.long_poll_slot()?;
+    let _slot = app.long_poll_slot(caller.as_ref().map(|c| c.0 .0.as_str()))?;
     let deadline = tokio::time::Instant::now() + timeout.as_std();
     // Subscribe before reading, so a finish between the read and the wait is not missed.
     let mut finished = app.notifier().subscribe_finished();
@@ -572,6 +573,7 @@ fn lease_of(claimed: &Transition, step: usize, now: overseer_core::Timestamp) ->
 #[utoipa::path(post, path = "/v1/agents/{agent}/leases", tag = "agents", params(("agent" = String, Path, description = "An agent name")), request_body = LeaseRequest, responses((status = 200, description = "Leases, possibly none when nothing came in time", body = LeaseResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn take_leases(
     State(app): State<App>,
+    caller: Option<Extension<crate::auth::Caller>>,
     Path(agent): Path<String>,
     Body(req): Body<LeaseRequest>,
 ) -> Result<Json<LeaseResponse>> {
@@ -597,7 +599,7 @@ async fn take_leases(
         ));
     }
     let _slot = match wait > Span::ZERO {
-        true => Some(app.long_poll_slot()?),
+        true => Some(app.long_poll_slot(caller.as_ref().map(|c| c.0 .0.as_str()))?),
         false => None,
     };
     let deadline = tokio::time::Instant::now() + wait.as_std();

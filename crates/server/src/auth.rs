@@ -24,6 +24,14 @@ const FAILURES_PER_SECOND: u32 = 20;
 /// Cached lookups kept at most; beyond, the cache starts over.
 const CACHE_MAX: usize = 10_000;
 
+/// The caller's name for the admin credential given as a setting.
+const ADMIN_SETTING: &str = "(admin_token setting)";
+
+/// Who made a call, when auth is on: the token's name. Handlers that hold resources per caller
+/// (long-polls) read it from the request's extensions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller(pub String);
+
 /// Whether calls must carry a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -63,15 +71,16 @@ impl Auth {
         self.admin_hash.is_some()
     }
 
-    /// The grant of `secret`, if it names a live token.
-    async fn grant(&self, app: &App, secret: &str) -> Result<Option<Grant>, ApiError> {
+    /// The name and grant of `secret`, if it names a live token.
+    async fn grant(&self, app: &App, secret: &str) -> Result<Option<(String, Grant)>, ApiError> {
         let hash = hash_secret(secret);
         if let Some(admin) = &self.admin_hash {
             if constant_time_eq(admin.as_bytes(), hash.as_bytes()) {
-                return Ok(Some(Grant {
+                let grant = Grant {
                     scopes: vec![Scope::Admin],
                     agents: Vec::new(),
-                }));
+                };
+                return Ok(Some((ADMIN_SETTING.to_string(), grant)));
             }
         }
         let cached = self.cached(&hash);
@@ -83,7 +92,9 @@ impl Auth {
                 record
             }
         };
-        Ok(record.filter(|t| t.is_live(app.now())).map(|t| t.grant))
+        Ok(record
+            .filter(|t| t.is_live(app.now()))
+            .map(|t| (t.name, t.grant)))
     }
 
     fn cached(&self, hash: &str) -> Option<Option<TokenRecord>> {
@@ -183,7 +194,11 @@ pub async fn check(
         );
     };
     match auth.grant(&app, &secret).await {
-        Ok(Some(grant)) if grant.permits(&need) => next.run(req).await,
+        Ok(Some((name, grant))) if grant.permits(&need) => {
+            let mut req = req;
+            req.extensions_mut().insert(Caller(name));
+            next.run(req).await
+        }
         Ok(Some(_)) => refused(
             StatusCode::FORBIDDEN,
             "forbidden",

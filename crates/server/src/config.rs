@@ -220,6 +220,7 @@ impl Config {
             ("limits.name_bytes", l.name_bytes),
             ("limits.leases_per_call", l.leases_per_call),
             ("limits.long_polls", l.long_polls),
+            ("limits.long_polls_per_token", l.long_polls_per_token),
         ];
         for (name, value) in positive {
             if value == 0 {

@@ -29,6 +29,30 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::Config;
 pub use notify::Notifier;
 
+/// A long-poll's place on the node and, when a token made it, among that token's; both are
+/// given back when it is dropped.
+pub struct LongPoll {
+    _node: tokio::sync::OwnedSemaphorePermit,
+    caller: Option<(String, Arc<Inner>)>,
+}
+
+impl Drop for LongPoll {
+    fn drop(&mut self) {
+        if let Some((caller, inner)) = &self.caller {
+            let mut held = inner
+                .long_polls_by
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = held.get_mut(caller) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    held.remove(caller);
+                }
+            }
+        }
+    }
+}
+
 /// The shared state of one server node. Cheap to clone.
 #[derive(Clone)]
 pub struct App {
@@ -52,6 +76,8 @@ struct Inner {
     auth: auth::Auth,
     /// Long-polls waiting at once on this node, at most `limits.long_polls`.
     long_polls: Arc<tokio::sync::Semaphore>,
+    /// Long-polls waiting per token, at most `limits.long_polls_per_token` each.
+    long_polls_by: Mutex<HashMap<String, usize>>,
     /// Where callbacks and webhooks may go.
     outbound: Arc<outbound::Policy>,
 }
@@ -92,6 +118,7 @@ impl App {
                 last_job_id: Mutex::new(0),
                 auth: auth::Auth::new(config.auth_required(), config.admin_token.as_deref()),
                 long_polls: Arc::new(tokio::sync::Semaphore::new(config.limits.long_polls.max(1))),
+                long_polls_by: Mutex::new(HashMap::new()),
                 // Checked by `Config::validate`; an embedder that skipped it gets the default.
                 outbound: Arc::new(
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
@@ -136,19 +163,47 @@ impl App {
         &self.inner.limits
     }
 
-    /// A place among this node's long-polls, or a 429 telling the client to come back.
-    pub fn long_poll_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, error::ApiError> {
-        self.inner
+    /// A place among this node's long-polls, and among those of `caller` (a token's name when
+    /// auth is on), or a 429 telling the client to come back.
+    pub fn long_poll_slot(&self, caller: Option<&str>) -> Result<LongPoll, error::ApiError> {
+        let refuse = |what: String| {
+            self.metrics().long_polls_refused.inc();
+            error::ApiError::too_many(format!("{what}; retry shortly, or on another node"))
+        };
+        let node = self
+            .inner
             .long_polls
             .clone()
             .try_acquire_owned()
             .map_err(|_| {
-                self.metrics().long_polls_refused.inc();
-                error::ApiError::too_many(format!(
-                    "this node already holds {} long-polls; retry shortly, or on another node",
+                refuse(format!(
+                    "this node already holds {} long-polls",
                     self.limits().long_polls
                 ))
-            })
+            })?;
+        let Some(caller) = caller else {
+            return Ok(LongPoll {
+                _node: node,
+                caller: None,
+            });
+        };
+        let cap = self.limits().long_polls_per_token;
+        let mut held = self
+            .inner
+            .long_polls_by
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let n = held.entry(caller.to_string()).or_insert(0);
+        if *n >= cap {
+            return Err(refuse(format!(
+                "this token already holds {cap} long-polls on this node"
+            )));
+        }
+        *n += 1;
+        Ok(LongPoll {
+            _node: node,
+            caller: Some((caller.to_string(), self.inner.clone())),
+        })
     }
 
     pub fn outbound(&self) -> &Arc<outbound::Policy> {
