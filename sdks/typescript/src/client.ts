@@ -63,7 +63,7 @@ export class Client {
     const headers: Record<string, string> = { accept: "application/json" };
     if (body !== undefined) headers["content-type"] = "application/json";
     if (this.token) headers.authorization = `Bearer ${this.token}`;
-    const timeout = AbortSignal.timeout(opts.timeoutMs ?? this.timeoutMs);
+    const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(opts.timeoutMs ?? this.timeoutMs)));
     const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
     let response: Response;
     let text: string;
@@ -73,6 +73,8 @@ export class Client {
       });
       text = await response.text();
     } catch (cause) {
+      // Abandoned by the caller: says nothing about the server.
+      if (opts.signal?.aborted) throw new ConnectionError(server, cause);
       if (this.servers[this.current] === server) this.current = (this.current + 1) % this.servers.length;
       throw new ConnectionError(server, cause);
     }

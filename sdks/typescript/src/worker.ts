@@ -137,6 +137,7 @@ export class Worker {
   private async attempt(handler: Handler, lease: Lease, sentAt: number): Promise<void> {
     const life = new Lifetime(this.client, lease, sentAt, this.log);
     try {
+      if (!(await life.start())) return;
       const report = await runHandler(handler, life.context(), life.signal);
       life.stopBeating();
       if (report === null || life.signal.aborted) return; // nothing is reported for this attempt
@@ -180,8 +181,28 @@ class Lifetime {
   constructor(private readonly client: Client, private readonly lease: Lease, sentAt: number, private readonly log: Log) {
     this.deadline = localDeadline(sentAt, lease.lease_ms);
     this.interval = Math.max(HEARTBEAT_MIN_MS, lease.lease_ms / 3);
+  }
+
+  /**
+   * Arms the deadline and the heartbeats. A lease whose long-poll ate more than half of it is
+   * first renewed by a heartbeat (its answer counts from a fresh send time); `false` when that
+   * fails: the attempt is dropped unstarted and its lease left to expire.
+   */
+  async start(): Promise<boolean> {
+    if (this.deadline - performance.now() < this.lease.lease_ms / 2) {
+      const sent = performance.now();
+      try {
+        const hb = await this.client.heartbeat(this.lease.lease_id, undefined, { timeoutMs: this.lease.lease_ms / 2 });
+        if (hb.cancel) return false;
+        this.deadline = localDeadline(sent, hb.lease_ms);
+      } catch (e) {
+        this.log("warn", `lease ${this.lease.lease_id} arrived late and could not be renewed: ${String(e)}`);
+        return false;
+      }
+    }
     this.armDeadline();
     this.scheduleBeat();
+    return true;
   }
 
   get signal(): AbortSignal {
