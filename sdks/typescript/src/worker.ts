@@ -44,6 +44,8 @@ export interface WorkerOptions extends ClientOptions {
 }
 
 const HEARTBEAT_MIN_MS = 100;
+/** The server's default `leases_per_call`: a larger `max` would be refused. */
+const LEASES_PER_CALL_MAX = 100;
 
 /** The local deadline of a lease granted or renewed by a request sent at `sentAt`: 5% early
  * (at least 50 ms), since the server started counting later than we did. */
@@ -108,7 +110,7 @@ export class Worker {
     while (!this.stopping.signal.aborted) {
       await slots.free(this.stopping.signal);
       if (this.stopping.signal.aborted) break;
-      const max = slots.available;
+      const max = Math.min(slots.available, LEASES_PER_CALL_MAX);
       const sentAt = performance.now();
       let leases: Lease[];
       try {

@@ -24,11 +24,11 @@ export async function freePort(): Promise<number> {
 }
 
 /** Starts the binary named by OVERSEER_BIN and waits until `/readyz` answers. */
-export async function startServer(): Promise<RunningServer> {
+export async function startServer(port?: number): Promise<RunningServer> {
   const bin = process.env.OVERSEER_BIN;
   if (!bin) throw new Error("OVERSEER_BIN must name the overseer binary");
   const dir = mkdtempSync(join(tmpdir(), "overseer-ts-"));
-  const port = await freePort();
+  port ??= await freePort();
   const url = `http://127.0.0.1:${port}`;
   const child: ChildProcess = spawn(
     bin,
