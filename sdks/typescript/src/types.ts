@@ -1,0 +1,176 @@
+// The JSON shapes of Overseer's HTTP API (v1), written from crates/core/src/{wire,spec,job}.rs.
+
+/** Any JSON value. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** A duration as the server reads it: "30s", "500ms", "5m". */
+export type Span = string;
+/** An RFC 3339 timestamp. */
+export type Timestamp = string;
+
+export type JobState =
+  | "pending" | "running" | "compensating" | "blocked" | "succeeded" | "failed" | "cancelled";
+export type StepState =
+  | "waiting" | "ready" | "running" | "succeeded" | "failed" | "skipped" | "cancelled"
+  | "compensating" | "compensated";
+export type CompPhase = "waiting" | "ready" | "running" | "failed";
+export type OnFailure = "compensate" | "fail" | "hold";
+export type LeaseKind = "work" | "compensate";
+
+export interface Backoff { initial?: Span; factor?: number; max?: Span }
+
+export interface CompensateSpec {
+  agent: string;
+  payload?: Json;
+  timeout?: Span;
+  max_attempts?: number;
+}
+
+export interface StepSpec {
+  name: string;
+  agent: string;
+  payload?: Json;
+  depends_on?: string[];
+  timeout?: Span;
+  max_attempts?: number;
+  backoff?: Backoff;
+  backoff_formula?: "exponential" | "faktory";
+  compensate?: CompensateSpec;
+}
+
+export interface JobSpec {
+  idempotency_key?: string;
+  labels?: Record<string, string>;
+  priority?: number;
+  run_at?: Timestamp;
+  ordering_key?: string;
+  callback_url?: string;
+  on_failure?: OnFailure;
+  steps: StepSpec[];
+}
+
+export interface Step {
+  name: string;
+  agent: string;
+  state: StepState;
+  depends_on: string[];
+  attempt: number;
+  failures: number;
+  max_attempts: number;
+  timeout: Span;
+  payload: Json;
+  worker: string | null;
+  created_at: Timestamp;
+  ready_at: Timestamp | null;
+  started_at: Timestamp | null;
+  finished_at: Timestamp | null;
+  lease_expires_at: Timestamp | null;
+  next_attempt_at: Timestamp | null;
+  result: Json | null;
+  last_error: string | null;
+  compensate: CompensateSpec | null;
+  comp_phase: CompPhase | null;
+  comp_attempts: number;
+  comp_failures: number;
+}
+
+export interface Job {
+  id: string;
+  state: JobState;
+  desired_state: "succeeded" | "cancelled";
+  idempotency_key: string | null;
+  labels: Record<string, string>;
+  priority: number;
+  run_at: Timestamp | null;
+  ordering_key: string | null;
+  on_failure: string;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+  finished_at: Timestamp | null;
+  blocked_reason: string | null;
+  compensated: string[];
+  callback_url: string | null;
+  steps: Step[];
+}
+
+export interface JobList { jobs: Job[]; next_cursor: string | null }
+
+export interface Event {
+  seq: number;
+  at: Timestamp;
+  kind: string;
+  step?: string;
+  attempt?: number;
+  detail?: Json;
+}
+
+export interface Lease {
+  lease_id: string;
+  kind: LeaseKind;
+  job_id: string;
+  step: string;
+  agent: string;
+  attempt: number;
+  payload: Json;
+  inputs: Record<string, Json>;
+  idempotency_key: string;
+  complete_by: Timestamp;
+  lease_ms: number;
+  timeout_ms: number;
+}
+
+export interface HeartbeatResponse { complete_by: Timestamp; lease_ms: number; cancel: boolean }
+
+export type LeaseOutcome =
+  | { outcome: "complete"; lease_id: string; result?: Json }
+  | { outcome: "fail"; lease_id: string; error: string; retryable?: boolean };
+
+export interface Problem {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  field?: string;
+}
+
+export interface ReportResult {
+  lease_id: string;
+  status: number;
+  job_id?: string;
+  job_state?: JobState;
+  problem?: Problem;
+}
+
+export interface AgentLimits {
+  agent: string;
+  max_concurrency: number | null;
+  rate: number | null;
+  paused: boolean;
+}
+
+export interface ScheduleSpec {
+  name: string;
+  cron: string;
+  timezone?: string;
+  job: JobSpec;
+  overlap?: "skip" | "allow";
+  misfire?: "once" | "skip" | "all";
+}
+
+export interface Schedule {
+  name: string;
+  cron: string;
+  timezone: string;
+  overlap: "skip" | "allow";
+  misfire: "once" | "skip" | "all";
+  job: JobSpec;
+  paused: boolean;
+  next_fire_at: Timestamp | null;
+  last_fire_at: Timestamp | null;
+  last_job_id: string | null;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+}
+
+/** Who acts on a blocked job and why; both land in the job's history. */
+export interface OperatorNote { by?: string; reason?: string }
