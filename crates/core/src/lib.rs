@@ -13,6 +13,7 @@ pub mod outbox;
 pub mod schedule;
 pub mod spec;
 pub mod time;
+pub mod waiting;
 pub mod wire;
 
 pub use id::{JobId, LeaseId};
