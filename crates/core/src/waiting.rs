@@ -64,7 +64,10 @@ pub fn job_waiting(job: &Job, head: Option<&KeyHead>, now: Timestamp) -> Option<
     match job.run_at {
         Some(at) if at > now => Some(WaitingReason::new(
             "run_at",
-            format!("run_at in {} ({at})", human_span(at.as_millis() - now.as_millis())),
+            format!(
+                "run_at in {} ({at})",
+                human_span(at.as_millis() - now.as_millis())
+            ),
         )),
         _ => Some(WaitingReason::new(
             "starting",
@@ -85,7 +88,10 @@ pub fn step_waiting(
         return None;
     }
     if job.state == JobState::Blocked && !step.state.is_settled() {
-        let why = job.blocked_reason.as_deref().unwrap_or("no reason recorded");
+        let why = job
+            .blocked_reason
+            .as_deref()
+            .unwrap_or("no reason recorded");
         return Some(WaitingReason::new(
             "job_blocked",
             format!("job blocked: {why}"),
@@ -137,13 +143,20 @@ fn ready_reason(step: &Step, agent: &AgentContext, now: Timestamp) -> WaitingRea
     if let Some(at) = step.next_attempt_at.filter(|at| *at > now) {
         return WaitingReason::new(
             "backoff",
-            format!("backoff until {} (attempt {} failed)", clock_time(at), step.attempt),
+            format!(
+                "backoff until {} (attempt {} failed)",
+                clock_time(at),
+                step.attempt
+            ),
         );
     }
     if agent.paused {
         return WaitingReason::new("agent_paused", format!("agent `{name}` paused"));
     }
-    if let Some(max) = agent.max_concurrency.filter(|m| agent.running >= u64::from(*m)) {
+    if let Some(max) = agent
+        .max_concurrency
+        .filter(|m| agent.running >= u64::from(*m))
+    {
         return WaitingReason::new(
             "concurrency_limit",
             format!("`{name}` at its concurrency limit {}/{max}", agent.running),
@@ -180,7 +193,8 @@ fn ready_reason(step: &Step, agent: &AgentContext, now: Timestamp) -> WaitingRea
 /// `12:03:04` (UTC) for today's instants is what an operator reads at a glance.
 fn clock_time(at: Timestamp) -> String {
     let full = at.to_rfc3339();
-    full.get(11..19).map_or(full.clone(), |t| format!("{t} UTC"))
+    full.get(11..19)
+        .map_or(full.clone(), |t| format!("{t} UTC"))
 }
 
 /// A rough, readable duration: `45 s`, `5 min`, `3 h`, `2 d`.

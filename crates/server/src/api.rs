@@ -55,6 +55,10 @@ pub fn router(app: App) -> Router {
         .route("/v1/schedules/{name}/pause", post(pause_schedule))
         .route("/v1/schedules/{name}/resume", post(resume_schedule))
         .route("/v1/ordering-keys/{key}", get(ordering_key))
+        .route("/", get(crate::console::index))
+        .route("/console/{name}", get(crate::console::asset))
+        .route("/v1/jobs:validate", post(crate::console::validate))
+        .route("/v1/events/stream", get(crate::stream::events_stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are read by `Body<T>` under this limit; the extra slack lets us answer 413
@@ -255,9 +259,9 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
     Ok((status, Json(BatchResponse { jobs })).into_response())
 }
 
-async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
+async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<Value>> {
     let job = app.job(parse_job_id(&id)?).await?;
-    Ok(Json(JobView::from(&job)))
+    Ok(Json(crate::explain::job_with_reasons(&app, &job).await?))
 }
 
 async fn job_events(State(app): State<App>, Path(id): Path<String>) -> Result<Json<EventList>> {

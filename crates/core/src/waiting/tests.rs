@@ -100,10 +100,7 @@ fn rate_limit() {
 fn no_worker_polled() {
     // Never polled, and polled five minutes ago, both say no worker is there.
     let job = job_with(serde_json::json!({}));
-    assert_eq!(
-        reason(&job, 0, &AgentContext::default()).code,
-        "no_worker"
-    );
+    assert_eq!(reason(&job, 0, &AgentContext::default()).code, "no_worker");
     let stale = AgentContext {
         last_poll: Some(Timestamp::from_millis(NOW - 300_000)),
         ..AgentContext::default()
@@ -145,7 +142,11 @@ fn ordering_key_held_by_another_job() {
     pending.state = JobState::Pending;
     let r = job_waiting(&pending, Some(&head), now()).unwrap();
     assert_eq!(r.code, "ordering_key");
-    assert!(r.text.contains("cust-42") && r.text.contains("blocked"), "{}", r.text);
+    assert!(
+        r.text.contains("cust-42") && r.text.contains("blocked"),
+        "{}",
+        r.text
+    );
 }
 
 #[test]
