@@ -30,6 +30,8 @@ test("the walkthrough job appears live and its DAG puts the parallel steps side 
   assert.equal(await layer("provision-dns"), await layer("provision-storage"));
   assert.notEqual(await layer("create-account"), await layer("provision-dns"));
   await page.waitForSelector("h1 .badge.s-succeeded", { timeout: 20000 });
+  await page.click('.dag g.node[data-step="deploy-site"]');
+  await page.waitForSelector("text=Step deploy-site");
   await page.screenshot({ path: join(SHOTS, "job-detail.png"), fullPage: true });
   await page.goto(env.url + "/#/overview");
   await page.waitForSelector(".grid .card");

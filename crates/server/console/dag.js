@@ -40,7 +40,7 @@ export function drawDag(steps, onPick) {
     const offset = (width - row.length * (W + GX) + GX) / 2;
     row.forEach((s, x) => pos.set(s.name, { x: offset + x * (W + GX), y: GY / 2 + y * (H + GY), layer: y }));
   });
-  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "Step graph", style: `max-height:${Math.max(height, 120)}px` });
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "Step graph", style: `height:${height}px` });
   for (const s of steps) for (const d of s.depends_on) {
     const a = pos.get(d), b = pos.get(s.name);
     if (!a || !b) continue;

@@ -5,6 +5,8 @@ import { drawDag, drawTimeline } from "./dag.js";
 
 const STATES = ["pending", "running", "compensating", "blocked", "succeeded", "failed", "cancelled"];
 const enc = encodeURIComponent;
+// replaceChildren without the "undefined"/"null" text nodes that optional parts would leave.
+const fill = (el, ...kids) => el.replaceChildren(...kids.flat().filter((k) => k != null && k !== false));
 
 function jsonBlock(title, value) {
   if (value === undefined || value === null) return null;
@@ -25,7 +27,7 @@ async function overview(root) {
     ]);
     const cards = counts.map(([s, n, more]) => h("a.card", { href: `#/jobs?state=${s}`, style: "text-decoration:none;color:inherit" },
       h("div", badge(s)), h("div.n", `${n}${more ? "+" : ""}`)));
-    root.replaceChildren(
+    fill(root, 
       h("h1", "Overview"),
       h("p.muted", `Node ${ready.node ?? "?"} · ${ready.leader ? "this node is the leader" : "not the leader (another node runs the supervisor)"} · store ${ready.status}`),
       h("div.grid", cards),
@@ -122,7 +124,7 @@ async function jobs(root) {
     for (const id of selected) { try { await api(`/v1/jobs/${id}/cancel`, { method: "POST", body: ok }); done++; } catch { /* finished already */ } }
     selected.clear(); toast(`Cancelled ${done}`); load();
   };
-  root.replaceChildren(h("h1", "Jobs"),
+  fill(root, h("h1", "Jobs"),
     h("div.filters", h("label", "State", stateSel), h("label", "Label (key:value)", input("label", { placeholder: "customer:acme" })),
       h("label", "Agent", input("agent")), h("label", "Ordering key", input("key")),
       h("label", "Created within (h)", input("since", { type: "number", min: 0, style: "width:7em" })),
@@ -143,7 +145,7 @@ async function job(root, [id]) {
     const [j, ev] = await Promise.all([api(`/v1/jobs/${id}`), api(`/v1/jobs/${id}/events`)]);
     const stepBox = h("div");
     const showStep = (name) => { pick = name; stepBox.replaceChildren(stepDetail(j, j.steps.find((s) => s.name === name))); };
-    root.replaceChildren(
+    fill(root, 
       h("h1", "Job ", h("span.mono", j.id), " ", badge(j.state)),
       h("p.muted", `created ${fmtTime(j.created_at)} · updated ${ago(j.updated_at)}` + (j.ordering_key ? ` · ordering key ${j.ordering_key}` : "") + ` · on_failure ${j.on_failure}`),
       j.waiting_reason && h("div.reason", { "data-reason": j.waiting_reason.code }, h("strong", "Waiting: "), j.waiting_reason.text),
@@ -228,7 +230,7 @@ async function failures(root) {
         h("td", blocked.length ? [h("button.primary", { type: "button", onclick: () => bulk(blocked, "resume", `Resume ${blocked.length} blocked jobs`) }, "Retry all"), " ",
           h("button", { type: "button", onclick: () => bulk(blocked, "cancel", `Cancel ${blocked.length} blocked jobs`) }, "Cancel all")] : h("span.muted", "finished")));
     });
-    root.replaceChildren(h("h1", "Failures"), h("p.muted", "Blocked and failed jobs (newest 500 of each), grouped by agent and error shape (numbers, ids and quoted values masked). Retry all resumes the blocked jobs of a group."),
+    fill(root, h("h1", "Failures"), h("p.muted", "Blocked and failed jobs (newest 500 of each), grouped by agent and error shape (numbers, ids and quoted values masked). Retry all resumes the blocked jobs of a group."),
       rows.length ? h("div.scroll", h("table", h("thead", h("tr", h("th", "Agent"), h("th", "Jobs"), h("th", "Error shape"), h("th", "First"), h("th", "Last"), h("th", "Sample"), h("th", "Action"))), h("tbody", rows))) : h("p", "No failures. 🎉"));
   };
   const bulk = async (list, verb, title) => {
@@ -268,7 +270,7 @@ async function agents(root) {
   const draw = async () => {
     const list = (await api("/v1/agents")).agents;
     const settings = Object.fromEntries(await Promise.all(list.map((a) => api(`/v1/agents/${enc(a.agent)}/limits`).then((s) => [a.agent, s]))));
-    root.replaceChildren(h("h1", "Agents"), h("p.muted", "Workers are those that asked this node for leases in the last ten minutes."), agentTable(list, settings));
+    fill(root, h("h1", "Agents"), h("p.muted", "Workers are those that asked this node for leases in the last ten minutes."), agentTable(list, settings));
   };
   current = draw;
   await draw();
@@ -281,7 +283,7 @@ async function schedules(root) {
     const r = await api("/v1/schedules");
     const list = r.schedules || r;
     const post = async (name, verb) => { await api(`/v1/schedules/${enc(name)}/${verb}`, { method: "POST" }); draw(); };
-    root.replaceChildren(h("h1", "Schedules"), list.length ? h("div.scroll", h("table", h("thead", h("tr", h("th", "Name"), h("th", "Cron"), h("th", "Zone"), h("th", "Next fire"), h("th", "Last fire"), h("th", "Last job"), h("th", ""))),
+    fill(root, h("h1", "Schedules"), list.length ? h("div.scroll", h("table", h("thead", h("tr", h("th", "Name"), h("th", "Cron"), h("th", "Zone"), h("th", "Next fire"), h("th", "Last fire"), h("th", "Last job"), h("th", ""))),
       h("tbody", list.map((s) => h("tr", h("td", h("strong", s.name)), h("td.mono", s.cron), h("td", s.timezone || "UTC"), h("td", s.paused ? h("span.badge.s-blocked", "paused") : `${fmtTime(s.next_fire_at)} (${ago(s.next_fire_at)})`),
         h("td", fmtTime(s.last_fire_at)), h("td", s.last_job_id ? h("a.mono", { href: `#/job/${s.last_job_id}` }, s.last_job_id.slice(0, 8)) : ""),
         h("td", h("button", { type: "button", onclick: () => post(s.name, s.paused ? "resume" : "pause") }, s.paused ? "Resume" : "Pause"))))))) : h("p.muted", "No schedules. Create one with `overseer schedules create FILE`."));
@@ -300,7 +302,7 @@ async function keys(root) {
       h("p", `${r.waiting} job(s) wait behind it.`)));
   };
   const input = h("input", { "data-search": true, placeholder: "cust-42", onkeydown: (e) => { if (e.key === "Enter") look(e.target.value.trim()); } });
-  root.replaceChildren(h("h1", "Ordered keys"), h("div.filters", h("label", "Ordering key", input), h("button", { type: "button", onclick: () => look(input.value.trim()) }, "Look up")), out);
+  fill(root, h("h1", "Ordered keys"), h("div.filters", h("label", "Ordering key", input), h("button", { type: "button", onclick: () => look(input.value.trim()) }, "Look up")), out);
   return { refresh: () => look(input.value.trim()) };
 }
 
@@ -322,7 +324,7 @@ async function submit(root) {
   btn.addEventListener("click", async () => {
     try { const j = await api("/v1/jobs", { method: "POST", body: area.value }); location.hash = `#/job/${j.id}`; } catch (e) { toast(e.message); }
   });
-  root.replaceChildren(h("h1", "Submit a job"), h("p.muted", "Checked by the server (POST /v1/jobs:validate) as you type."), area, status, h("div.actions", btn));
+  fill(root, h("h1", "Submit a job"), h("p.muted", "Checked by the server (POST /v1/jobs:validate) as you type."), area, status, h("div.actions", btn));
   await check();
   return { refresh: () => null };
 }
