@@ -34,7 +34,7 @@ export function drawDag(steps, onPick) {
   const rows = layers(steps);
   const W = 170, H = 44, GX = 30, GY = 46;
   const widest = Math.max(...rows.map((r) => r.length));
-  const width = widest * (W + GX) + GX, height = rows.length * (H + GY) + GY - 10;
+  const width = widest * (W + GX) + GX, height = rows.length * (H + GY);
   const pos = new Map();
   rows.forEach((row, y) => {
     const offset = (width - row.length * (W + GX) + GX) / 2;
