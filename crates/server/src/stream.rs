@@ -95,7 +95,7 @@ pub async fn events_stream(State(app): State<App>, RawQuery(raw): RawQuery) -> R
         app: app.clone(),
         _slot: slot,
     };
-    let hello = Event::default().event("hello").data(app.node().to_string());
+    let hello = Event::default().event("hello").data(app.node());
     let body = stream::once(async move { Ok(hello) }).chain(stream::unfold(watch, next_event));
     let sse = Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
     Ok(sse.into_response())
