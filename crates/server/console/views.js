@@ -38,7 +38,14 @@ async function overview(root) {
       h("p.muted", "Alerts are delivered to the alert webhook and counted in /metrics (overseer_alerts_total); the API has no endpoint to read them back yet. Blocked and failed jobs are listed under Failures."));
   };
   await draw();
-  return { refresh: draw };
+  // Eight list reads per draw: at most one draw every 5 s however busy the stream is.
+  let last = Date.now(), queued = false;
+  const refresh = () => {
+    if (queued) return;
+    queued = true;
+    setTimeout(() => { queued = false; last = Date.now(); draw(); }, Math.max(0, 5000 - (Date.now() - last)));
+  };
+  return { refresh };
 }
 
 function chart(jobs, pick, bad = false) {
