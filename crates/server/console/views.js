@@ -22,7 +22,7 @@ async function overview(root) {
     const [ready, agents, counts, recent] = await Promise.all([
       api("/readyz").catch((e) => ({ status: e.message })),
       api("/v1/agents"),
-      Promise.all(STATES.map((s) => api(`/v1/jobs?state=${s}&limit=500`).then((r) => [s, r.jobs.length, !!r.next_cursor]))),
+      Promise.all(STATES.map((s) => api(`/v1/jobs?state=${s}&limit=100`).then((r) => [s, r.jobs.length, !!r.next_cursor]))),
       api("/v1/jobs?limit=500"),
     ]);
     const cards = counts.map(([s, n, more]) => h("a.card", { href: `#/jobs?state=${s}`, style: "text-decoration:none;color:inherit" },
