@@ -2,7 +2,8 @@
 # Fuzzes the live HTTP API against its own OpenAPI document with schemathesis: every operation
 # of GET /openapi.json, generated requests (valid and invalid), and four checks on every answer:
 # no server error (5xx), a documented status code, a documented content type (problem+json for
-# errors), and a body that matches the documented schema.
+# errors), and a body that matches the documented schema. The live event stream is left out: it
+# never ends, so there is no body to check.
 #
 # Usage: OVERSEER_BIN=path/to/overseer scripts/schemathesis.sh
 # Installs schemathesis (pinned) into a venv under the cargo target directory on first use; runs
@@ -47,6 +48,7 @@ status=0
 "$VENV/bin/schemathesis" run "http://$ADDR/openapi.json" \
   --header "Authorization: Bearer $ADMIN" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
+  --exclude-path /v1/events/stream \
   --max-examples "$EXAMPLES" --request-timeout 10 --seed 1 --no-color > "$WORK/report.txt" 2>&1 || status=$?
 # The summary: operations, cases, failures, errors.
 sed -n '/SUMMARY/,$p' "$WORK/report.txt"

@@ -56,6 +56,10 @@ async fn call_once(
         .get("content-type")
         .map(|v| v.to_str().unwrap_or_default().to_string())
         .unwrap_or_default();
+    // A live stream never ends: its status and headers are the answer.
+    if ctype.starts_with("text/event-stream") {
+        return (status, Value::Null);
+    }
     let body: Value = res.json().await.unwrap_or(Value::Null);
     if status == 401 || status == 403 {
         assert_eq!(ctype, "application/problem+json", "{method} {path}");
@@ -419,6 +423,8 @@ const MATRIX: &[(&str, &str, &[&str])] = &[
     ("GET", "/metrics", ALL_READERS),
     ("POST", "/v1/jobs", SUBMITTERS),
     ("POST", "/v1/jobs:batch", SUBMITTERS),
+    ("POST", "/v1/jobs:validate", SUBMITTERS),
+    ("GET", "/v1/events/stream", ALL_READERS),
     ("GET", "/v1/jobs", ALL_READERS),
     ("GET", "/v1/jobs/{id}", ALL_READERS),
     ("GET", "/v1/jobs/{id}/events", ALL_READERS),
@@ -456,6 +462,7 @@ fn body_for(method: &str, template: &str) -> Value {
     match (method, template) {
         ("POST", "/v1/jobs") => spec,
         ("POST", "/v1/jobs:batch") => json!({"jobs": [spec]}),
+        ("POST", "/v1/jobs:validate") => spec,
         ("POST", "/v1/agents/{agent}/leases") => json!({"worker": "w", "wait": "0s"}),
         ("POST", "/v1/leases/{lease_id}/fail") => json!({"error": "x"}),
         ("POST", "/v1/leases:report") => json!({"reports": []}),

@@ -14,6 +14,7 @@ pub mod outbox;
 pub mod schedule;
 pub mod spec;
 pub mod time;
+pub mod waiting;
 pub mod wire;
 
 pub use id::{JobId, LeaseId};

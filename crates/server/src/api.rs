@@ -96,6 +96,8 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(ordering_key))
         .routes(routes!(crate::tokens::list, crate::tokens::create))
         .routes(routes!(crate::tokens::revoke))
+        .routes(routes!(crate::console::validate))
+        .routes(routes!(crate::stream::events_stream))
         .split_for_parts()
 }
 
@@ -121,6 +123,10 @@ pub fn router(app: App) -> Router {
                 async move { Json(doc.as_ref().clone()) }
             }),
         )
+        // The console's page and assets are public: they hold no data, and the page asks for a
+        // token itself when the API answers 401.
+        .route("/", get(crate::console::index))
+        .route("/console/{name}", get(crate::console::asset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are read by `Body<T>` under this limit; the extra slack lets us answer 413
@@ -340,10 +346,10 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
     Ok((status, Json(BatchResponse { jobs })).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job, with a `waiting_reason` on the job and each step that waits", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<Value>> {
     let job = app.job(parse_job_id(&id)?).await?;
-    Ok(Json(JobView::from(&job)))
+    Ok(Json(crate::explain::job_with_reasons(&app, &job).await?))
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]

@@ -135,7 +135,9 @@ pub fn need_of(method: &Method, path: &str, agent: Option<&str>) -> Need {
     let read = *method == Method::GET;
     match path {
         "/healthz" | "/readyz" => Need::Public,
-        "/v1/jobs" | "/v1/jobs:batch" if *method == Method::POST => Need::Submit,
+        "/v1/jobs" | "/v1/jobs:batch" | "/v1/jobs:validate" if *method == Method::POST => {
+            Need::Submit
+        }
         "/v1/agents/{agent}/leases" => Need::Agent(agent.map(str::to_string)),
         p if p.starts_with("/v1/leases") => Need::Agent(None),
         p if p.starts_with("/v1/tokens") => Need::Admin,

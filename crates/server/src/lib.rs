@@ -7,12 +7,15 @@ pub mod api;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod deliver;
 pub mod error;
+pub mod explain;
 pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod outbound;
+pub mod stream;
 pub mod supervisor;
 pub mod tokens;
 
@@ -299,10 +302,26 @@ impl App {
             }
         }
         self.inner.notifier.apply(job.id, &transition.effects);
+        if !transition.is_noop() {
+            let change = stream::Change::of(transition);
+            self.inner.notifier.changes().publish(change);
+        }
     }
 
     /// Acts on what another node committed.
     pub fn signal(&self, signal: overseer_store::Signal) {
+        // Another node committed something: consoles watching this node refetch.
+        let job = match &signal {
+            overseer_store::Signal::Finished { job } => Some(*job),
+            _ => None,
+        };
+        let change = stream::Change {
+            job,
+            state: None,
+            kinds: vec!["remote"],
+            steps: vec![],
+        };
+        self.notifier().changes().publish(change);
         match signal {
             overseer_store::Signal::Ready { agent } => self.notifier().wake_agent(&agent),
             overseer_store::Signal::Finished { job } => self.notifier().apply(
@@ -324,7 +343,7 @@ impl App {
         per_agent.retain(|_, seen| *seen >= horizon);
     }
 
-    fn workers_of(&self, agent: &str) -> Vec<(String, Timestamp)> {
+    pub(crate) fn workers_of(&self, agent: &str) -> Vec<(String, Timestamp)> {
         let map = self.inner.workers.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<_> = map
             .get(agent)

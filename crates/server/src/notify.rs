@@ -17,6 +17,8 @@ pub struct Notifier {
     next_due: Mutex<Option<Timestamp>>,
     supervisor: Notify,
     delivery: Notify,
+    /// Job changes for `GET /v1/events/stream`.
+    changes: crate::stream::Changes,
 }
 
 impl Default for Notifier {
@@ -28,6 +30,7 @@ impl Default for Notifier {
             next_due: Mutex::new(None),
             supervisor: Notify::new(),
             delivery: Notify::new(),
+            changes: crate::stream::Changes::default(),
         }
     }
 }
@@ -72,6 +75,10 @@ impl Notifier {
 
     pub fn supervisor_wake(&self) -> &Notify {
         &self.supervisor
+    }
+
+    pub fn changes(&self) -> &crate::stream::Changes {
+        &self.changes
     }
 
     pub fn delivery_wake(&self) -> &Notify {

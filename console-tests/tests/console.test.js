@@ -1,0 +1,85 @@
+// Browser tests of the console against a real server and real command agents (see harness.js).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { Env, ROOT, until } from "../harness.js";
+
+let env;
+const SHOTS = join(ROOT, "docs/screenshots");
+
+before(async () => {
+  env = await Env.start();
+  for (const a of ["accounts", "dns", "storage", "deploy"]) env.agent(a, `examples/agents/${a}.sh`);
+  mkdirSync(SHOTS, { recursive: true });
+});
+after(async () => { await env?.stop(); });
+
+test("the walkthrough job appears live and its DAG puts the parallel steps side by side", async () => {
+  // The jobs list is open before the job exists; it must appear without a reload (live stream),
+  // then its page must draw 4 nodes with provision-dns and provision-storage in one layer.
+  const page = await env.page("#/jobs");
+  await page.waitForSelector("#live.on");
+  const spec = JSON.parse(readFileSync(join(ROOT, "examples/provision-site.json"), "utf8"));
+  const job = await env.api("/v1/jobs", spec);
+  await page.waitForSelector(`tr[data-job="${job.id}"]`, { timeout: 15000 });
+  await page.click(`tr[data-job="${job.id}"] a`);
+  await page.waitForSelector(".dag g.node");
+  assert.equal(await page.locator(".dag g.node").count(), 4);
+  const layer = (s) => page.getAttribute(`.dag g.node[data-step="${s}"]`, "data-layer");
+  assert.equal(await layer("provision-dns"), await layer("provision-storage"));
+  assert.notEqual(await layer("create-account"), await layer("provision-dns"));
+  await page.waitForSelector("h1 .badge.s-succeeded", { timeout: 20000 });
+  await page.click('.dag g.node[data-step="deploy-site"]');
+  await page.waitForSelector("text=Step deploy-site");
+  await page.screenshot({ path: join(SHOTS, "job-detail.png"), fullPage: true });
+  await page.goto(env.url + "/#/overview");
+  await page.waitForSelector(".grid .card");
+  await page.screenshot({ path: join(SHOTS, "overview.png") });
+  assert.deepEqual(env.pageErrors || [], []);
+});
+
+test("a held job is retried from the UI and finishes", async () => {
+  // The step fails for good on attempt 1 (max_attempts 1), so `hold` blocks the job; the
+  // operator's retry from the page gives attempt 2, which the script lets succeed.
+  env.agent("picky", env.script("picky", 'if [ "$OVERSEER_ATTEMPT" = 1 ]; then echo "boom 42" >&2; exit 1; fi\necho \'{"ok":true}\''));
+  const job = await env.api("/v1/jobs", { on_failure: "hold", steps: [{ name: "once", agent: "picky", max_attempts: 1 }] });
+  await until("the job to block", async () => (await env.api(`/v1/jobs/${job.id}`)).state === "blocked");
+  const page = await env.page(`#/job/${job.id}`);
+  await page.click('button[data-retry="once"]');
+  await page.fill("#confirm-by", "console-test");
+  await page.fill("#confirm-reason", "fixed the cause");
+  await page.click("#confirm-ok");
+  await page.waitForSelector("h1 .badge.s-succeeded", { timeout: 20000 });
+  const events = await env.api(`/v1/jobs/${job.id}/events`);
+  assert.ok(events.events.some((e) => JSON.stringify(e).includes("console-test")), "the retry records who did it");
+});
+
+test("a paused agent's step says so", async () => {
+  // Pausing `sleepy` must be the reason shown for its ready step, on the step row.
+  await env.api("/v1/agents/sleepy/pause", {});
+  const job = await env.api("/v1/jobs", { steps: [{ name: "nap", agent: "sleepy" }] });
+  const page = await env.page(`#/job/${job.id}`);
+  const reason = await page.waitForSelector('tr[data-step-row="nap"] [data-reason="agent_paused"]');
+  assert.match(await reason.textContent(), /agent `sleepy` paused/);
+  await page.goto(env.url + "/#/agents");
+  await page.waitForSelector('tr[data-agent="sleepy"]');
+  await page.screenshot({ path: join(SHOTS, "agents.png") });
+});
+
+test("a cancelled job shows its undos", async () => {
+  // `a` succeeds and declares an undo; `b` waits on an agent nobody runs. Cancelling from the
+  // page must compensate `a`, and the page must show `a` as undone.
+  const job = await env.api("/v1/jobs", { steps: [
+    { name: "a", agent: "accounts", compensate: { agent: "accounts", payload: { undo: true } } },
+    { name: "b", agent: "nobody", depends_on: ["a"] }] });
+  await until("step a to succeed", async () => (await env.api(`/v1/jobs/${job.id}`)).steps[0].state === "succeeded");
+  const page = await env.page(`#/job/${job.id}`);
+  await page.click("text=Cancel job");
+  await page.fill("#confirm-reason", "customer left");
+  await page.click("#confirm-ok");
+  const undone = await page.waitForSelector("[data-compensated]", { timeout: 20000 });
+  assert.match(await undone.textContent(), /\ba\b/);
+  await page.waitForSelector("h1 .badge.s-cancelled");
+  assert.ok(await page.locator("text=↶ undo a").count() >= 1, "the timeline shows the undo attempt");
+});

@@ -1,0 +1,82 @@
+//! Adds the waiting reason (`overseer_core::waiting`) to a job as the API shows it: gathers what
+//! the pure function needs (agent settings, running counts, last worker polls, the ordering
+//! key's head) and writes `waiting_reason` into the job and each step still waiting.
+
+use std::collections::HashMap;
+
+use overseer_core::waiting::{job_waiting, step_waiting, AgentContext, KeyHead};
+use overseer_core::wire::JobView;
+use overseer_core::{Job, JobState};
+use serde_json::{json, Value};
+
+use crate::error::Result;
+use crate::App;
+
+/// `JobView` of `job` with `waiting_reason: {code, text}` on a pending job and on every step
+/// that is neither running nor finished.
+pub async fn job_with_reasons(app: &App, job: &Job) -> Result<Value> {
+    let mut view = serde_json::to_value(JobView::from(job)).unwrap_or(Value::Null);
+    if job.state.is_terminal() {
+        return Ok(view);
+    }
+    let now = app.now();
+    let head = key_head(app, job).await?;
+    let agents = agent_contexts(app, job).await?;
+    if let Some(r) = job_waiting(job, head.as_ref(), now) {
+        view["waiting_reason"] = json!(r);
+    }
+    let Some(steps) = view.get_mut("steps").and_then(Value::as_array_mut) else {
+        return Ok(view);
+    };
+    for (step, out) in job.steps.iter().zip(steps.iter_mut()) {
+        let ctx = agents.get(&step.agent).cloned().unwrap_or_default();
+        if let Some(r) = step_waiting(job, step, &ctx, head.as_ref(), now) {
+            out["waiting_reason"] = json!(r);
+        }
+    }
+    Ok(view)
+}
+
+/// The head of the job's ordering key, only looked up while the job is pending behind it.
+async fn key_head(app: &App, job: &Job) -> Result<Option<KeyHead>> {
+    let Some(key) = job.ordering_key.as_deref() else {
+        return Ok(None);
+    };
+    if job.state != JobState::Pending {
+        return Ok(None);
+    }
+    let status = app.store().ordering_key_status(key).await?;
+    Ok(status.head.map(|h| KeyHead {
+        key: key.to_string(),
+        job: h.id,
+        state: h.state,
+    }))
+}
+
+/// Settings, running count and last poll of each agent name the job's steps use.
+async fn agent_contexts(app: &App, job: &Job) -> Result<HashMap<String, AgentContext>> {
+    let counts = app.store().agents_counts().await?;
+    let mut out = HashMap::new();
+    for step in &job.steps {
+        if out.contains_key(&step.agent) || step.state.is_settled() {
+            continue;
+        }
+        let settings = app.store().agent_settings_get(&step.agent).await?;
+        let running = counts
+            .iter()
+            .find(|c| c.agent == step.agent)
+            .map_or(0, |c| c.running);
+        let last_poll = app.workers_of(&step.agent).into_iter().map(|w| w.1).max();
+        out.insert(
+            step.agent.clone(),
+            AgentContext {
+                paused: settings.paused,
+                max_concurrency: settings.max_concurrency,
+                running,
+                rate: settings.rate,
+                last_poll,
+            },
+        );
+    }
+    Ok(out)
+}
