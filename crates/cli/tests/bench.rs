@@ -264,17 +264,21 @@ fn table_output_is_readable() {
     );
 }
 
+/// A database of its own on the shared test cluster, dropped when the returned value is.
+fn fresh_database() -> overseer_store::pgtest::TestDatabase {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(PgCluster::shared().database())
+}
+
 // Proves `cross_node` runs on PostgreSQL: on a fresh database, the markers go to the bench's
 // node while the workers long-poll a second in-process node, and one JSON line reports the
 // 202 → lease latencies across them (sanity only: p50 ≤ p99, no p99.9 from 30 samples).
 #[test]
 fn cross_node_on_postgres() {
-    let cluster = PgCluster::shared();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let db = rt.block_on(cluster.database());
+    let db = fresh_database();
     let stdout = bench(&[
         "--db",
         db.url(),
@@ -308,12 +312,7 @@ fn cross_node_on_postgres() {
 // measured, and p50 ≤ p99 (the hand-over figures themselves live in BENCHMARKS.md).
 #[test]
 fn ordered_on_postgres() {
-    let cluster = PgCluster::shared();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let db = rt.block_on(cluster.database());
+    let db = fresh_database();
     let stdout = bench(&[
         "--db",
         db.url(),

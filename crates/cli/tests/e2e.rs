@@ -15,16 +15,7 @@ async fn walkthrough_job_succeeds_with_parallel_steps() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let root = workspace_root();
-    let mut agents = Vec::new();
-    for name in ["accounts", "dns", "storage", "deploy"] {
-        let script = root.join(format!("examples/agents/{name}.sh"));
-        agents.push(Agent::start_with(
-            &server,
-            name,
-            &[],
-            &[script.to_str().unwrap()],
-        ));
-    }
+    let _agents = Agent::walkthrough(&server, &server.url, &[]);
     let out = std::process::Command::new(BIN)
         .args([
             "submit",

@@ -29,17 +29,7 @@ fn the_walkthrough_over_https() {
     let server = Server::start_with(dir.path(), &["--tls-cert", &cert, "--tls-key", &key]);
     let url = server.url.replace("http://", "https://");
     let root = workspace_root();
-    let mut agents = Vec::new();
-    for name in ["accounts", "dns", "storage", "deploy"] {
-        let script = root.join(format!("examples/agents/{name}.sh"));
-        agents.push(Agent::start_on(
-            &server,
-            &url,
-            name,
-            &["--ca-cert", &cert],
-            &[script.to_str().unwrap()],
-        ));
-    }
+    let _agents = Agent::walkthrough(&server, &url, &["--ca-cert", &cert]);
     let out = Command::new(BIN)
         .args(["submit", "examples/provision-site.json", "--wait"])
         .args(["--server", &url, "--ca-cert", &cert])

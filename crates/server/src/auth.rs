@@ -174,12 +174,15 @@ pub async fn check(
     next: Next,
 ) -> Response {
     let auth = app.auth();
+    if !auth.required() {
+        return next.run(req).await;
+    }
     let agent = params
         .iter()
         .find(|(k, _)| *k == "agent")
         .map(|(_, v)| v.to_string());
     let need = need_of(req.method(), matched.as_str(), agent.as_deref());
-    if !auth.required() || need == Need::Public {
+    if need == Need::Public {
         return next.run(req).await;
     }
     let refused = |status: StatusCode, code: &'static str, detail: &str| {

@@ -287,6 +287,19 @@ impl Agent {
         }
     }
 
+    /// The README walkthrough's four command agents (`examples/agents/*.sh`), on `servers`
+    /// (the server's URL, or another form of it) with `flags`.
+    pub fn walkthrough(server: &Server, servers: &str, flags: &[&str]) -> Vec<Agent> {
+        let root = workspace_root();
+        ["accounts", "dns", "storage", "deploy"]
+            .iter()
+            .map(|name| {
+                let script = root.join(format!("examples/agents/{name}.sh"));
+                Agent::start_on(server, servers, name, flags, &[script.to_str().unwrap()])
+            })
+            .collect()
+    }
+
     /// SIGKILL to the agent process alone, as `kill -9 PID` does: what it started is left to the
     /// agent's own safeguards.
     pub fn kill_only(&mut self) {
