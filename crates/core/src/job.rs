@@ -251,6 +251,43 @@ impl Job {
         Some(at.as_millis() - i64::from(self.priority) * PRIORITY_AGING.as_millis_i64())
     }
 
+    /// The agent names that could lease a step of this job at `now` (ready work or a ready undo
+    /// whose `next_attempt_at` has come), each once. A store that lets concurrent claimers pass
+    /// over a job it holds announces these again after it commits, so they are not left waiting
+    /// for a sweep.
+    pub fn claimable_agents(&self, now: Timestamp) -> Vec<&str> {
+        let mut agents: Vec<&str> = Vec::new();
+        for s in &self.steps {
+            let due = s.next_attempt_at.is_some_and(|t| t <= now);
+            if let (Some(agent), true) = (s.claim_agent(), due) {
+                if !agents.contains(&agent) {
+                    agents.push(agent);
+                }
+            }
+        }
+        agents
+    }
+
+    /// Whether `other` has the same fields fixed at admission as this job: its key, labels,
+    /// callback and failure policy, and each step's definition. No transition changes them, and
+    /// backends rely on that (they write those columns once, at insert).
+    pub fn same_admission(&self, other: &Job) -> bool {
+        self.id == other.id
+            && self.idempotency_key == other.idempotency_key
+            && self.fingerprint == other.fingerprint
+            && self.labels == other.labels
+            && self.ordering_key == other.ordering_key
+            && self.callback_url == other.callback_url
+            && self.on_failure == other.on_failure
+            && self.created_at == other.created_at
+            && self.steps.len() == other.steps.len()
+            && self
+                .steps
+                .iter()
+                .zip(&other.steps)
+                .all(|(a, b)| a.same_definition(b))
+    }
+
     /// The results of a step's dependencies, by dependency name. A compensation gets the result
     /// of the step it undoes, under that step's name.
     pub fn inputs_of(&self, step: usize) -> serde_json::Map<String, Value> {
@@ -323,6 +360,20 @@ impl Step {
     /// undo, by the step's formula. `jitter` in `[0, 1)` is the caller's.
     pub fn retry_delay(&self, failures: u32, jitter: f64) -> Span {
         self.backoff_formula.delay(&self.backoff, failures, jitter)
+    }
+
+    /// Whether `other` is the same step definition (everything fixed at admission).
+    pub fn same_definition(&self, other: &Step) -> bool {
+        self.name == other.name
+            && self.agent == other.agent
+            && self.payload == other.payload
+            && self.depends_on == other.depends_on
+            && self.timeout == other.timeout
+            && self.max_attempts == other.max_attempts
+            && self.backoff == other.backoff
+            && self.backoff_formula == other.backoff_formula
+            && self.compensate == other.compensate
+            && self.created_at == other.created_at
     }
 
     /// The agent name that may lease this step now (its own, or its compensation's), if any.

@@ -1154,10 +1154,15 @@ impl Work {
         if self.job.state == JobState::Blocked {
             self.park();
         }
+        // A step row also holds what it derives from the job's priority (its claim rank), so a
+        // new priority changes every step.
+        let priority_changed = self.job.priority != before.priority;
         let changed_steps: Vec<usize> = (0..self.job.steps.len())
-            .filter(|&i| before.steps.get(i) != Some(&self.job.steps[i]))
+            .filter(|&i| priority_changed || before.steps.get(i) != Some(&self.job.steps[i]))
             .collect();
-        let job_fields_changed = self.job.state != before.state
+        let job_fields_changed = priority_changed
+            || self.job.run_at != before.run_at
+            || self.job.state != before.state
             || self.job.desired_state != before.desired_state
             || self.job.finished_at != before.finished_at
             || self.job.blocked_reason != before.blocked_reason;
@@ -1165,6 +1170,10 @@ impl Work {
             self.job.updated_at = self.now;
         }
         let job_changed = self.job.updated_at != before.updated_at || job_fields_changed;
+        debug_assert!(
+            self.job.same_admission(before),
+            "a transition changed what was fixed at admission"
+        );
         Transition {
             job: self.job,
             job_changed,

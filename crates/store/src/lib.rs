@@ -19,6 +19,7 @@ pub mod pgtest;
 pub mod postgres;
 pub mod sqlite;
 pub(crate) mod tokens;
+pub(crate) mod write_set;
 
 pub use postgres::PgStore;
 pub use sqlite::{SqliteOptions, SqliteStore};

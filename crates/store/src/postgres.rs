@@ -37,6 +37,7 @@ mod rows;
 mod schema;
 mod tls;
 mod tokens;
+mod writes;
 
 use std::future::Future;
 use std::marker::PhantomData;

@@ -172,6 +172,51 @@ async fn eight_nodes_lease_each_step_exactly_once() {
     }
 }
 
+/// A claim that leaves a sibling step of a job it held still claimable announces it again at
+/// commit: another node's claimer that met the job locked passed over it (`SKIP LOCKED`) and
+/// went back to sleep, and must not wait for the leader's sweep to find the sibling.
+#[tokio::test]
+async fn a_claim_announces_the_siblings_it_left() {
+    let _ticket = suite::Ticket::new();
+    let (store, _db) = fresh().await;
+    let mut signals = store.signals().expect("signals");
+    let fan = conformance::spec(json!({"steps": [
+        {"name": "b", "agent": "fan"},
+        {"name": "c", "agent": "fan"},
+    ]}));
+    store
+        .jobs_submit(vec![admitted(job_id(1), &fan, at(0))])
+        .await
+        .expect("submit");
+    expect_signal(&mut signals, "the submit's Ready fan", |s| {
+        *s == Signal::Ready {
+            agent: "fan".into(),
+        }
+    })
+    .await;
+    // Whatever else the submit sent has arrived by now; start from a quiet channel.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while signals.try_recv().is_ok() {}
+
+    let claim = |n| Claim {
+        agent: "fan".into(),
+        worker: "w".into(),
+        lease_ids: vec![lease_id(n)],
+        now: at(10),
+    };
+    let first = store.steps_claim(claim(1)).await.expect("claim").claimed;
+    assert_eq!(first.len(), 1);
+    expect_signal(&mut signals, "Ready fan for the sibling left behind", |s| {
+        *s == Signal::Ready {
+            agent: "fan".into(),
+        }
+    })
+    .await;
+    let second = store.steps_claim(claim(2)).await.expect("claim").claimed;
+    assert_eq!(second.len(), 1, "the sibling is claimable");
+    assert_ne!(first[0].step, second[0].step);
+}
+
 // Proves nodes hear each other: a job submitted through store A wakes its agent on store B
 // (`Signal::Ready`), finishing it there is heard on A (`Signal::Finished`), and a submit that
 // rolls back (an idempotency conflict) sends nothing: notifications arrive in commit order, and

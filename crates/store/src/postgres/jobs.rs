@@ -7,40 +7,24 @@ use overseer_core::{Command, Effect, Job, JobId, JobState, Rejection, Timestamp,
 use uuid::Uuid;
 
 use super::rows::{self, corrupt, get, limit_param, query, query_opt, Lock};
-use super::{control, job_ids, listen, param_refs, DynParams, Failure, Res, TERMINAL};
+use super::{control, job_ids, listen, param_refs, writes, DynParams, Failure, Res, TERMINAL};
 use crate::{
     Claim, ClaimResult, Claimed, Error, JobQuery, LeaseRef, LeaseReport, NewJob, OrderingKeyStatus,
     Reported, Submitted,
 };
 
-/// Stores what the core decided at `now`: the job row, the changed steps, the new history, the
-/// deliveries its durable effects call for, and the notifications other nodes should hear, all in
-/// the caller's transaction.
+/// Stores what the core decided at `now` (see `writes::persist_all`).
 pub(super) async fn persist(
     tx: &Transaction<'_>,
     t: &Transition,
     now: Timestamp,
     history_per_job: usize,
 ) -> Res<()> {
-    // Independent statements, sent together (pipelined) and answered together.
-    let signals = signals_of(t);
-    futures::try_join!(
-        async {
-            match t.job_changed {
-                true => rows::update_job(tx, &t.job).await,
-                false => Ok(()),
-            }
-        },
-        rows::write_steps(tx, &t.job, t.changed_steps.iter().copied()),
-        rows::append_events(tx, t.job.id, &t.events, history_per_job),
-        rows::insert_deliveries(tx, t, now),
-        notify(tx, &signals),
-    )?;
-    Ok(())
+    writes::persist_all(tx, &[t], now, history_per_job).await
 }
 
 /// The notifications a committed transition should send to other nodes.
-fn signals_of(t: &Transition) -> Vec<String> {
+pub(super) fn signals_of(t: &Transition) -> Vec<String> {
     let mut out = Vec::new();
     for effect in &t.effects {
         match effect {
@@ -83,49 +67,81 @@ pub(super) async fn notify(tx: &Transaction<'_>, payloads: &[String]) -> Res<()>
     Ok(())
 }
 
-/// Loads a job under `FOR UPDATE`, applies a command through the core, and stores the
-/// transition. A claim also records its lease so the lease id stays resolvable after later
-/// attempts.
 /// Applies lease holders' reports in one transaction, each as `lease_find` + `apply_command`
-/// would. Jobs are locked in id order whatever the order of the reports, so two batches that
-/// share jobs wait for each other instead of deadlocking; answers come back in report order.
+/// would, with a constant number of statements: the leases resolve in one, their jobs are locked
+/// (in id order, so two batches sharing jobs wait for each other instead of deadlocking) and
+/// loaded in three sent together, the core applies every report in memory (two reports of one
+/// job one after the other), and the transitions are written together. Answers come back in
+/// report order.
 pub(super) async fn report_leases(
     tx: &Transaction<'_>,
     reports: &[(overseer_core::LeaseId, LeaseReport)],
     now: Timestamp,
     history_per_job: usize,
 ) -> Res<Vec<Reported>> {
-    // Sent together (pipelined on the connection) rather than one round trip each.
-    let leases = futures::future::try_join_all(
-        reports
-            .iter()
-            .map(|(lease_id, _)| rows::find_lease(tx, *lease_id)),
-    )
-    .await?;
-    let mut order: Vec<usize> = (0..reports.len()).collect();
-    // Stable: two reports of one lease keep their order, so the second is the one refused.
-    order.sort_by_key(|&i| leases[i].map(|l| l.job_id));
+    let ids: Vec<_> = reports.iter().map(|(id, _)| *id).collect();
+    let leases = writes::find_leases(tx, &ids).await?;
+    let job_ids: Vec<JobId> = leases.values().map(|l| l.job_id).collect();
+    let mut jobs: HashMap<JobId, Job> = lock_and_load(tx, &job_ids)
+        .await?
+        .into_iter()
+        .map(|j| (j.id, j))
+        .collect();
     let mut out: Vec<Option<Reported>> = (0..reports.len()).map(|_| None).collect();
-    for i in order {
-        let (lease_id, report) = &reports[i];
-        let Some(lease) = leases[i] else {
+    let mut applied: Vec<(usize, LeaseRef, Transition)> = Vec::new();
+    for (i, (lease_id, report)) in reports.iter().enumerate() {
+        let Some(&lease) = leases.get(lease_id) else {
             out[i] = Some(Err(Error::LeaseNotFound(*lease_id)));
             continue;
         };
+        let Some(job) = jobs.get(&lease.job_id) else {
+            out[i] = Some(Err(Error::JobNotFound(lease.job_id)));
+            continue;
+        };
         let command = report.clone().command(lease.step, lease.attempt);
-        out[i] = Some(
-            match apply_command(tx, lease.job_id, command, now, history_per_job).await {
-                Ok(t) => Ok((lease, t)),
-                // Refused before anything was written: this report only.
-                Err(Failure::Store(e @ (Error::Rejected(_) | Error::JobNotFound(_)))) => Err(e),
-                Err(f) => return Err(f),
-            },
-        );
+        match overseer_core::apply(job, command, now) {
+            Ok(t) => {
+                jobs.insert(t.job.id, t.job.clone());
+                applied.push((i, lease, t));
+            }
+            // Refused before anything was written: this report only.
+            Err(e) => out[i] = Some(Err(Error::Rejected(e))),
+        }
+    }
+    let transitions: Vec<&Transition> = applied.iter().map(|(_, _, t)| t).collect();
+    writes::persist_all(tx, &transitions, now, history_per_job).await?;
+    for (i, lease, mut t) in applied {
+        if let Some(key) = t.freed_ordering_key() {
+            if let Some(next) = start_next_head(tx, key, now, history_per_job).await? {
+                t.absorb_wakeups(&next);
+            }
+        }
+        out[i] = Some(Ok((lease, t)));
     }
     Ok(out
         .into_iter()
         .map(|o| o.expect("every report is answered"))
         .collect())
+}
+
+/// Locks the jobs with the given ids (`FOR UPDATE`, in id order) and loads them: the statements
+/// are sent together and run in order, so the rows are read after every lock is granted.
+async fn lock_and_load(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut uuids: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
+    uuids.sort_unstable();
+    uuids.dedup();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&uuids];
+    let lock = query(
+        tx,
+        "SELECT j.id FROM unnest($1::uuid[]) AS w (id) \
+         CROSS JOIN LATERAL (SELECT id FROM jobs WHERE id = w.id FOR UPDATE) j",
+        &params,
+    );
+    let (_, jobs) = futures::try_join!(lock, load_locked(tx, ids))?;
+    Ok(jobs)
 }
 
 pub(super) async fn apply_command(
@@ -238,31 +254,32 @@ async fn apply_loaded(
         _ => None,
     };
     let t = overseer_core::apply(job, command, now)?;
-    let lease = match claim {
-        Some((step, lease_id, worker)) => {
-            let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
-                corrupt(
-                    "transition",
-                    format!("claimed step {step} is missing from job {}", job.id),
-                )
-            })?;
-            let lease = LeaseRef {
-                lease_id,
-                job_id: job.id,
-                step,
-                attempt,
-            };
-            Some((lease, worker))
-        }
-        None => None,
+    let leases = match &claim {
+        Some((step, lease_id, _)) => vec![lease_of(&t, *step, *lease_id)?],
+        None => Vec::new(),
     };
-    futures::try_join!(persist(tx, &t, now, history_per_job), async {
-        match &lease {
-            Some((lease, worker)) => rows::insert_lease(tx, lease, worker, now).await,
-            None => Ok(()),
-        }
-    })?;
+    let worker = claim.as_ref().map_or("", |(_, _, w)| w.as_str());
+    futures::try_join!(
+        persist(tx, &t, now, history_per_job),
+        writes::insert_leases(tx, &leases, worker, now),
+    )?;
     Ok(t)
+}
+
+/// The lease a claim transition of `step` handed out under `lease_id`.
+fn lease_of(t: &Transition, step: usize, lease_id: overseer_core::LeaseId) -> Res<LeaseRef> {
+    let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
+        corrupt(
+            "transition",
+            format!("claimed step {step} is missing from job {}", t.job.id),
+        )
+    })?;
+    Ok(LeaseRef {
+        lease_id,
+        job_id: t.job.id,
+        step,
+        attempt,
+    })
 }
 
 /// Takes the advisory locks of every ordering key among `jobs`, in one fixed order (by lock id)
@@ -383,7 +400,9 @@ async fn admit_keyed(
 /// does if many ready rows turn out not to be claimable.
 const CLAIM_SKIPS_MAX: usize = 1_000;
 
-/// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Store::steps_claim`]).
+/// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Store::steps_claim`]):
+/// finds and locks candidates, lets the core decide each claim in memory, then writes every
+/// claim of the batch together.
 pub(super) async fn claim(
     tx: &Transaction<'_>,
     claim: &Claim,
@@ -391,15 +410,84 @@ pub(super) async fn claim(
 ) -> Res<ClaimResult> {
     let limits = control::claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now).await?;
     let want = limits.want.min(claim.lease_ids.len());
-    let mut claimed: Vec<Claimed> = Vec::with_capacity(want);
-    // Steps the core refused (or that do not decode): left out of later rounds.
-    let mut skipped_jobs: Vec<Uuid> = Vec::new();
-    let mut skipped_steps: Vec<i32> = Vec::new();
-    // Jobs this claim has locked, as they now stand: under the lock they cannot change behind
-    // its back, so two steps of one job are claimed one after the other from one load.
-    let mut loaded: HashMap<Uuid, Job> = HashMap::new();
-    while claimed.len() < want && skipped_steps.len() < CLAIM_SKIPS_MAX {
-        let limit = (want - claimed.len()) as i64;
+    let mut round = ClaimRound::default();
+    while round.claimed.len() < want && round.skips < CLAIM_SKIPS_MAX {
+        if !round.next(tx, claim, want).await? {
+            break;
+        }
+    }
+    let ClaimRound {
+        claimed, excluded, ..
+    } = round;
+    let leases: Vec<LeaseRef> = claimed.iter().map(|c| c.lease).collect();
+    let transitions: Vec<&Transition> = claimed.iter().map(|c| &c.claimed.transition).collect();
+    let siblings = sibling_signals(&claimed, claim.now);
+    futures::try_join!(
+        writes::persist_all(tx, &transitions, claim.now, history_per_job),
+        writes::insert_leases(tx, &leases, &claim.worker, claim.now),
+        notify(tx, &siblings),
+    )?;
+    // The bucket held the claim back if it ran dry before the claim's other bounds and
+    // claimable work is left over (work another transaction holds counts: it is claimable).
+    let has_more = limits.ran_dry(claimed.len()) && {
+        let left = query(
+            tx,
+            CANDIDATES_SQL,
+            &[
+                &claim.agent,
+                &claim.now.as_millis(),
+                &excluded.jobs,
+                &excluded.steps,
+            ],
+        )
+        .await?;
+        !left.is_empty()
+    };
+    let throttled_until =
+        control::claim_spend(tx, &claim.agent, &limits, claimed.len(), has_more).await?;
+    Ok(ClaimResult {
+        claimed: claimed.into_iter().map(|c| c.claimed).collect(),
+        throttled_until,
+    })
+}
+
+/// A step a claim leased, with the lease it recorded.
+struct Leased {
+    claimed: Claimed,
+    lease: LeaseRef,
+}
+
+/// Steps a claim leaves out of its next candidate query: those it refused or leased already
+/// (its leases are written only at the end, so the rows still look claimable).
+#[derive(Default)]
+struct Excluded {
+    jobs: Vec<Uuid>,
+    steps: Vec<i32>,
+}
+
+impl Excluded {
+    fn add(&mut self, job: Uuid, idx: i32) {
+        self.jobs.push(job);
+        self.steps.push(idx);
+    }
+}
+
+/// A claim in progress: what it leased, what it left out, and the jobs it has locked as they now
+/// stand (under the lock they cannot change behind its back, so two steps of one job are claimed
+/// one after the other from one load).
+#[derive(Default)]
+struct ClaimRound {
+    claimed: Vec<Leased>,
+    excluded: Excluded,
+    /// Candidates the core refused or that did not decode.
+    skips: usize,
+    loaded: HashMap<Uuid, Job>,
+}
+
+impl ClaimRound {
+    /// Locks the next candidates and claims them through the core; false when none is left.
+    async fn next(&mut self, tx: &Transaction<'_>, claim: &Claim, want: usize) -> Res<bool> {
+        let limit = (want - self.claimed.len()) as i64;
         let rows = query(
             tx,
             LOCK_CANDIDATES_SQL,
@@ -407,13 +495,13 @@ pub(super) async fn claim(
                 &claim.agent,
                 &claim.now.as_millis(),
                 &limit,
-                &skipped_jobs,
-                &skipped_steps,
+                &self.excluded.jobs,
+                &self.excluded.steps,
             ],
         )
         .await?;
         if rows.is_empty() {
-            break;
+            return Ok(false);
         }
         let mut candidates = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -424,66 +512,63 @@ pub(super) async fn claim(
         }
         let mut unloaded: Vec<JobId> = Vec::new();
         for (job, _) in &candidates {
-            if !loaded.contains_key(job) && !unloaded.contains(&JobId(*job)) {
+            if !self.loaded.contains_key(job) && !unloaded.contains(&JobId(*job)) {
                 unloaded.push(JobId(*job));
             }
         }
         for job in load_locked(tx, &unloaded).await? {
-            loaded.insert(job.id.0, job);
+            self.loaded.insert(job.id.0, job);
         }
-        for (job_uuid, idx) in candidates {
-            let Some(&lease_id) = claim.lease_ids.get(claimed.len()) else {
-                break;
-            };
-            let step = rows::to_usize("steps.idx", idx)?;
-            let Some(job) = loaded.get(&job_uuid) else {
-                // It does not decode (logged when loading): one bad job must not stall every
-                // claim of its agent.
-                skipped_jobs.push(job_uuid);
-                skipped_steps.push(idx);
-                continue;
-            };
-            let command = Command::Claim {
-                step,
-                lease_id,
-                worker: claim.worker.clone(),
-            };
-            match apply_loaded(tx, job, command, claim.now, history_per_job).await {
-                Ok(transition) => {
-                    loaded.insert(job_uuid, transition.job.clone());
-                    claimed.push(Claimed { step, transition });
-                }
-                // The core has the last word on claimability; a refused candidate changed nothing.
-                Err(Failure::Store(Error::Rejected(_))) => {
-                    skipped_jobs.push(job_uuid);
-                    skipped_steps.push(idx);
-                }
-                Err(e) => return Err(e),
-            }
+        for (job, idx) in candidates {
+            self.take(claim, job, idx)?;
         }
+        Ok(true)
     }
-    // The bucket held the claim back if it ran dry before the claim's other bounds and
-    // claimable work is left over (work another transaction holds counts: it is claimable).
-    let has_more = limits.ran_dry(claimed.len()) && {
-        let left = query(
-            tx,
-            CANDIDATES_SQL,
-            &[
-                &claim.agent,
-                &claim.now.as_millis(),
-                &skipped_jobs,
-                &skipped_steps,
-            ],
-        )
-        .await?;
-        !left.is_empty()
-    };
-    let throttled_until =
-        control::claim_spend(tx, &claim.agent, &limits, claimed.len(), has_more).await?;
-    Ok(ClaimResult {
-        claimed,
-        throttled_until,
-    })
+
+    /// Asks the core to lease step `idx` of `job` (loaded and locked) with the next lease id.
+    fn take(&mut self, claim: &Claim, job_uuid: Uuid, idx: i32) -> Res<()> {
+        let Some(&lease_id) = claim.lease_ids.get(self.claimed.len()) else {
+            return Ok(());
+        };
+        self.excluded.add(job_uuid, idx);
+        let step = rows::to_usize("steps.idx", idx)?;
+        // A job that does not decode was logged when loading: one bad job must not stall every
+        // claim of its agent.
+        let Some(job) = self.loaded.get(&job_uuid) else {
+            self.skips += 1;
+            return Ok(());
+        };
+        let command = Command::Claim {
+            step,
+            lease_id,
+            worker: claim.worker.clone(),
+        };
+        // The core has the last word on claimability; a refused candidate changes nothing.
+        let Ok(transition) = overseer_core::apply(job, command, claim.now) else {
+            self.skips += 1;
+            return Ok(());
+        };
+        let lease = lease_of(&transition, step, lease_id)?;
+        self.loaded.insert(job_uuid, transition.job.clone());
+        self.claimed.push(Leased {
+            claimed: Claimed { step, transition },
+            lease,
+        });
+        Ok(())
+    }
+}
+
+/// Wake-ups for steps of the claimed jobs that are still claimable: a claimer on another
+/// connection that met these jobs locked passed over them (`SKIP LOCKED`) and may have gone back
+/// to sleep, so siblings made ready together are announced again once this claim commits.
+fn sibling_signals(claimed: &[Leased], now: Timestamp) -> Vec<String> {
+    let mut agents: Vec<&str> = Vec::new();
+    for c in claimed {
+        agents.extend(c.claimed.transition.job.claimable_agents(now));
+    }
+    agents.sort_unstable();
+    agents.dedup();
+    agents.into_iter().map(|a| format!("ready:{a}")).collect()
 }
 
 /// The claimable steps of an agent that are due, best claim rank first (one ordered range of

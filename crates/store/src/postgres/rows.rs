@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use deadpool_postgres::Transaction;
 use overseer_core::backoff::{Backoff, Formula};
-use overseer_core::job::PRIORITY_AGING;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::spec::{CompensateSpec, OnFailure};
 use overseer_core::{
@@ -66,7 +65,7 @@ pub(super) fn ms(t: Option<Timestamp>) -> Option<i64> {
     t.map(Timestamp::as_millis)
 }
 
-fn to_u32(what: &str, v: i64) -> Res<u32> {
+pub(super) fn to_u32(what: &str, v: i64) -> Res<u32> {
     u32::try_from(v).map_err(|_| corrupt(what, format!("{v} is out of range")))
 }
 
@@ -466,49 +465,6 @@ pub(super) async fn insert_job_parts(tx: &Transaction<'_>, job: &Job) -> Res<()>
     write_steps(tx, job, 0..job.steps.len()).await
 }
 
-/// Writes the job's own fields back (its labels and idempotency key never change).
-pub(super) async fn update_job(tx: &Transaction<'_>, job: &Job) -> Res<()> {
-    // The claim rank is derived from the job's priority, so the steps' copies are kept in step
-    // with it, in the same statement; the expression is `Job::claim_rank` for every step whether
-    // or not the transition changed it.
-    let row = query_one(
-        tx,
-        "WITH j AS ( \
-           UPDATE jobs SET fingerprint = $2, priority = $3, run_at = $4, ordering_key = $5, \
-             callback_url = $6, on_failure = $7, state = $8, desired_state = $9, \
-             created_at = $10, updated_at = $11, finished_at = $12, blocked_reason = $13 \
-           WHERE id = $1 RETURNING id), \
-         s AS ( \
-           UPDATE steps SET priority = $3, \
-             claim_rank = CASE WHEN claim_agent IS NOT NULL \
-                          THEN next_attempt_at - $3::bigint * $14::bigint END \
-           WHERE job_id = $1 AND priority <> $3 AND EXISTS (SELECT 1 FROM j)) \
-         SELECT count(*) FROM j",
-        &[
-            &job.id.0,
-            &job.fingerprint,
-            &job.priority,
-            &ms(job.run_at),
-            &job.ordering_key,
-            &opt_text(&job.callback_url),
-            &job.on_failure.as_str(),
-            &job.state.as_str(),
-            &job.desired_state.as_str(),
-            &job.created_at.as_millis(),
-            &job.updated_at.as_millis(),
-            &ms(job.finished_at),
-            &opt_text(&job.blocked_reason),
-            &PRIORITY_AGING.as_millis_i64(),
-        ],
-    )
-    .await?;
-    let n: i64 = get(&row, 0, "count")?;
-    if n != 1 {
-        return Err(Failure::Store(Error::JobNotFound(job.id)));
-    }
-    Ok(())
-}
-
 /// Inserts or overwrites the given steps' rows from the job as it now stands, with their derived
 /// columns. The statements are pipelined: sent together, answered together.
 pub(super) async fn write_steps(
@@ -681,29 +637,6 @@ pub(super) async fn load_events(
         });
     }
     Ok(out)
-}
-
-pub(super) async fn insert_lease(
-    tx: &Transaction<'_>,
-    lease: &LeaseRef,
-    worker: &str,
-    at: Timestamp,
-) -> Res<()> {
-    execute(
-        tx,
-        "INSERT INTO leases (lease_id, job_id, step, attempt, worker, leased_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-        &[
-            &lease.lease_id.0,
-            &lease.job_id.0,
-            &idx_param(lease.step)?,
-            &i64::from(lease.attempt),
-            &text(worker),
-            &at.as_millis(),
-        ],
-    )
-    .await?;
-    Ok(())
 }
 
 pub(super) async fn find_lease(tx: &Transaction<'_>, lease_id: LeaseId) -> Res<Option<LeaseRef>> {

@@ -1,0 +1,391 @@
+//! Writing what the core decided, a whole batch of transitions at a time: one statement per
+//! table, whatever the number of jobs and steps (see `crate::write_set` for how transitions are
+//! merged per job). The statements are independent and sent together (pipelined), so a batch
+//! costs one round trip and a handful of statement executions, not several per transition.
+//!
+//! What a transition can change is fixed: a job's state, desired state, priority, `run_at`,
+//! timestamps and blocked reason; a step's run-time columns. What was fixed at admission (a
+//! step's name, agent, payload, dependencies, timeout, retry policy and undo; a job's key,
+//! labels, callback) is written once, by the insert, and never again (the core asserts it never
+//! changes them).
+
+use deadpool_postgres::Transaction;
+use overseer_core::{CompPhase, JobId, LeaseId, Timestamp, Transition};
+use uuid::Uuid;
+
+use super::rows::{self, corrupt, get, idx_param, json_text, ms, query_one, text};
+use super::{jobs, Res};
+use crate::write_set::{self, JobWrite};
+use crate::LeaseRef;
+
+/// Stores a batch of transitions at `now` (jobs, steps, events with the history trim, deliveries,
+/// notifications) in the caller's transaction. Transitions of one job come in the order they
+/// were applied.
+pub(super) async fn persist_all(
+    tx: &Transaction<'_>,
+    transitions: &[&Transition],
+    now: Timestamp,
+    history_per_job: usize,
+) -> Res<()> {
+    if transitions.is_empty() {
+        return Ok(());
+    }
+    let writes = write_set::by_job(transitions.iter().copied());
+    let mut signals: Vec<String> = transitions
+        .iter()
+        .flat_map(|t| jobs::signals_of(t))
+        .collect();
+    signals.sort_unstable();
+    signals.dedup();
+    futures::try_join!(
+        write_jobs(tx, &writes, history_per_job),
+        write_steps(tx, &writes),
+        futures::future::try_join_all(
+            transitions
+                .iter()
+                .map(|t| rows::insert_deliveries(tx, t, now))
+        ),
+        jobs::notify(tx, &signals),
+    )?;
+    Ok(())
+}
+
+/// Updates the job rows and appends their events with the next sequence numbers, dropping all
+/// but the newest `keep` of each job's history: one statement. (A job whose priority changed has
+/// every step among its changed steps, so the steps' copies follow in `write_steps`.)
+///
+/// The history trim looks each job up as one index range, whatever the planner's statistics
+/// say: a join of the batch against `events` is planned as a scan of the whole table.
+async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) -> Res<()> {
+    let writes: Vec<&JobWrite> = writes.iter().filter(|w| w.touches_job_row()).collect();
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let mut jobs = JobColumns::default();
+    let mut events = EventColumns::default();
+    for w in &writes {
+        jobs.push(w);
+        events.push(w);
+    }
+    let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+    let row = query_one(
+        tx,
+        WRITE_JOBS_SQL,
+        &[
+            &jobs.id,
+            &jobs.priority,
+            &jobs.run_at,
+            &jobs.state,
+            &jobs.desired_state,
+            &jobs.updated_at,
+            &jobs.finished_at,
+            &jobs.blocked_reason,
+            &jobs.events,
+            &events.job_id,
+            &events.pos,
+            &events.at,
+            &events.kind,
+            &events.step,
+            &events.attempt,
+            &events.detail,
+            &keep,
+        ],
+    )
+    .await?;
+    let updated: i64 = get(&row, 0, "jobs written")?;
+    if updated != jobs.id.len() as i64 {
+        return Err(corrupt(
+            "jobs",
+            format!(
+                "{} of {} jobs were missing during a write",
+                jobs.id.len() as i64 - updated,
+                jobs.id.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+const WRITE_JOBS_SQL: &str = "\
+WITH v AS ( \
+  SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::text[], $5::text[], \
+                       $6::bigint[], $7::bigint[], $8::text[], $9::bigint[]) \
+    AS v (id, priority, run_at, state, desired_state, updated_at, finished_at, blocked_reason, \
+          n_events)), \
+j AS ( \
+  UPDATE jobs SET priority = v.priority, run_at = v.run_at, state = v.state, \
+    desired_state = v.desired_state, updated_at = v.updated_at, finished_at = v.finished_at, \
+    blocked_reason = v.blocked_reason, last_event_seq = jobs.last_event_seq + v.n_events \
+  FROM v WHERE jobs.id = v.id \
+  RETURNING jobs.id, jobs.last_event_seq AS last, v.n_events), \
+e AS ( \
+  INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+  SELECT e.job_id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail \
+  FROM unnest($10::uuid[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], \
+              $15::bigint[], $16::text[]) AS e (job_id, pos, at, kind, step, attempt, detail) \
+  JOIN j ON j.id = e.job_id \
+  WHERE j.last - j.n_events + e.pos > j.last - $17::bigint), \
+t AS ( \
+  DELETE FROM events WHERE ctid = ANY(ARRAY( \
+    SELECT o.ctid FROM j CROSS JOIN LATERAL ( \
+      SELECT ctid FROM events WHERE events.job_id = j.id AND events.seq <= j.last - $17::bigint \
+      OFFSET 0) o \
+    WHERE j.n_events > 0 AND j.last > $17::bigint))) \
+SELECT count(*) FROM j";
+
+/// The job rows of a batch, column by column.
+#[derive(Default)]
+struct JobColumns<'a> {
+    id: Vec<Uuid>,
+    priority: Vec<i32>,
+    run_at: Vec<Option<i64>>,
+    state: Vec<&'static str>,
+    desired_state: Vec<&'static str>,
+    updated_at: Vec<i64>,
+    finished_at: Vec<Option<i64>>,
+    blocked_reason: Vec<Option<std::borrow::Cow<'a, str>>>,
+    /// Events appended to the job by the batch.
+    events: Vec<i64>,
+}
+
+impl<'a> JobColumns<'a> {
+    fn push(&mut self, w: &JobWrite<'a>) {
+        let job = w.job;
+        self.id.push(job.id.0);
+        self.priority.push(job.priority);
+        self.run_at.push(ms(job.run_at));
+        self.state.push(job.state.as_str());
+        self.desired_state.push(job.desired_state.as_str());
+        self.updated_at.push(job.updated_at.as_millis());
+        self.finished_at.push(ms(job.finished_at));
+        self.blocked_reason
+            .push(job.blocked_reason.as_deref().map(text));
+        self.events.push(w.events.len() as i64);
+    }
+}
+
+/// The events of a batch, column by column; `pos` numbers each job's new events from 1.
+#[derive(Default)]
+struct EventColumns<'a> {
+    job_id: Vec<Uuid>,
+    pos: Vec<i64>,
+    at: Vec<i64>,
+    kind: Vec<&'static str>,
+    step: Vec<Option<&'a str>>,
+    attempt: Vec<Option<i64>>,
+    detail: Vec<Option<String>>,
+}
+
+impl<'a> EventColumns<'a> {
+    fn push(&mut self, w: &JobWrite<'a>) {
+        for (pos, e) in w.events.iter().enumerate() {
+            self.job_id.push(w.job.id.0);
+            self.pos.push(pos as i64 + 1);
+            self.at.push(e.at.as_millis());
+            self.kind.push(e.kind);
+            self.step.push(e.step.as_deref());
+            self.attempt.push(e.attempt.map(i64::from));
+            self.detail.push(e.detail.as_ref().map(json_text));
+        }
+    }
+}
+
+/// Overwrites the run-time columns of every changed step, with the columns derived from them
+/// for the queries that find work: one statement.
+async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
+    let mut c = StepColumns::default();
+    for w in writes {
+        for &idx in &w.steps {
+            c.push(w, idx)?;
+        }
+    }
+    if c.job_id.is_empty() {
+        return Ok(());
+    }
+    let n = rows::execute(
+        tx,
+        WRITE_STEPS_SQL,
+        &[
+            &c.job_id,
+            &c.idx,
+            &c.priority,
+            &c.state,
+            &c.attempt,
+            &c.failures,
+            &c.lease_id,
+            &c.worker,
+            &c.ready_at,
+            &c.started_at,
+            &c.finished_at,
+            &c.lease_expires_at,
+            &c.next_attempt_at,
+            &c.result,
+            &c.last_error,
+            &c.budget_from,
+            &c.comp_phase,
+            &c.comp_attempts,
+            &c.comp_failures,
+            &c.comp_budget_from,
+            &c.claim_agent,
+            &c.lease_agent,
+            &c.claim_rank,
+        ],
+    )
+    .await?;
+    if n != c.job_id.len() as u64 {
+        return Err(corrupt(
+            "steps",
+            format!(
+                "{} of {} step rows were missing",
+                c.job_id.len() as u64 - n,
+                c.job_id.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+const WRITE_STEPS_SQL: &str = "\
+UPDATE steps SET priority = v.priority, state = v.state, attempt = v.attempt, \
+  failures = v.failures, lease_id = v.lease_id, worker = v.worker, ready_at = v.ready_at, \
+  started_at = v.started_at, finished_at = v.finished_at, lease_expires_at = v.lease_expires_at, \
+  next_attempt_at = v.next_attempt_at, result = v.result, last_error = v.last_error, \
+  budget_from = v.budget_from, comp_phase = v.comp_phase, comp_attempts = v.comp_attempts, \
+  comp_failures = v.comp_failures, comp_budget_from = v.comp_budget_from, \
+  claim_agent = v.claim_agent, lease_agent = v.lease_agent, claim_rank = v.claim_rank \
+FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], $6::bigint[], \
+            $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], \
+            $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], $18::bigint[], \
+            $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[]) \
+  AS v (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
+        started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, \
+        budget_from, comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, \
+        lease_agent, claim_rank) \
+WHERE steps.job_id = v.job_id AND steps.idx = v.idx";
+
+/// The changed step rows of a batch, column by column.
+#[derive(Default)]
+struct StepColumns<'a> {
+    job_id: Vec<Uuid>,
+    idx: Vec<i32>,
+    priority: Vec<i32>,
+    state: Vec<&'static str>,
+    attempt: Vec<i64>,
+    failures: Vec<i64>,
+    lease_id: Vec<Option<Uuid>>,
+    worker: Vec<Option<std::borrow::Cow<'a, str>>>,
+    ready_at: Vec<Option<i64>>,
+    started_at: Vec<Option<i64>>,
+    finished_at: Vec<Option<i64>>,
+    lease_expires_at: Vec<Option<i64>>,
+    next_attempt_at: Vec<Option<i64>>,
+    result: Vec<Option<String>>,
+    last_error: Vec<Option<std::borrow::Cow<'a, str>>>,
+    budget_from: Vec<i64>,
+    comp_phase: Vec<Option<&'static str>>,
+    comp_attempts: Vec<i64>,
+    comp_failures: Vec<i64>,
+    comp_budget_from: Vec<i64>,
+    claim_agent: Vec<Option<&'a str>>,
+    lease_agent: Vec<Option<&'a str>>,
+    claim_rank: Vec<Option<i64>>,
+}
+
+impl<'a> StepColumns<'a> {
+    fn push(&mut self, w: &JobWrite<'a>, idx: usize) -> Res<()> {
+        let job = w.job;
+        let s = job
+            .steps
+            .get(idx)
+            .ok_or_else(|| corrupt("transition", format!("job {} has no step {idx}", job.id)))?;
+        self.job_id.push(job.id.0);
+        self.idx.push(idx_param(idx)?);
+        self.priority.push(job.priority);
+        self.state.push(s.state.as_str());
+        self.attempt.push(i64::from(s.attempt));
+        self.failures.push(i64::from(s.failures));
+        self.lease_id.push(s.lease_id.map(|l| l.0));
+        self.worker.push(s.worker.as_deref().map(text));
+        self.ready_at.push(ms(s.ready_at));
+        self.started_at.push(ms(s.started_at));
+        self.finished_at.push(ms(s.finished_at));
+        self.lease_expires_at.push(ms(s.lease_expires_at));
+        self.next_attempt_at.push(ms(s.next_attempt_at));
+        self.result.push(s.result.as_ref().map(json_text));
+        self.last_error.push(s.last_error.as_deref().map(text));
+        self.budget_from.push(i64::from(s.budget_from));
+        self.comp_phase.push(s.comp_phase.map(CompPhase::as_str));
+        self.comp_attempts.push(i64::from(s.comp_attempts));
+        self.comp_failures.push(i64::from(s.comp_failures));
+        self.comp_budget_from.push(i64::from(s.comp_budget_from));
+        self.claim_agent.push(s.claim_agent());
+        self.lease_agent.push(rows::lease_agent(s));
+        self.claim_rank.push(job.claim_rank(idx));
+        Ok(())
+    }
+}
+
+/// Records the leases a claim handed out, so each lease id resolves to its attempt later: one
+/// statement.
+pub(super) async fn insert_leases(
+    tx: &Transaction<'_>,
+    leases: &[LeaseRef],
+    worker: &str,
+    at: Timestamp,
+) -> Res<()> {
+    if leases.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = leases.iter().map(|l| l.lease_id.0).collect();
+    let jobs: Vec<Uuid> = leases.iter().map(|l| l.job_id.0).collect();
+    let steps = leases
+        .iter()
+        .map(|l| idx_param(l.step))
+        .collect::<Res<Vec<i32>>>()?;
+    let attempts: Vec<i64> = leases.iter().map(|l| i64::from(l.attempt)).collect();
+    rows::execute(
+        tx,
+        "INSERT INTO leases (lease_id, job_id, step, attempt, worker, leased_at) \
+         SELECT l.id, l.job, l.step, l.attempt, $5, $6 \
+         FROM unnest($1::uuid[], $2::uuid[], $3::integer[], $4::bigint[]) \
+           AS l (id, job, step, attempt)",
+        &[
+            &ids,
+            &jobs,
+            &steps,
+            &attempts,
+            &text(worker),
+            &at.as_millis(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Resolves lease ids to their attempts: one statement, one primary-key lookup per id whatever
+/// the planner's statistics say. Ids with no lease are left out.
+pub(super) async fn find_leases(
+    tx: &Transaction<'_>,
+    ids: &[LeaseId],
+) -> Res<std::collections::HashMap<LeaseId, LeaseRef>> {
+    let uuids: Vec<Uuid> = ids.iter().map(|l| l.0).collect();
+    let found = rows::query(
+        tx,
+        "SELECT l.lease_id, l.job_id, l.step, l.attempt FROM unnest($1::uuid[]) AS w (id) \
+         CROSS JOIN LATERAL (SELECT lease_id, job_id, step, attempt FROM leases \
+           WHERE lease_id = w.id OFFSET 0) l",
+        &[&uuids],
+    )
+    .await?;
+    let mut out = std::collections::HashMap::with_capacity(found.len());
+    for row in &found {
+        let lease = LeaseRef {
+            lease_id: LeaseId(get(row, 0, "leases.lease_id")?),
+            job_id: JobId(get(row, 1, "leases.job_id")?),
+            step: rows::to_usize("leases.step", get(row, 2, "leases.step")?)?,
+            attempt: rows::to_u32("leases.attempt", get(row, 3, "leases.attempt")?)?,
+        };
+        out.insert(lease.lease_id, lease);
+    }
+    Ok(out)
+}
