@@ -3027,6 +3027,14 @@ pub async fn jobs_delete_removes_only_unleased_jobs_in_the_given_states(f: &Fixt
         .await
         .expect("delete");
     assert_eq!(deleted, vec![job_id(3), job_id(4)]);
+    let lease3 = next[0].transition.job.steps[0]
+        .lease_id
+        .expect("job 3 was leased");
+    assert_eq!(
+        store.lease_find(lease3).await.expect("find"),
+        None,
+        "a deleted job's leases go with it"
+    );
     assert_eq!(
         store.next_due_at(at(4)).await.expect("next due"),
         get(store, job_id(1)).await.steps[0].lease_expires_at,

@@ -30,6 +30,7 @@
 //! Nodes hear each other through `LISTEN/NOTIFY` (see `listen`): [`Store::signals`].
 
 mod control;
+mod inserts;
 mod jobs;
 mod listen;
 mod removal;

@@ -7,7 +7,9 @@ use overseer_core::{Command, Effect, Job, JobId, JobState, Rejection, Timestamp,
 use uuid::Uuid;
 
 use super::rows::{self, corrupt, get, limit_param, query, query_opt, Lock};
-use super::{control, job_ids, listen, param_refs, writes, DynParams, Failure, Res, TERMINAL};
+use super::{
+    control, inserts, job_ids, listen, param_refs, writes, DynParams, Failure, Res, TERMINAL,
+};
 use crate::{
     Claim, ClaimResult, Claimed, Error, JobQuery, LeaseRef, LeaseReport, NewJob, OrderingKeyStatus,
     Reported, Submitted,
@@ -310,64 +312,111 @@ pub(super) async fn submit(
         .filter_map(|n| n.transition.job.ordering_key.as_deref())
         .collect();
     lock_ordering_keys(tx, keys).await?;
-    let mut out = Vec::with_capacity(jobs.len());
-    for (index, new) in jobs.iter().enumerate() {
-        out.push(submit_one(tx, index, new, history_per_job).await?);
-    }
-    Ok(out)
+    let jobs: Vec<&NewJob> = jobs.iter().collect();
+    submit_locked(tx, &jobs, 0, history_per_job).await
 }
 
 /// Inserts one job (its ordering key already locked), or finds the job holding its idempotency
-/// key: earlier jobs of the same batch included, as they are inserted in this transaction.
+/// key; `index` is its place in the caller's batch, for errors.
 pub(super) async fn submit_one(
     tx: &Transaction<'_>,
     index: usize,
     new: &NewJob,
     history_per_job: usize,
 ) -> Res<Submitted> {
-    let job = &new.transition.job;
-    let Some(seq) = rows::insert_job_row(tx, job).await? else {
+    let mut out = submit_locked(tx, &[new], index, history_per_job).await?;
+    out.pop()
+        .ok_or_else(|| corrupt("jobs", "a submit of one job answered nothing"))
+}
+
+/// Inserts jobs whose ordering keys are locked, in a constant number of statements, or finds the
+/// jobs holding their idempotency keys (earlier jobs of the same batch included, as they are
+/// inserted by the same statement). Keyed jobs heading their key start in this transaction, in
+/// batch order. `first_index` numbers the jobs in errors.
+async fn submit_locked(
+    tx: &Transaction<'_>,
+    jobs: &[&NewJob],
+    first_index: usize,
+    history_per_job: usize,
+) -> Res<Vec<Submitted>> {
+    let seqs = inserts::insert_job_rows(tx, jobs, history_per_job).await?;
+    let is_new = |n: &&NewJob| seqs.contains_key(&n.transition.job.id.0);
+    let new: Vec<&NewJob> = jobs.iter().copied().filter(is_new).collect();
+    let signals = inserts::signals(&new);
+    // An admission has no command time of its own: the job was last updated by it.
+    let deliveries = new
+        .iter()
+        .map(|n| rows::insert_deliveries(tx, &n.transition, n.transition.job.updated_at));
+    futures::try_join!(
+        inserts::insert_job_parts(tx, &new, history_per_job),
+        futures::future::try_join_all(deliveries),
+        notify(tx, &signals),
+    )?;
+    let mut out: Vec<Option<Submitted>> = Vec::with_capacity(jobs.len());
+    for n in jobs {
+        let created = match seqs.get(&n.transition.job.id.0) {
+            // A keyed job heading its key starts in this same transaction.
+            Some(&seq) => Some(Submitted::Created(
+                admit_keyed(tx, n.transition.clone(), seq, history_per_job).await?,
+            )),
+            None => None,
+        };
+        out.push(created);
+    }
+    if new.len() < jobs.len() {
+        find_existing(tx, jobs, first_index, &mut out).await?;
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// Fills in the jobs of a batch that were not inserted (`None` in `out`) with the stored jobs
+/// holding their idempotency keys, or fails the whole batch with the first conflicting one.
+async fn find_existing(
+    tx: &Transaction<'_>,
+    jobs: &[&NewJob],
+    first_index: usize,
+    out: &mut [Option<Submitted>],
+) -> Res<()> {
+    let taken: Vec<&NewJob> = (0..jobs.len())
+        .filter(|&i| out[i].is_none())
+        .map(|i| jobs[i])
+        .collect();
+    let holders = inserts::key_holders(tx, &taken).await?;
+    let mut wanted: Vec<(usize, JobId)> = Vec::with_capacity(taken.len());
+    for (i, n) in jobs.iter().enumerate().filter(|(i, _)| out[*i].is_none()) {
+        let job = &n.transition.job;
         let key = job.idempotency_key.as_deref().ok_or_else(|| {
             corrupt(
                 "jobs",
                 format!("job {} conflicts without an idempotency key", job.id),
             )
         })?;
-        let row = query_opt(
-            tx,
-            "SELECT id, fingerprint FROM jobs WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .await?
-        .ok_or_else(|| {
+        let (existing, fingerprint) = holders.get(key).ok_or_else(|| {
             Failure::Retry(format!("the job holding idempotency key `{key}` vanished"))
         })?;
-        let existing = JobId(get(&row, 0, "jobs.id")?);
-        let fingerprint: String = get(&row, 1, "jobs.fingerprint")?;
-        if fingerprint != job.fingerprint {
+        if *fingerprint != job.fingerprint {
             return Err(Failure::Store(Error::IdempotencyConflict {
-                index,
+                index: first_index + i,
                 key: key.to_string(),
-                existing,
+                existing: *existing,
             }));
         }
-        let stored = rows::load_job(tx, existing, Lock::None)
-            .await?
-            .ok_or_else(|| Failure::Retry(format!("job {existing} vanished during a submit")))?;
-        return Ok(Submitted::Existing(stored));
-    };
-    // An admission has no command time of its own: the job was last updated by it.
-    let now = job.updated_at;
-    let signals = signals_of(&new.transition);
-    futures::try_join!(
-        rows::insert_job_parts(tx, job),
-        rows::append_events(tx, job.id, &new.transition.events, history_per_job),
-        rows::insert_deliveries(tx, &new.transition, now),
-        notify(tx, &signals),
-    )?;
-    // A keyed job heading its key starts in this same transaction.
-    let t = admit_keyed(tx, new.transition.clone(), seq, history_per_job).await?;
-    Ok(Submitted::Created(t))
+        wanted.push((i, *existing));
+    }
+    let ids: Vec<JobId> = wanted.iter().map(|(_, id)| *id).collect();
+    let stored: HashMap<JobId, Job> = rows::load_jobs(tx, &ids)
+        .await?
+        .into_iter()
+        .map(|j| (j.id, j))
+        .collect();
+    for (i, id) in wanted {
+        let job = stored
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Failure::Retry(format!("job {id} vanished during a submit")))?;
+        out[i] = Some(Submitted::Existing(job));
+    }
+    Ok(())
 }
 
 /// After inserting an admitted job with submission number `seq`: if it is keyed, pending, due at

@@ -4,8 +4,8 @@
 //! holds a live lease, checked on the job as loaded under its row lock (`FOR UPDATE`): a job that
 //! moved on since the caller looked (was claimed, finished, …) is left alone, and no claim or
 //! report can slip in between the check and the delete. The rows of its steps, labels, history
-//! and leases go with it (`ON DELETE CASCADE`); recorded deliveries stay, as they outlive their
-//! job by design.
+//! and leases go with it, in the same statement (there are no foreign keys to cascade); recorded
+//! deliveries stay, as they outlive their job by design.
 
 use deadpool_postgres::Transaction;
 use overseer_core::{JobId, JobState, Timestamp, Transition};
@@ -22,7 +22,16 @@ async fn delete_one(tx: &Transaction<'_>, id: JobId, states: &[JobState]) -> Res
     if !states.contains(&job.state) || job.steps.iter().any(|s| s.is_leased()) {
         return Ok(false);
     }
-    let n = execute(tx, "DELETE FROM jobs WHERE id = $1", &[&id.0]).await?;
+    let n = execute(
+        tx,
+        "WITH l AS (DELETE FROM job_labels WHERE job_id = $1), \
+              s AS (DELETE FROM steps WHERE job_id = $1), \
+              e AS (DELETE FROM events WHERE job_id = $1), \
+              x AS (DELETE FROM leases WHERE job_id = $1) \
+         DELETE FROM jobs WHERE id = $1",
+        &[&id.0],
+    )
+    .await?;
     Ok(n == 1)
 }
 

@@ -11,7 +11,7 @@ use overseer_core::backoff::{Backoff, Formula};
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::spec::{CompensateSpec, OnFailure};
 use overseer_core::{
-    CompPhase, DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState,
+    CompPhase, DesiredState, Event, Job, JobId, JobState, LeaseId, Span, Step, StepState,
     Timestamp, Transition,
 };
 use serde_json::Value;
@@ -98,10 +98,6 @@ pub(super) fn text(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-fn opt_text(s: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
-    s.as_deref().map(text)
-}
-
 /// A step index as the `integer` column holds it.
 pub(super) fn idx_param(idx: usize) -> Res<i32> {
     i32::try_from(idx).map_err(|_| corrupt("steps.idx", format!("{idx} is out of range")))
@@ -120,7 +116,6 @@ macro_rules! job_columns {
          blocked_reason"
     };
 }
-const JOB_COLUMNS: &str = job_columns!();
 
 /// The step columns every read decodes (see [`job_columns`]).
 macro_rules! step_columns {
@@ -133,68 +128,6 @@ macro_rules! step_columns {
     };
 }
 const STEP_COLUMNS: &str = step_columns!();
-
-/// Everything a step write sets: the job's key and copied priority, the step's own columns, and
-/// the columns derived from the step for the queries that find work (see the schema).
-const STEP_WRITE_COLUMNS: [&str; 35] = [
-    "job_id",
-    "priority",
-    "idx",
-    "name",
-    "agent",
-    "payload",
-    "depends_on",
-    "timeout_ms",
-    "max_attempts",
-    "backoff_initial_ms",
-    "backoff_factor",
-    "backoff_max_ms",
-    "compensate",
-    "state",
-    "attempt",
-    "failures",
-    "lease_id",
-    "worker",
-    "created_at",
-    "ready_at",
-    "started_at",
-    "finished_at",
-    "lease_expires_at",
-    "next_attempt_at",
-    "result",
-    "last_error",
-    "budget_from",
-    "comp_phase",
-    "comp_attempts",
-    "comp_failures",
-    "comp_budget_from",
-    "claim_agent",
-    "lease_agent",
-    "claim_rank",
-    "backoff_formula",
-];
-
-/// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
-/// numbering can never drift from the column list.
-fn step_upsert_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
-        let columns = STEP_WRITE_COLUMNS.join(", ");
-        let placeholders: Vec<String> = (1..=STEP_WRITE_COLUMNS.len())
-            .map(|i| format!("${i}"))
-            .collect();
-        let updates: Vec<String> = STEP_WRITE_COLUMNS
-            .iter()
-            .filter(|c| !matches!(**c, "job_id" | "idx"))
-            .map(|c| format!("{c} = excluded.{c}"))
-            .collect();
-        format!(
-            "INSERT INTO steps ({columns}) VALUES ({}) ON CONFLICT (job_id, idx) DO UPDATE SET {}",
-            placeholders.join(", "),
-            updates.join(", ")
-        )
-    })
-}
 
 /// The agent holding the step's live lease: its own for work, its compensate agent for an undo.
 pub(super) fn lease_agent(s: &Step) -> Option<&str> {
@@ -413,199 +346,6 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
         }
     }
     Ok(out)
-}
-
-/// Inserts a new job's row unless its idempotency key is taken; answers its submission sequence
-/// number if it was inserted. A key being inserted by another transaction is waited for: if that
-/// one commits, this is "taken"; if it rolls back, this inserts.
-pub(super) async fn insert_job_row(tx: &Transaction<'_>, job: &Job) -> Res<Option<i64>> {
-    let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
-    let inserted = query_opt(
-        tx,
-        &format!(
-            "INSERT INTO jobs ({JOB_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
-             ON CONFLICT (idempotency_key) DO NOTHING RETURNING seq"
-        ),
-        &[
-            &job.id.0,
-            &job.idempotency_key,
-            &job.fingerprint,
-            &labels,
-            &job.priority,
-            &ms(job.run_at),
-            &job.ordering_key,
-            &opt_text(&job.callback_url),
-            &job.on_failure.as_str(),
-            &job.state.as_str(),
-            &job.desired_state.as_str(),
-            &job.created_at.as_millis(),
-            &job.updated_at.as_millis(),
-            &ms(job.finished_at),
-            &opt_text(&job.blocked_reason),
-        ],
-    )
-    .await?;
-    inserted.map(|row| get(&row, 0, "jobs.seq")).transpose()
-}
-
-/// Inserts what belongs to a new job besides its row: its labels and its steps.
-pub(super) async fn insert_job_parts(tx: &Transaction<'_>, job: &Job) -> Res<()> {
-    if !job.labels.is_empty() {
-        let keys: Vec<_> = job.labels.keys().map(|k| text(k)).collect();
-        let values: Vec<_> = job.labels.values().map(|v| text(v)).collect();
-        execute(
-            tx,
-            "INSERT INTO job_labels (job_id, key, value) \
-             SELECT $1, * FROM unnest($2::text[], $3::text[])",
-            &[&job.id.0, &keys, &values],
-        )
-        .await?;
-    }
-    write_steps(tx, job, 0..job.steps.len()).await
-}
-
-/// Inserts or overwrites the given steps' rows from the job as it now stands, with their derived
-/// columns. The statements are pipelined: sent together, answered together.
-pub(super) async fn write_steps(
-    tx: &Transaction<'_>,
-    job: &Job,
-    idxs: impl IntoIterator<Item = usize>,
-) -> Res<()> {
-    let idxs: Vec<usize> = idxs.into_iter().collect();
-    if idxs.is_empty() {
-        return Ok(());
-    }
-    let stmt = tx.prepare_cached(step_upsert_sql()).await?;
-    futures::future::try_join_all(idxs.into_iter().map(|idx| write_step(tx, &stmt, job, idx)))
-        .await?;
-    Ok(())
-}
-
-/// Inserts or overwrites one step row (see [`write_steps`]).
-async fn write_step(
-    tx: &Transaction<'_>,
-    stmt: &tokio_postgres::Statement,
-    job: &Job,
-    idx: usize,
-) -> Res<()> {
-    let Some(s) = job.steps.get(idx) else {
-        return Err(corrupt(
-            "transition",
-            format!("job {} has no step {idx}", job.id),
-        ));
-    };
-    let depends_on =
-        serde_json::to_string(&s.depends_on).map_err(|e| corrupt("steps.depends_on", e))?;
-    let compensate = s
-        .compensate
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| corrupt("steps.compensate", e))?;
-    let idx_i32 = idx_param(idx)?;
-    let payload = json_text(&s.payload);
-    let result = s.result.as_ref().map(json_text);
-    let worker = opt_text(&s.worker);
-    let last_error = opt_text(&s.last_error);
-    // NULL for the exponential default, as rows from before schema V2 have it.
-    let formula = (s.backoff_formula != Formula::Exponential).then(|| s.backoff_formula.as_str());
-    let values: [&(dyn ToSql + Sync); 35] = [
-        &job.id.0,
-        &job.priority,
-        &idx_i32,
-        &s.name,
-        &s.agent,
-        &payload,
-        &depends_on,
-        &s.timeout.as_millis_i64(),
-        &i64::from(s.max_attempts),
-        &s.backoff.initial.as_millis_i64(),
-        &s.backoff.factor,
-        &s.backoff.max.as_millis_i64(),
-        &compensate,
-        &s.state.as_str(),
-        &i64::from(s.attempt),
-        &i64::from(s.failures),
-        &s.lease_id.map(|l| l.0),
-        &worker,
-        &s.created_at.as_millis(),
-        &ms(s.ready_at),
-        &ms(s.started_at),
-        &ms(s.finished_at),
-        &ms(s.lease_expires_at),
-        &ms(s.next_attempt_at),
-        &result,
-        &last_error,
-        &i64::from(s.budget_from),
-        &s.comp_phase.map(CompPhase::as_str),
-        &i64::from(s.comp_attempts),
-        &i64::from(s.comp_failures),
-        &i64::from(s.comp_budget_from),
-        &s.claim_agent(),
-        &lease_agent(s),
-        &job.claim_rank(idx),
-        &formula,
-    ];
-    tx.execute(stmt, &values).await?;
-    Ok(())
-}
-
-/// Appends events with the next sequence numbers, then drops all but the newest `keep`: two
-/// statements, sent together.
-pub(super) async fn append_events(
-    tx: &Transaction<'_>,
-    id: JobId,
-    events: &[NewEvent],
-    keep: usize,
-) -> Res<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let count = events.len() as i64;
-    let mut ats = Vec::with_capacity(events.len());
-    let mut kinds = Vec::with_capacity(events.len());
-    let mut steps = Vec::with_capacity(events.len());
-    let mut attempts = Vec::with_capacity(events.len());
-    let mut details = Vec::with_capacity(events.len());
-    for e in events {
-        ats.push(e.at.as_millis());
-        kinds.push(e.kind);
-        steps.push(e.step.as_deref());
-        attempts.push(e.attempt.map(i64::from));
-        details.push(e.detail.as_ref().map(json_text));
-    }
-    let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-    // The job row keeps the newest seq ever given out, as trimming may delete that event.
-    let (inserted, _) = futures::try_join!(
-        async {
-            execute(
-                tx,
-                "WITH s AS ( \
-               UPDATE jobs SET last_event_seq = last_event_seq + $2 WHERE id = $1 \
-               RETURNING last_event_seq) \
-             INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
-             SELECT $1, s.last_event_seq - $2 + e.n, e.at, e.kind, e.step, e.attempt, e.detail \
-             FROM s, unnest($3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[]) \
-               WITH ORDINALITY AS e (at, kind, step, attempt, detail, n)",
-                &[&id.0, &count, &ats, &kinds, &steps, &attempts, &details],
-            )
-            .await
-        },
-        async {
-            execute(
-                tx,
-                "DELETE FROM events WHERE job_id = $1 \
-             AND seq <= (SELECT last_event_seq FROM jobs WHERE id = $1) - $2",
-                &[&id.0, &keep],
-            )
-            .await
-        },
-    )?;
-    if inserted != count as u64 {
-        return Err(Failure::Store(Error::JobNotFound(id)));
-    }
-    Ok(())
 }
 
 pub(super) async fn load_events(

@@ -10,7 +10,8 @@
 //! changes them).
 
 use deadpool_postgres::Transaction;
-use overseer_core::{CompPhase, JobId, LeaseId, Timestamp, Transition};
+use overseer_core::{CompPhase, Job, JobId, LeaseId, Timestamp, Transition};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::rows::{self, corrupt, get, idx_param, json_text, ms, query_one, text};
@@ -202,10 +203,25 @@ async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
     if c.job_id.is_empty() {
         return Ok(());
     }
-    let n = rows::execute(
-        tx,
-        WRITE_STEPS_SQL,
-        &[
+    let n = rows::execute(tx, WRITE_STEPS_SQL, &c.params()).await?;
+    if n != c.job_id.len() as u64 {
+        return Err(corrupt(
+            "steps",
+            format!(
+                "{} of {} step rows were missing",
+                c.job_id.len() as u64 - n,
+                c.job_id.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl StepColumns<'_> {
+    /// The columns as statement parameters, `$1` to `$23`.
+    pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let c = self;
+        vec![
             &c.job_id,
             &c.idx,
             &c.priority,
@@ -229,20 +245,8 @@ async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
             &c.claim_agent,
             &c.lease_agent,
             &c.claim_rank,
-        ],
-    )
-    .await?;
-    if n != c.job_id.len() as u64 {
-        return Err(corrupt(
-            "steps",
-            format!(
-                "{} of {} step rows were missing",
-                c.job_id.len() as u64 - n,
-                c.job_id.len()
-            ),
-        ));
+        ]
     }
-    Ok(())
 }
 
 const WRITE_STEPS_SQL: &str = "\
@@ -263,9 +267,9 @@ FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], 
         lease_agent, claim_rank) \
 WHERE steps.job_id = v.job_id AND steps.idx = v.idx";
 
-/// The changed step rows of a batch, column by column.
+/// The run-time columns of step rows, column by column (in `WRITE_STEPS_SQL`'s order).
 #[derive(Default)]
-struct StepColumns<'a> {
+pub(super) struct StepColumns<'a> {
     job_id: Vec<Uuid>,
     idx: Vec<i32>,
     priority: Vec<i32>,
@@ -293,7 +297,10 @@ struct StepColumns<'a> {
 
 impl<'a> StepColumns<'a> {
     fn push(&mut self, w: &JobWrite<'a>, idx: usize) -> Res<()> {
-        let job = w.job;
+        self.push_step(w.job, idx)
+    }
+
+    pub(super) fn push_step(&mut self, job: &'a Job, idx: usize) -> Res<()> {
         let s = job
             .steps
             .get(idx)

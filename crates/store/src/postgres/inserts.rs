@@ -1,0 +1,338 @@
+//! Inserting a batch of submitted jobs with one statement per table: the job rows first (so the
+//! idempotency index decides which of them are new), then the steps, labels and histories of the
+//! new ones together. A batch of a thousand one-step jobs costs two round trips, not a thousand.
+
+use std::collections::HashMap;
+
+use deadpool_postgres::Transaction;
+use overseer_core::backoff::Formula;
+use overseer_core::{Job, JobId};
+use uuid::Uuid;
+
+use super::rows::{self, corrupt, get, json_text, ms, query, text};
+use super::writes::StepColumns;
+use super::{jobs, Res};
+use crate::NewJob;
+
+/// Inserts the job rows of a batch, in batch order, leaving out those whose idempotency key is
+/// taken (by a stored job, or by an earlier job of the batch). Answers the submission sequence
+/// number of each job inserted, by id. A key being inserted by another transaction is waited for.
+pub(super) async fn insert_job_rows(
+    tx: &Transaction<'_>,
+    jobs: &[&NewJob],
+    history_per_job: usize,
+) -> Res<HashMap<Uuid, i64>> {
+    let mut c = JobRows::default();
+    for new in jobs {
+        c.push(&new.transition.job, stored_events(new, history_per_job).1)?;
+    }
+    let rows = query(
+        tx,
+        "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
+           ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
+           finished_at, blocked_reason, last_event_seq) \
+         SELECT id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
+           callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
+           blocked_reason, last_event_seq \
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], \
+           $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
+           $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[]) \
+           WITH ORDINALITY AS v (id, idempotency_key, fingerprint, labels, priority, run_at, \
+             ordering_key, callback_url, on_failure, state, desired_state, created_at, \
+             updated_at, finished_at, blocked_reason, last_event_seq, n) \
+         ORDER BY n \
+         ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, seq",
+        &[
+            &c.id,
+            &c.idempotency_key,
+            &c.fingerprint,
+            &c.labels,
+            &c.priority,
+            &c.run_at,
+            &c.ordering_key,
+            &c.callback_url,
+            &c.on_failure,
+            &c.state,
+            &c.desired_state,
+            &c.created_at,
+            &c.updated_at,
+            &c.finished_at,
+            &c.blocked_reason,
+            &c.last_event_seq,
+        ],
+    )
+    .await?;
+    let mut inserted = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        inserted.insert(get(row, 0, "jobs.id")?, get(row, 1, "jobs.seq")?);
+    }
+    Ok(inserted)
+}
+
+/// The events of an admission that are kept (the newest `keep`), and how many it made: the job's
+/// `last_event_seq`.
+fn stored_events(new: &NewJob, keep: usize) -> (&[overseer_core::NewEvent], i64) {
+    let events = &new.transition.events;
+    let skip = events.len().saturating_sub(keep.max(1));
+    (&events[skip..], events.len() as i64)
+}
+
+/// The job columns of a batch of new rows.
+#[derive(Default)]
+struct JobRows<'a> {
+    id: Vec<Uuid>,
+    idempotency_key: Vec<Option<&'a str>>,
+    fingerprint: Vec<&'a str>,
+    labels: Vec<String>,
+    priority: Vec<i32>,
+    run_at: Vec<Option<i64>>,
+    ordering_key: Vec<Option<&'a str>>,
+    callback_url: Vec<Option<std::borrow::Cow<'a, str>>>,
+    on_failure: Vec<&'static str>,
+    state: Vec<&'static str>,
+    desired_state: Vec<&'static str>,
+    created_at: Vec<i64>,
+    updated_at: Vec<i64>,
+    finished_at: Vec<Option<i64>>,
+    blocked_reason: Vec<Option<std::borrow::Cow<'a, str>>>,
+    last_event_seq: Vec<i64>,
+}
+
+impl<'a> JobRows<'a> {
+    fn push(&mut self, job: &'a Job, events: i64) -> Res<()> {
+        self.id.push(job.id.0);
+        self.idempotency_key.push(job.idempotency_key.as_deref());
+        self.fingerprint.push(&job.fingerprint);
+        self.labels
+            .push(serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?);
+        self.priority.push(job.priority);
+        self.run_at.push(ms(job.run_at));
+        self.ordering_key.push(job.ordering_key.as_deref());
+        self.callback_url
+            .push(job.callback_url.as_deref().map(text));
+        self.on_failure.push(job.on_failure.as_str());
+        self.state.push(job.state.as_str());
+        self.desired_state.push(job.desired_state.as_str());
+        self.created_at.push(job.created_at.as_millis());
+        self.updated_at.push(job.updated_at.as_millis());
+        self.finished_at.push(ms(job.finished_at));
+        self.blocked_reason
+            .push(job.blocked_reason.as_deref().map(text));
+        self.last_event_seq.push(events);
+        Ok(())
+    }
+}
+
+/// Inserts what belongs to new jobs besides their rows: steps, labels and admission histories,
+/// one statement each, sent together.
+pub(super) async fn insert_job_parts(
+    tx: &Transaction<'_>,
+    jobs: &[&NewJob],
+    history_per_job: usize,
+) -> Res<()> {
+    futures::try_join!(
+        insert_steps(tx, jobs),
+        insert_labels(tx, jobs),
+        insert_events(tx, jobs, history_per_job),
+    )?;
+    Ok(())
+}
+
+async fn insert_steps(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
+    let mut run = StepColumns::default();
+    let mut def = StepDefinitions::default();
+    for new in jobs {
+        let job = &new.transition.job;
+        for idx in 0..job.steps.len() {
+            run.push_step(job, idx)?;
+            def.push(job, idx)?;
+        }
+    }
+    if def.name.is_empty() {
+        return Ok(());
+    }
+    let mut params = run.params();
+    params.extend(def.params());
+    rows::execute(tx, INSERT_STEPS_SQL, &params).await?;
+    Ok(())
+}
+
+/// The run-time columns in `StepColumns::params` order, then the definition columns.
+const INSERT_STEPS_SQL: &str = "\
+INSERT INTO steps (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
+  started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, budget_from, \
+  comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, lease_agent, \
+  claim_rank, name, agent, payload, depends_on, timeout_ms, max_attempts, backoff_initial_ms, \
+  backoff_factor, backoff_max_ms, compensate, created_at, backoff_formula) \
+SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], \
+  $6::bigint[], $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], \
+  $12::bigint[], $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], \
+  $18::bigint[], $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
+  $24::text[], $25::text[], $26::text[], $27::text[], $28::bigint[], $29::bigint[], \
+  $30::bigint[], $31::double precision[], $32::bigint[], $33::text[], $34::bigint[], \
+  $35::text[])";
+
+/// What admission fixed about each step, column by column.
+#[derive(Default)]
+struct StepDefinitions<'a> {
+    name: Vec<&'a str>,
+    agent: Vec<&'a str>,
+    payload: Vec<String>,
+    depends_on: Vec<String>,
+    timeout_ms: Vec<i64>,
+    max_attempts: Vec<i64>,
+    backoff_initial_ms: Vec<i64>,
+    backoff_factor: Vec<f64>,
+    backoff_max_ms: Vec<i64>,
+    compensate: Vec<Option<String>>,
+    created_at: Vec<i64>,
+    backoff_formula: Vec<Option<&'static str>>,
+}
+
+impl<'a> StepDefinitions<'a> {
+    fn push(&mut self, job: &'a Job, idx: usize) -> Res<()> {
+        let s = &job.steps[idx];
+        self.name.push(&s.name);
+        self.agent.push(&s.agent);
+        self.payload.push(json_text(&s.payload));
+        self.depends_on.push(
+            serde_json::to_string(&s.depends_on).map_err(|e| corrupt("steps.depends_on", e))?,
+        );
+        self.timeout_ms.push(s.timeout.as_millis_i64());
+        self.max_attempts.push(i64::from(s.max_attempts));
+        self.backoff_initial_ms
+            .push(s.backoff.initial.as_millis_i64());
+        self.backoff_factor.push(s.backoff.factor);
+        self.backoff_max_ms.push(s.backoff.max.as_millis_i64());
+        self.compensate.push(
+            s.compensate
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| corrupt("steps.compensate", e))?,
+        );
+        self.created_at.push(s.created_at.as_millis());
+        // NULL for the exponential default, as rows from before schema V2 have it.
+        self.backoff_formula
+            .push((s.backoff_formula != Formula::Exponential).then(|| s.backoff_formula.as_str()));
+        Ok(())
+    }
+
+    fn params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        vec![
+            &self.name,
+            &self.agent,
+            &self.payload,
+            &self.depends_on,
+            &self.timeout_ms,
+            &self.max_attempts,
+            &self.backoff_initial_ms,
+            &self.backoff_factor,
+            &self.backoff_max_ms,
+            &self.compensate,
+            &self.created_at,
+            &self.backoff_formula,
+        ]
+    }
+}
+
+async fn insert_labels(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
+    let (mut ids, mut keys, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for new in jobs {
+        let job = &new.transition.job;
+        for (k, v) in &job.labels {
+            ids.push(job.id.0);
+            keys.push(text(k));
+            values.push(text(v));
+        }
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    rows::execute(
+        tx,
+        "INSERT INTO job_labels (job_id, key, value) \
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[])",
+        &[&ids, &keys, &values],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The admission histories: seq numbers from 1, the newest `keep` of each job only.
+async fn insert_events(tx: &Transaction<'_>, jobs: &[&NewJob], keep: usize) -> Res<()> {
+    let mut job_id = Vec::new();
+    let mut seq = Vec::new();
+    let mut at = Vec::new();
+    let mut kind = Vec::new();
+    let mut step = Vec::new();
+    let mut attempt = Vec::new();
+    let mut detail = Vec::new();
+    for new in jobs {
+        let (kept, total) = stored_events(new, keep);
+        let first = total - kept.len() as i64 + 1;
+        for (i, e) in kept.iter().enumerate() {
+            job_id.push(new.transition.job.id.0);
+            seq.push(first + i as i64);
+            at.push(e.at.as_millis());
+            kind.push(e.kind);
+            step.push(e.step.as_deref());
+            attempt.push(e.attempt.map(i64::from));
+            detail.push(e.detail.as_ref().map(json_text));
+        }
+    }
+    if job_id.is_empty() {
+        return Ok(());
+    }
+    rows::execute(
+        tx,
+        "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+         SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
+           $6::bigint[], $7::text[])",
+        &[&job_id, &seq, &at, &kind, &step, &attempt, &detail],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The jobs holding the idempotency keys of `jobs`, by key: `(id, fingerprint)`.
+pub(super) async fn key_holders(
+    tx: &Transaction<'_>,
+    jobs: &[&NewJob],
+) -> Res<HashMap<String, (JobId, String)>> {
+    let keys: Vec<&str> = jobs
+        .iter()
+        .filter_map(|n| n.transition.job.idempotency_key.as_deref())
+        .collect();
+    let rows = query(
+        tx,
+        "SELECT j.idempotency_key, j.id, j.fingerprint FROM unnest($1::text[]) AS w (k) \
+         CROSS JOIN LATERAL (SELECT idempotency_key, id, fingerprint FROM jobs \
+           WHERE idempotency_key = w.k OFFSET 0) j",
+        &[&keys],
+    )
+    .await?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let key: String = get(row, 0, "jobs.idempotency_key")?;
+        out.insert(
+            key,
+            (
+                JobId(get(row, 1, "jobs.id")?),
+                get(row, 2, "jobs.fingerprint")?,
+            ),
+        );
+    }
+    Ok(out)
+}
+
+/// Signals for the new jobs, sent at commit.
+pub(super) fn signals(jobs: &[&NewJob]) -> Vec<String> {
+    let mut out: Vec<String> = jobs
+        .iter()
+        .flat_map(|n| jobs::signals_of(&n.transition))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
