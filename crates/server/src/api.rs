@@ -624,10 +624,7 @@ async fn take_leases(
             lease_ids: (0..max).map(|_| app.new_lease_id()).collect(),
             now,
         };
-        let result = {
-            let _turn = app.claim_gate(&agent).await;
-            app.store().steps_claim(claim).await?
-        };
+        let result = app.store().steps_claim(claim).await?;
         let claimed = result.claimed;
         if !claimed.is_empty() {
             let leases: Vec<Lease> = claimed

@@ -57,34 +57,6 @@ impl Drop for LongPoll {
 }
 
 /// The shared state of one server node. Cheap to clone.
-/// A turn to claim for one agent name on this node; see [`App::claim_gate`]. Dropping it lets
-/// the next claimer in, and forgets the agent's gate once nobody waits on it (agent names come
-/// from requests, so the map must not keep every name ever seen).
-pub struct ClaimTurn {
-    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
-    app: App,
-    agent: String,
-}
-
-impl Drop for ClaimTurn {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        let mut gates = self
-            .app
-            .inner
-            .claim_gates
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        // Only the map holds it: nobody holds or awaits this gate.
-        if gates
-            .get(&self.agent)
-            .is_some_and(|g| Arc::strong_count(g) == 1)
-        {
-            gates.remove(&self.agent);
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct App {
     inner: Arc<Inner>,
@@ -111,8 +83,6 @@ struct Inner {
     long_polls_by: Mutex<HashMap<String, usize>>,
     /// Where callbacks and webhooks may go.
     outbound: Arc<outbound::Policy>,
-    /// One claim at a time per agent name on this node (see [`App::claim_gate`]).
-    claim_gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl App {
@@ -156,7 +126,6 @@ impl App {
                 outbound: Arc::new(
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
                 ),
-                claim_gates: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -187,27 +156,6 @@ impl App {
 
     pub fn notifier(&self) -> &Notifier {
         &self.inner.notifier
-    }
-
-    /// Waits until no other claim of `agent` runs on this node, and holds that turn until the
-    /// guard is dropped. Long-polls of one agent that wake together would otherwise claim in
-    /// parallel, and on a shared database each would walk past the rows the others hold
-    /// (`SKIP LOCKED`) and come back with a few leases each; one after the other, each claim
-    /// takes a full batch from the front of the queue. Other nodes still claim in parallel.
-    pub async fn claim_gate(&self, agent: &str) -> ClaimTurn {
-        let gate = {
-            let mut gates = self
-                .inner
-                .claim_gates
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            gates.entry(agent.to_string()).or_default().clone()
-        };
-        ClaimTurn {
-            guard: Some(gate.lock_owned().await),
-            app: self.clone(),
-            agent: agent.to_string(),
-        }
     }
 
     pub fn metrics(&self) -> &metrics::Metrics {
