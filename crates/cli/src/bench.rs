@@ -119,12 +119,13 @@ pub enum Scenario {
     Timers,
     Recovery,
     Ordered,
+    Fanout,
     Memory,
     Overload,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 11] = [
+    const ALL: [Scenario; 12] = [
         Scenario::Submit,
         Scenario::Drain,
         Scenario::Latency,
@@ -134,6 +135,7 @@ impl Scenario {
         Scenario::Timers,
         Scenario::Recovery,
         Scenario::Ordered,
+        Scenario::Fanout,
         Scenario::Memory,
         Scenario::Overload,
     ];
@@ -149,6 +151,7 @@ impl Scenario {
             Scenario::Timers => "timers",
             Scenario::Recovery => "recovery",
             Scenario::Ordered => "ordered",
+            Scenario::Fanout => "fanout",
             Scenario::Overload => "overload",
             Scenario::Memory => "memory",
         }

@@ -687,6 +687,39 @@ async fn report(
     }
 }
 
+/// Applies one completion or failure as a batch of one, which resolves the lease and applies it
+/// in one store transaction (a heartbeat, which answers more than a status, goes through
+/// [`report`]).
+async fn report_one(app: &App, raw_lease: &str, report: LeaseReport) -> Result<Transition> {
+    let lease_id = parse_lease_id(raw_lease)?;
+    let name = match report {
+        LeaseReport::Complete { .. } => "complete",
+        LeaseReport::Fail { .. } => "fail",
+    };
+    let mut outcomes = app
+        .store()
+        .leases_report(vec![(lease_id, report)], app.now())
+        .await?;
+    let outcome = outcomes.pop().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the store answered no outcome for a report",
+        )
+    })?;
+    match outcome {
+        Ok((lease, t)) => {
+            reported(app, name, lease.step, &t);
+            Ok(t)
+        }
+        Err(e @ overseer_store::Error::LeaseNotFound(_)) => Err(e.into()),
+        Err(e) => {
+            report_refused(app, name, &e);
+            Err(e.into())
+        }
+    }
+}
+
 /// What follows a committed report: its metric, its effects, and a wake-up for the agent
 /// whose slot under `max_concurrency` the ended lease may have freed.
 fn reported(app: &App, name: &'static str, step: usize, t: &Transition) {
@@ -758,12 +791,7 @@ async fn complete(
 ) -> Result<Json<Value>> {
     let result = req.result.unwrap_or(Value::Null);
     check_result_size(&app, &result, "result")?;
-    let t = report(&app, &lease_id, |step, attempt| Command::Complete {
-        step,
-        attempt,
-        result,
-    })
-    .await?;
+    let t = report_one(&app, &lease_id, LeaseReport::Complete { result }).await?;
     report_answer(&t, &lease_id)
 }
 
@@ -899,14 +927,12 @@ async fn fail(
     let error = cut_error(&app, req.error);
     let jitter = app.jitter();
     let retryable = req.retryable;
-    let t = report(&app, &lease_id, |step, attempt| Command::Fail {
-        step,
-        attempt,
+    let report = LeaseReport::Fail {
         error,
         retryable,
         jitter,
-    })
-    .await?;
+    };
+    let t = report_one(&app, &lease_id, report).await?;
     report_answer(&t, &lease_id)
 }
 

@@ -23,6 +23,10 @@ const DRAIN_JOBS: usize = 40_000;
 const LATENCY_JOBS: usize = 2_000;
 const DAG_JOBS: usize = 5_000;
 const ORDERED_JOBS: usize = 500;
+const FANOUT_JOBS: usize = 1_000;
+/// `fanout`: one job every this long, and how long each step's handler works.
+const FANOUT_PACE: Duration = Duration::from_millis(20);
+const FANOUT_WORK: Duration = Duration::from_millis(20);
 /// Jobs per request when a scenario loads its jobs before measuring (the server's default
 /// `limits.jobs_per_batch`).
 pub(super) const PRELOAD_BATCH: usize = 1_000;
@@ -45,6 +49,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         Scenario::Timers => timers(ctx).await,
         Scenario::Recovery => recovery(ctx).await,
         Scenario::Ordered => ordered(ctx).await,
+        Scenario::Fanout => fanout(ctx).await,
         Scenario::Memory => super::memory::run(ctx).await,
         Scenario::Overload => super::overload::run(ctx).await,
     }
@@ -735,6 +740,77 @@ async fn ordered(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
             "{n} jobs on one ordering key, run one at a time; latency = a job's handler \
              returned → the next job's handler started ({} workers)",
             ctx.workers
+        ))])
+}
+
+/// `fanout`: jobs of two sibling steps made ready together, one job every 20 ms, to idle workers
+/// that each take one lease per call and work 20 ms on it; measures how far apart the two
+/// siblings' leases reach their handlers. Two claims race for one job: on PostgreSQL the loser passes over the job the
+/// winner holds, and must hear about the sibling again rather than wait for a sweep.
+async fn fanout(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let n = ctx.jobs.unwrap_or(FANOUT_JOBS);
+    let agent = ctx.agent("fanout");
+    let template = spec(json!({ "steps": [
+        { "name": "b", "agent": agent },
+        { "name": "c", "agent": agent },
+    ]}))?;
+    let leased: Arc<Mutex<HashMap<JobId, Vec<Instant>>>> = Arc::default();
+    let done = Arc::new(Countdown::new(2 * n));
+    let handler = {
+        let (leased, done) = (leased.clone(), done.clone());
+        move |step: StepContext| {
+            lock(&leased)
+                .entry(step.job_id())
+                .or_default()
+                .push(Instant::now());
+            let done = done.clone();
+            // The worker that took one sibling is busy for a while: the other sibling must go
+            // to another worker's long-poll, not wait for this one to come back.
+            async move {
+                tokio::time::sleep(FANOUT_WORK).await;
+                done.hit();
+                Ok::<_, StepError>(Value::Null)
+            }
+        }
+    };
+    // Enough idle workers that a free one is always waiting: the gap is the wake-up, not a queue.
+    let workers = ctx.workers.max(8);
+    let agents = Agents::start(ctx, &agent, "fanout", workers, 1, handler)?;
+    let began = Instant::now();
+    let outcome = async {
+        polling(&ctx.client()?, &agent, workers, ctx.timeout).await?;
+        let client = ctx.client()?;
+        let mut tick = tokio::time::interval(FANOUT_PACE);
+        for _ in 0..n {
+            tick.tick().await;
+            let (created_job, created) = client.submit(&template).await?;
+            anyhow::ensure!(created, "job {} was not created", created_job.id);
+        }
+        done.wait(ctx.timeout, "fanout: every sibling leased").await
+    }
+    .await;
+    agents.stop().await;
+    outcome?;
+    let seconds = began.elapsed().as_secs_f64();
+    let gaps: Vec<f64> = lock(&leased)
+        .values()
+        .filter_map(|t| match t.as_slice() {
+            [a, b] => Some(ms(if a > b { *a - *b } else { *b - *a })),
+            _ => None,
+        })
+        .collect();
+    anyhow::ensure!(
+        gaps.len() == n,
+        "{} of {n} jobs had both siblings leased once",
+        gaps.len()
+    );
+    Ok(vec![Row::new("fanout", n, seconds)
+        .rate(n)
+        .latencies(gaps)
+        .note(format!(
+            "{n} jobs of two sibling steps, one every 20 ms; {workers} workers taking one \
+             lease per call, 20 ms of work per step; latency = the first sibling's lease → the \
+             second's"
         ))])
 }
 
