@@ -99,6 +99,7 @@ fn every_scenario_prints_sane_json() {
         "timers_lateness",
         "recovery",
         "ordered",
+        "fanout",
         "memory",
         "overload",
     ];
@@ -158,6 +159,8 @@ fn every_scenario_prints_sane_json() {
     assert_eq!((jobs("latency_loaded"), jobs("memory")), (200, 200));
     // One gap between each two consecutive jobs of the key.
     assert_eq!(jobs("ordered"), 200);
+    // One gap between the two siblings of each job.
+    assert_eq!(jobs("fanout"), 200);
     // The background load ran while the markers were measured (200/s asked, so some per second).
     let loaded = &rows["latency_loaded"];
     assert!(num(loaded, "load_per_s") > 0.0, "{loaded}");

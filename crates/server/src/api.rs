@@ -280,20 +280,14 @@ async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Res
     spec.validate_submitted(app.limits())?;
     check_callback(&app, &spec, "")?;
     let new = admit_spec(&app, &spec);
-    let mut submitted = app.store().jobs_submit(vec![new]).await?;
-    match submitted.pop() {
-        Some(Submitted::Created(t)) => {
+    match app.submit_one(new).await? {
+        Submitted::Created(t) => {
             tracing::info!(job = %t.job.id, steps = t.job.steps.len(), "job accepted");
             app.metrics().jobs_submitted.inc();
             app.committed(&t);
             Ok(job_created(&t.job, true))
         }
-        Some(Submitted::Existing(job)) => Ok(job_created(&job, false)),
-        None => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the store answered nothing",
-        )),
+        Submitted::Existing(job) => Ok(job_created(&job, false)),
     }
 }
 

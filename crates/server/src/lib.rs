@@ -6,6 +6,7 @@
 pub mod api;
 pub mod auth;
 pub mod clock;
+pub mod coalesce;
 pub mod config;
 pub mod console;
 pub mod deliver;
@@ -83,6 +84,8 @@ struct Inner {
     long_polls_by: Mutex<HashMap<String, usize>>,
     /// Where callbacks and webhooks may go.
     outbound: Arc<outbound::Policy>,
+    /// Single submits waiting to be committed together.
+    submits: coalesce::Submits,
 }
 
 impl App {
@@ -126,6 +129,7 @@ impl App {
                 outbound: Arc::new(
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
                 ),
+                submits: coalesce::Submits::new(config.limits.jobs_per_batch),
             }),
         }
     }
@@ -152,6 +156,15 @@ impl App {
 
     pub fn now(&self) -> Timestamp {
         self.inner.clock.now()
+    }
+
+    /// Stores one submitted job, committed together with other single submits arriving at the
+    /// same time on this node (see [`coalesce`]).
+    pub async fn submit_one(
+        &self,
+        job: overseer_store::NewJob,
+    ) -> Result<overseer_store::Submitted, overseer_store::Error> {
+        self.inner.submits.submit(&self.inner.store, job).await
     }
 
     pub fn notifier(&self) -> &Notifier {

@@ -136,6 +136,57 @@ async fn idempotency_keys() {
 
 // Proves batches are all-or-nothing: one invalid job (named by index) or one conflicting key
 // stores none of the batch.
+/// Single submits arriving together are committed together (see `coalesce`), yet each gets the
+/// answer it would get alone: a conflicting idempotency key fails that submit only, a repeated
+/// one finds the stored job, and every other job is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_single_submits_each_get_their_own_answer() {
+    let h = Arc::new(harness());
+    let spec = |key: Option<&str>, agent: &str| match key {
+        Some(k) => json!({"idempotency_key": k, "steps": [{"name": "s", "agent": agent}]}),
+        None => json!({"steps": [{"name": "s", "agent": agent}]}),
+    };
+    let mut calls = Vec::new();
+    for i in 0..60 {
+        let body = match i % 6 {
+            0 => spec(Some("shared"), "a"),
+            1 => spec(Some("shared"), "other"),
+            _ => spec(Some(&format!("own-{i}")), "a"),
+        };
+        let h = h.clone();
+        calls.push(tokio::spawn(async move {
+            (i, h.call("POST", "/v1/jobs", Some(body)).await)
+        }));
+    }
+    let (mut created, mut found, mut conflicts) = (0, 0, 0);
+    let mut shared_ids = std::collections::HashSet::new();
+    for call in calls {
+        let (i, (status, body)) = call.await.unwrap();
+        match status {
+            StatusCode::ACCEPTED => created += 1,
+            StatusCode::OK => found += 1,
+            StatusCode::CONFLICT => {
+                assert_eq!(body["field"], "idempotency_key", "{body}");
+                conflicts += 1;
+            }
+            other => panic!("submit {i}: {other} {body}"),
+        }
+        if i % 6 < 2 && status != StatusCode::CONFLICT {
+            shared_ids.insert(body["id"].as_str().unwrap().to_string());
+        }
+    }
+    // 40 own keys and one of the 20 "shared" ones are created; the other shared submits with
+    // the winner's body find it, those with the other body conflict.
+    assert_eq!(
+        created, 41,
+        "created {created}, found {found}, conflicts {conflicts}"
+    );
+    assert_eq!(found + conflicts, 19);
+    assert_eq!(shared_ids.len(), 1, "one job holds the shared key");
+    let (_, list) = h.call("GET", "/v1/jobs?limit=100", None).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 41);
+}
+
 #[tokio::test]
 async fn batches_are_all_or_nothing() {
     let h = harness();
