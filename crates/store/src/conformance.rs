@@ -3304,3 +3304,41 @@ pub async fn tokens_are_created_found_listed_and_revoked(f: &Fixture) {
     assert_eq!(revoked.revoked_at, Some(at(5_000)));
     assert!(!revoked.is_live(at(5_001)));
 }
+
+/// Compares a backend's current schema, dumped from a freshly migrated store, with the committed
+/// file `crates/store/schema/NAME` (after its header); rewrites the file instead when
+/// `OVERSEER_WRITE_SCHEMA=1`.
+pub fn check_schema_file(name: &str, dump: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("schema")
+        .join(name);
+    let header = format!(
+        "-- The {name} schema as the migrations in `crates/store/migrations/` leave a new store.\n\
+         -- Generated: `OVERSEER_WRITE_SCHEMA=1 cargo test -p overseer-store --features testing \
+         schema_file`; a test fails when it differs from a migrated store. Never edit by hand.\n\n"
+    );
+    let expected = format!("{header}{}\n", dump.trim_end());
+    if std::env::var("OVERSEER_WRITE_SCHEMA").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &expected).expect("write the schema file");
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    if committed != expected {
+        let first = committed
+            .lines()
+            .zip(expected.lines())
+            .position(|(a, b)| a != b)
+            .map_or(
+                committed.lines().count().min(expected.lines().count()),
+                |i| i,
+            );
+        panic!(
+            "{} differs from the migrated schema from line {}: committed {:?}, migrated {:?}. \
+             After a new migration, rewrite it with OVERSEER_WRITE_SCHEMA=1 and review the diff.",
+            path.display(),
+            first + 1,
+            committed.lines().nth(first),
+            expected.lines().nth(first)
+        );
+    }
+}

@@ -172,6 +172,54 @@ async fn eight_nodes_lease_each_step_exactly_once() {
     }
 }
 
+/// The current schema, as the migrations leave a new database, is committed in
+/// `crates/store/schema/postgres.sql` (`pg_dump --schema-only`, its comments and settings left
+/// out); this fails when the two differ. `OVERSEER_WRITE_SCHEMA=1` rewrites the file.
+#[tokio::test]
+async fn the_schema_file_is_the_migrated_schema() {
+    let _ticket = suite::Ticket::new();
+    let (store, db) = fresh().await;
+    drop(store);
+    let bindir = std::process::Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let pg_dump = std::path::Path::new(&bindir).join("pg_dump");
+    let out = std::process::Command::new(if pg_dump.exists() {
+        pg_dump.as_os_str()
+    } else {
+        std::ffi::OsStr::new("pg_dump")
+    })
+    .args([
+        "--schema-only",
+        "--no-owner",
+        "--no-privileges",
+        "--no-comments",
+    ])
+    .arg(format!("--dbname={}", db.url()))
+    .output()
+    .expect("run pg_dump (PostgreSQL's client binaries)");
+    assert!(
+        out.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump = String::from_utf8_lossy(&out.stdout);
+    let mut kept = String::new();
+    for line in dump.lines() {
+        let noise = line.starts_with("--")
+            || line.starts_with("SET ")
+            || line.starts_with("SELECT pg_catalog.set_config")
+            || line.starts_with('\\');
+        if !noise && !(line.is_empty() && (kept.is_empty() || kept.ends_with("\n\n"))) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    overseer_store::conformance::check_schema_file("postgres.sql", kept.trim_start());
+}
+
 /// A claim that leaves a sibling step of a job it held still claimable announces it again at
 /// commit: another node's claimer that met the job locked passed over it (`SKIP LOCKED`) and
 /// went back to sleep, and must not wait for the leader's sweep to find the sibling.

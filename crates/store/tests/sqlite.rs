@@ -331,3 +331,28 @@ mod crash_after_step_result {
         );
     }
 }
+
+/// The current schema, as the migrations leave a new file, is committed in
+/// `crates/store/schema/sqlite.sql`; this fails when the two differ. After a new migration,
+/// `OVERSEER_WRITE_SCHEMA=1 cargo test -p overseer-store --features testing --test sqlite schema`
+/// rewrites the file (then review its diff).
+#[test]
+fn the_schema_file_is_the_migrated_schema() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("schema.db");
+    drop(SqliteStore::open(SqliteOptions::new(&path)).expect("open"));
+    let conn = rusqlite::Connection::open(&path).expect("open the file");
+    let mut stmt = conn
+        .prepare(
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' \
+             ORDER BY CASE type WHEN 'table' THEN 0 ELSE 1 END, tbl_name, name",
+        )
+        .expect("prepare");
+    let statements: Vec<String> = stmt
+        .query_map([], |row| row.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("read");
+    let dump: String = statements.iter().map(|s| format!("{s};\n\n")).collect();
+    overseer_store::conformance::check_schema_file("sqlite.sql", &dump);
+}
