@@ -94,17 +94,24 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
     )
     .await?;
     let updated: i64 = get(&row, 0, "jobs written")?;
-    if updated != jobs.id.len() as i64 {
-        return Err(corrupt(
-            "jobs",
-            format!(
-                "{} of {} jobs were missing during a write",
-                jobs.id.len() as i64 - updated,
-                jobs.id.len()
-            ),
-        ));
-    }
+    all_written("jobs", u64::try_from(updated).unwrap_or(0), jobs.id.len())?;
     Ok(())
+}
+
+/// Checks an update reached every row it was given: the writer holds each job's lock, so a
+/// missing row means the store is not what it should be.
+fn all_written(table: &str, written: u64, wanted: usize) -> Res<()> {
+    let wanted = wanted as u64;
+    match written == wanted {
+        true => Ok(()),
+        false => Err(corrupt(
+            table,
+            format!(
+                "{} of {wanted} rows were missing during a write",
+                wanted.saturating_sub(written)
+            ),
+        )),
+    }
 }
 
 const WRITE_JOBS_SQL: &str = "\
@@ -204,16 +211,7 @@ async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
         return Ok(());
     }
     let n = rows::execute(tx, WRITE_STEPS_SQL, &c.params()).await?;
-    if n != c.job_id.len() as u64 {
-        return Err(corrupt(
-            "steps",
-            format!(
-                "{} of {} step rows were missing",
-                c.job_id.len() as u64 - n,
-                c.job_id.len()
-            ),
-        ));
-    }
+    all_written("steps", n, c.job_id.len())?;
     Ok(())
 }
 
