@@ -176,7 +176,7 @@ ALTER TABLE ONLY public.job_labels
     ADD CONSTRAINT job_labels_pkey PRIMARY KEY (job_id, key);
 
 ALTER TABLE ONLY public.jobs
-    ADD CONSTRAINT jobs_idempotency_key_key UNIQUE (idempotency_key);
+    ADD CONSTRAINT jobs_idempotency_key UNIQUE (idempotency_key);
 
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);

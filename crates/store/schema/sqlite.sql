@@ -145,7 +145,7 @@ CREATE INDEX jobs_active ON jobs (id) WHERE state NOT IN ('succeeded', 'failed',
 
 CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
-CREATE INDEX jobs_ordering ON jobs (ordering_key, seq)
+CREATE INDEX jobs_ordering_key ON jobs (ordering_key, seq)
     WHERE ordering_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled');
 
 CREATE INDEX jobs_pending_due ON jobs (COALESCE(run_at, created_at), id) WHERE state = 'pending';
@@ -158,10 +158,10 @@ CREATE INDEX leases_job_step ON leases (job_id, step, attempt);
 
 CREATE INDEX schedules_due ON schedules (next_fire_at, name) WHERE paused = 0;
 
-CREATE INDEX steps_claim_due ON steps (next_attempt_at) WHERE claim_agent IS NOT NULL;
-
-CREATE INDEX steps_claim_rank ON steps (claim_agent, claim_rank, job_id, idx)
+CREATE INDEX steps_claim ON steps (claim_agent, claim_rank, job_id, idx)
     WHERE claim_agent IS NOT NULL;
+
+CREATE INDEX steps_claim_due ON steps (next_attempt_at) WHERE claim_agent IS NOT NULL;
 
 CREATE INDEX steps_lease_agent ON steps (lease_agent) WHERE lease_expires_at IS NOT NULL;
 

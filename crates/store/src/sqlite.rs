@@ -737,7 +737,7 @@ impl Store for SqliteStore {
                 .prepare_cached(
                     "SELECT agent, SUM(ready), SUM(running) FROM ( \
                        SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
-                       FROM steps s INDEXED BY steps_claim_rank JOIN jobs j ON j.id = s.job_id \
+                       FROM steps s INDEXED BY steps_claim JOIN jobs j ON j.id = s.job_id \
                        WHERE s.claim_agent IS NOT NULL \
                          AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
                        UNION ALL \
@@ -1071,7 +1071,7 @@ mod tests {
         let claim = plan(claims::CANDIDATES_SQL);
         assert_eq!(
             claim,
-            vec!["SEARCH steps USING INDEX steps_claim_rank (claim_agent=?)"]
+            vec!["SEARCH steps USING INDEX steps_claim (claim_agent=?)"]
         );
         let due = plan(ordering::JOBS_DUE_SQL);
         assert!(
@@ -1082,7 +1082,7 @@ mod tests {
         assert!(due[0].contains("USING INDEX jobs_pending_due"), "{due:?}");
         assert!(
             due.iter()
-                .any(|l| l.contains("USING INDEX jobs_ordering (ordering_key=? AND seq<?)")),
+                .any(|l| l.contains("USING INDEX jobs_ordering_key (ordering_key=? AND seq<?)")),
             "{due:?}"
         );
     }

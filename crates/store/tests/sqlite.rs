@@ -356,3 +356,46 @@ fn the_schema_file_is_the_migrated_schema() {
     let dump: String = statements.iter().map(|s| format!("{s};\n\n")).collect();
     overseer_store::conformance::check_schema_file("sqlite.sql", &dump);
 }
+
+/// Both backends name their indexes alike, so a plan, a migration or a note about one names the
+/// other's too. Read from the committed schema files (which tests check against migrated
+/// stores): every named index of one is an index or a unique constraint of the other.
+#[test]
+fn both_backends_name_their_indexes_alike() {
+    let schema = |name: &str| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("schema")
+            .join(name);
+        std::fs::read_to_string(path).expect("read a schema file")
+    };
+    let names = |text: &str, unique_constraints: bool| {
+        let mut out = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["CREATE", "INDEX", name, ..] | ["CREATE", "UNIQUE", "INDEX", name, ..] => {
+                    out.insert(name.trim_start_matches("public.").to_string());
+                }
+                ["ADD", "CONSTRAINT", name, "UNIQUE", ..] if unique_constraints => {
+                    out.insert(name.to_string());
+                }
+                _ => {}
+            }
+        }
+        out
+    };
+    let sqlite = names(&schema("sqlite.sql"), false);
+    let postgres_indexes = names(&schema("postgres.sql"), false);
+    let postgres_all = names(&schema("postgres.sql"), true);
+    assert!(sqlite.len() >= 10, "{sqlite:?}");
+    let missing: Vec<_> = sqlite.difference(&postgres_all).collect();
+    assert!(
+        missing.is_empty(),
+        "SQLite indexes PostgreSQL names otherwise: {missing:?}"
+    );
+    let missing: Vec<_> = postgres_indexes.difference(&sqlite).collect();
+    assert!(
+        missing.is_empty(),
+        "PostgreSQL indexes SQLite names otherwise: {missing:?}"
+    );
+}

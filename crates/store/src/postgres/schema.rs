@@ -21,6 +21,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0002_backoff_formula.sql"),
     include_str!("../../migrations/postgres/0003_tokens.sql"),
     include_str!("../../migrations/postgres/0004_no_foreign_keys.sql"),
+    include_str!("../../migrations/postgres/0005_index_names.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

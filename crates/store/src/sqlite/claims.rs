@@ -201,8 +201,7 @@ pub(super) fn claim_steps(
 }
 
 /// One ordered range of the claim index: no sort, however many steps wait.
-pub(super) const CANDIDATES_SQL: &str =
-    "SELECT job_id, idx FROM steps INDEXED BY steps_claim_rank \
+pub(super) const CANDIDATES_SQL: &str = "SELECT job_id, idx FROM steps INDEXED BY steps_claim \
      WHERE claim_agent = ?1 AND next_attempt_at <= ?2 \
      ORDER BY claim_rank, job_id, idx LIMIT ?3";
 

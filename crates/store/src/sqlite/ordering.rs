@@ -19,7 +19,7 @@ use crate::{Error, OrderingKeyStatus, Result};
 fn is_head(conn: &Connection, key: &str, seq: i64) -> Result<bool> {
     let ahead = conn
         .prepare_cached(
-            "SELECT 1 FROM jobs INDEXED BY jobs_ordering \
+            "SELECT 1 FROM jobs INDEXED BY jobs_ordering_key \
              WHERE ordering_key = ?1 AND seq < ?2 \
                AND ordering_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled') \
              LIMIT 1",
@@ -77,7 +77,7 @@ pub(super) fn admit_keyed(
 pub(super) const JOBS_DUE_SQL: &str = "SELECT j.id FROM jobs AS j INDEXED BY jobs_pending_due \
      WHERE j.state = 'pending' AND COALESCE(j.run_at, j.created_at) <= ?1 \
        AND (j.ordering_key IS NULL OR NOT EXISTS ( \
-         SELECT 1 FROM jobs AS o INDEXED BY jobs_ordering \
+         SELECT 1 FROM jobs AS o INDEXED BY jobs_ordering_key \
          WHERE o.ordering_key = j.ordering_key AND o.seq < j.seq \
            AND o.ordering_key IS NOT NULL \
            AND o.state NOT IN ('succeeded', 'failed', 'cancelled'))) \
@@ -107,7 +107,7 @@ pub(super) fn jobs_due(conn: &Connection, now: Timestamp, limit: usize) -> Resul
 fn head_id(conn: &Connection, key: &str) -> Result<Option<JobId>> {
     let id: Option<String> = conn
         .prepare_cached(
-            "SELECT id FROM jobs INDEXED BY jobs_ordering \
+            "SELECT id FROM jobs INDEXED BY jobs_ordering_key \
              WHERE ordering_key = ?1 AND ordering_key IS NOT NULL \
                AND state NOT IN ('succeeded', 'failed', 'cancelled') \
              ORDER BY seq LIMIT 1",
@@ -158,7 +158,7 @@ pub(super) fn status(conn: &Connection, key: &str) -> Result<OrderingKeyStatus> 
     };
     let unfinished: i64 = conn
         .prepare_cached(
-            "SELECT COUNT(*) FROM jobs INDEXED BY jobs_ordering \
+            "SELECT COUNT(*) FROM jobs INDEXED BY jobs_ordering_key \
              WHERE ordering_key = ?1 AND ordering_key IS NOT NULL \
                AND state NOT IN ('succeeded', 'failed', 'cancelled')",
         )

@@ -71,7 +71,7 @@ pub(super) fn ready_now(conn: &Connection, now: Timestamp) -> Result<Vec<(String
     let mut stmt = conn
         .prepare_cached(
             "SELECT s.claim_agent, COUNT(*) \
-             FROM steps s INDEXED BY steps_claim_rank JOIN jobs j ON j.id = s.job_id \
+             FROM steps s INDEXED BY steps_claim JOIN jobs j ON j.id = s.job_id \
              WHERE s.claim_agent IS NOT NULL \
                AND COALESCE(s.next_attempt_at, 0) <= ?1 \
                AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \

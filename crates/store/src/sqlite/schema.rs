@@ -14,4 +14,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0003_claim_rank_keys_limits_leader_schedules.sql"),
     include_str!("../../migrations/sqlite/0004_backoff_formula.sql"),
     include_str!("../../migrations/sqlite/0005_tokens.sql"),
+    include_str!("../../migrations/sqlite/0006_index_names.sql"),
 ];
