@@ -213,17 +213,23 @@ async fn events_follow_streams_json_lines() {
 }
 
 // Proves the agent commands: `agents` lists an agent name with its counts, `pause` and
-// `resume --agent` flip it (visible in `agents --output json`), and `limits set` changes one
-// limit while keeping the other.
+// `resume --agent` flip it (visible in `agents --output json`, and in `status` as the step's
+// waiting reason), and `limits set` changes one limit while keeping the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_limits_pause_and_resume() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    server
+    let job = server
         .api()
         .submit(&json!({"steps": [{"name": "s", "agent": "dns"}]}))
         .await;
     stdout_of(&at(&server, &["pause", "dns"]));
+    // `status` says why the step waits, in the server's words.
+    let status = stdout_of(&at(&server, &["status", &job]));
+    assert!(
+        status.contains("    waiting: agent `dns` paused"),
+        "{status}"
+    );
     let listed = stdout_of(&at(&server, &["agents", "--output", "json"]));
     let rows: serde_json::Value = serde_json::from_str(&listed).unwrap();
     let dns = rows

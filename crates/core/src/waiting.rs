@@ -12,7 +12,7 @@ use crate::time::Timestamp;
 pub const NO_WORKER_AFTER_MS: i64 = 60_000;
 
 /// The answer: `code` is stable for tools, `text` is for people.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WaitingReason {
     pub code: String,
     pub text: String,

@@ -46,6 +46,9 @@ pub struct JobView {
     pub compensated: Vec<String>,
     #[serde(default)]
     pub callback_url: Option<String>,
+    /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<crate::waiting::WaitingReason>,
     pub steps: Vec<StepView>,
 }
 
@@ -79,6 +82,9 @@ pub struct StepView {
     pub comp_attempts: u32,
     #[serde(default)]
     pub comp_failures: u32,
+    /// Why the step is neither running nor finished, in one sentence (`GET /v1/jobs/{id}` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<crate::waiting::WaitingReason>,
 }
 
 impl From<&Job> for JobView {
@@ -99,6 +105,7 @@ impl From<&Job> for JobView {
             blocked_reason: job.blocked_reason.clone(),
             compensated: job.compensated_steps(),
             callback_url: job.callback_url.clone(),
+            waiting_reason: None,
             steps: job
                 .steps
                 .iter()
@@ -125,6 +132,7 @@ impl From<&Job> for JobView {
                     comp_phase: s.comp_phase,
                     comp_attempts: s.comp_attempts,
                     comp_failures: s.comp_failures,
+                    waiting_reason: None,
                 })
                 .collect(),
         }

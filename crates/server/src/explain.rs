@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use overseer_core::waiting::{job_waiting, step_waiting, AgentContext, KeyHead};
 use overseer_core::wire::JobView;
 use overseer_core::{Job, JobState};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::Result;
 use crate::App;
@@ -15,26 +15,18 @@ use crate::App;
 /// `JobView` of `job` with `waiting_reason: {code, text}` on a pending job and on every step
 /// that is neither running nor finished.
 pub async fn job_with_reasons(app: &App, job: &Job) -> Result<Value> {
-    let mut view = serde_json::to_value(JobView::from(job)).unwrap_or(Value::Null);
-    if job.state.is_terminal() {
-        return Ok(view);
-    }
-    let now = app.now();
-    let head = key_head(app, job).await?;
-    let agents = agent_contexts(app, job).await?;
-    if let Some(r) = job_waiting(job, head.as_ref(), now) {
-        view["waiting_reason"] = json!(r);
-    }
-    let Some(steps) = view.get_mut("steps").and_then(Value::as_array_mut) else {
-        return Ok(view);
-    };
-    for (step, out) in job.steps.iter().zip(steps.iter_mut()) {
-        let ctx = agents.get(&step.agent).cloned().unwrap_or_default();
-        if let Some(r) = step_waiting(job, step, &ctx, head.as_ref(), now) {
-            out["waiting_reason"] = json!(r);
+    let mut view = JobView::from(job);
+    if !job.state.is_terminal() {
+        let now = app.now();
+        let head = key_head(app, job).await?;
+        let agents = agent_contexts(app, job).await?;
+        view.waiting_reason = job_waiting(job, head.as_ref(), now);
+        for (step, out) in job.steps.iter().zip(view.steps.iter_mut()) {
+            let ctx = agents.get(&step.agent).cloned().unwrap_or_default();
+            out.waiting_reason = step_waiting(job, step, &ctx, head.as_ref(), now);
         }
     }
-    Ok(view)
+    Ok(serde_json::to_value(view).unwrap_or(Value::Null))
 }
 
 /// The head of the job's ordering key, only looked up while the job is pending behind it.
