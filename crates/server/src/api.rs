@@ -132,6 +132,10 @@ pub fn router(app: App) -> Router {
         // Bodies are read by `Body<T>` under this limit; the extra slack lets us answer 413
         // ourselves, naming the limit, instead of a bare connection error.
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        // Answers (the console's assets, job lists) are gzipped for clients that ask; the
+        // default predicate leaves small bodies, images and event streams alone, so server-sent
+        // events are never held back in a compressor's buffer.
+        .layer(tower_http::compression::CompressionLayer::new())
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(app)
 }

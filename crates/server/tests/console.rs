@@ -198,3 +198,68 @@ async fn event_stream_reports_changes() {
         "the filtered stream got another job's change"
     );
 }
+
+/// Assets and JSON answers are gzipped for a client that asks, and only then; the event stream
+/// never is (a compressor would hold events back until its buffer fills).
+#[tokio::test]
+async fn answers_are_gzipped_when_asked_but_never_the_event_stream() {
+    let h = harness();
+    let get = |path: &str, gzip: bool| {
+        let mut req = Request::builder().method("GET").uri(path);
+        if gzip {
+            req = req.header("accept-encoding", "gzip");
+        }
+        h.router.clone().oneshot(req.body(Body::empty()).unwrap())
+    };
+    let plain = get("/console/app.js", false).await.unwrap();
+    assert!(plain.headers().get("content-encoding").is_none());
+    let plain = axum::body::to_bytes(plain.into_body(), usize::MAX)
+        .await
+        .unwrap();
+
+    let zipped = get("/console/app.js", true).await.unwrap();
+    assert_eq!(zipped.status(), StatusCode::OK);
+    assert_eq!(
+        zipped
+            .headers()
+            .get("content-encoding")
+            .map(|v| v.as_bytes()),
+        Some(&b"gzip"[..])
+    );
+    let zipped = axum::body::to_bytes(zipped.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(&zipped[..2], &[0x1f, 0x8b], "a gzip stream");
+    assert!(
+        zipped.len() * 2 < plain.len(),
+        "{} of {} bytes",
+        zipped.len(),
+        plain.len()
+    );
+
+    for n in 0..20 {
+        let (status, _) = h
+            .call(
+                "POST",
+                "/v1/jobs",
+                Some(
+                    json!({"labels": {"n": n.to_string()}, "steps": [{"name": "s", "agent": "a"}]}),
+                ),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+    }
+    let list = get("/v1/jobs?limit=20", true).await.unwrap();
+    assert_eq!(
+        list.headers().get("content-encoding").map(|v| v.as_bytes()),
+        Some(&b"gzip"[..])
+    );
+
+    let stream = get("/v1/events/stream", true).await.unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    assert!(
+        stream.headers().get("content-encoding").is_none(),
+        "{:?}",
+        stream.headers()
+    );
+}
