@@ -322,11 +322,11 @@ fn render_job(job: &JobView) -> String {
     ));
     for s in &job.steps {
         out.push_str(&step_line(s));
-        // The server's reason says it best; the backoff line stands in for an older server.
-        match (&s.waiting_reason, next_attempt(s, now)) {
-            (Some(reason), _) => out.push_str(&format!("    waiting: {}\n", reason.text)),
-            (None, Some(next)) => out.push_str(&format!("    {next}\n")),
-            (None, None) => {}
+        if let Some(next) = next_attempt(s, now) {
+            out.push_str(&format!("    {next}\n"));
+        }
+        if let Some(reason) = &s.waiting_reason {
+            out.push_str(&format!("    waiting: {}\n", reason.text));
         }
         if let Some(err) = &s.last_error {
             out.push_str(&format!("    last error: {err}\n"));
