@@ -16,7 +16,10 @@ use overseer_core::wire::{
     ReportResult, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
-use overseer_store::{AgentSettings, Claim, JobQuery, LeaseReport, NewJob, Schedule, Submitted};
+use overseer_store::{
+    AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
+    ReportApplied, Reports, Schedule, ScheduleCreated, SchedulePause, SettingsUpdate, Submitted,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -356,7 +359,11 @@ async fn job_events(State(app): State<App>, Path(id): Path<String>) -> Result<Js
     app.job(id).await?;
     let events = app
         .store()
-        .job_events(id, 0, app.limits().history_per_job)
+        .job_events(EventPage {
+            job: id,
+            after_seq: 0,
+            limit: app.limits().history_per_job,
+        })
         .await?;
     Ok(Json(EventList { events }))
 }
@@ -507,7 +514,7 @@ async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Js
     let id = parse_job_id(&id)?;
     let t = app
         .store()
-        .job_apply(id, Command::Cancel, app.now())
+        .job_apply(Apply::new(id, Command::Cancel, app.now()))
         .await?;
     if !t.is_noop() {
         tracing::info!(job = %id, state = %t.job.state, "cancel requested");
@@ -671,7 +678,7 @@ async fn report(
     let name = command.name();
     match app
         .store()
-        .job_apply(lease.job_id, command, app.now())
+        .job_apply(Apply::new(lease.job_id, command, app.now()))
         .await
     {
         Ok(t) => {
@@ -696,7 +703,10 @@ async fn report_one(app: &App, raw_lease: &str, report: LeaseReport) -> Result<T
     };
     let mut outcomes = app
         .store()
-        .leases_report(vec![(lease_id, report)], app.now())
+        .leases_report(Reports {
+            reports: vec![Report { lease_id, report }],
+            now: app.now(),
+        })
         .await?;
     let outcome = outcomes.pop().ok_or_else(|| {
         ApiError::new(
@@ -706,7 +716,10 @@ async fn report_one(app: &App, raw_lease: &str, report: LeaseReport) -> Result<T
         )
     })?;
     match outcome {
-        Ok((lease, t)) => {
+        Ok(ReportApplied {
+            lease,
+            transition: t,
+        }) => {
             reported(app, name, lease.step, &t);
             Ok(t)
         }
@@ -863,16 +876,24 @@ async fn report_batch(
             },
         };
         positions.push((i, command_name(&report), lease_id));
-        batch.push((lease_id, report));
+        batch.push(Report { lease_id, report });
     }
     let outcomes = if batch.is_empty() {
         Vec::new()
     } else {
-        app.store().leases_report(batch, app.now()).await?
+        app.store()
+            .leases_report(Reports {
+                reports: batch,
+                now: app.now(),
+            })
+            .await?
     };
     for ((i, name, lease_id), outcome) in positions.into_iter().zip(outcomes) {
         results[i] = Some(match outcome {
-            Ok((lease, t)) => {
+            Ok(ReportApplied {
+                lease,
+                transition: t,
+            }) => {
                 reported(&app, name, lease.step, &t);
                 match &t.reply {
                     Reply::Refused(r) => report_problem(lease_id, r.clone().into()),
@@ -937,7 +958,10 @@ async fn fail(
 async fn operator(app: &App, raw_id: &str, command: Command) -> Result<Json<JobView>> {
     let id = parse_job_id(raw_id)?;
     let what = command.name();
-    let t = app.store().job_apply(id, command, app.now()).await?;
+    let t = app
+        .store()
+        .job_apply(Apply::new(id, command, app.now()))
+        .await?;
     tracing::info!(job = %id, action = what, state = %t.job.state, "operator action");
     app.committed(&t);
     Ok(Json(JobView::from(&t.job)))
@@ -1017,7 +1041,7 @@ async fn metrics(State(app): State<App>) -> Result<Response> {
         m.steps_ready.get_or_create(&label).set(c.ready as i64);
         m.steps_running.get_or_create(&label).set(c.running as i64);
     }
-    let (waiting, dead) = app.store().deliveries_counts().await?;
+    let DeliveryCounts { waiting, dead } = app.store().deliveries_counts().await?;
     m.deliveries_waiting.set(waiting as i64);
     m.deliveries_dead.set(dead as i64);
     let text = m.encode().map_err(|_| {
@@ -1092,7 +1116,11 @@ async fn put_limits(
     settings.rate = req.rate;
     let s = app
         .store()
-        .agent_settings_put(&agent, settings, app.now())
+        .agent_settings_put(SettingsUpdate {
+            agent: agent.to_string(),
+            settings,
+            now: app.now(),
+        })
         .await?;
     app.notifier().wake_agent(&agent);
     Ok(Json(settings_view(&agent, &s)))
@@ -1104,7 +1132,11 @@ async fn set_paused(app: &App, agent: &str, paused: bool) -> Result<Json<Value>>
     settings.paused = paused;
     let s = app
         .store()
-        .agent_settings_put(agent, settings, app.now())
+        .agent_settings_put(SettingsUpdate {
+            agent: agent.to_string(),
+            settings,
+            now: app.now(),
+        })
         .await?;
     tracing::info!(agent, paused, "agent pause changed");
     app.notifier().wake_agent(agent);
@@ -1165,7 +1197,10 @@ async fn create_schedule(
         created_at: now,
         updated_at: now,
     };
-    let (stored, created) = app
+    let ScheduleCreated {
+        schedule: stored,
+        created,
+    } = app
         .store()
         .schedule_create(schedule)
         .await
@@ -1225,7 +1260,12 @@ async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Res
     find_schedule(&app, &name).await?;
     let s = app
         .store()
-        .schedule_set_paused(&name, true, None, app.now())
+        .schedule_set_paused(SchedulePause {
+            name: name.to_string(),
+            paused: true,
+            next_fire_at: None,
+            now: app.now(),
+        })
         .await?;
     Ok(Json(schedule_view(&s)))
 }
@@ -1238,7 +1278,12 @@ async fn resume_schedule(State(app): State<App>, Path(name): Path<String>) -> Re
     // Resuming starts from now: the paused window is not caught up.
     let s = app
         .store()
-        .schedule_set_paused(&name, false, cron.next_after(now), now)
+        .schedule_set_paused(SchedulePause {
+            name: name.to_string(),
+            paused: false,
+            next_fire_at: cron.next_after(now),
+            now,
+        })
         .await?;
     if let Some(at) = s.next_fire_at {
         app.notifier().due_at(at);

@@ -24,7 +24,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use overseer_core::{Effect, Job, Limits, Span, Timestamp, Transition};
-use overseer_store::{SqliteStore, Store};
+use overseer_store::prelude::*;
+use overseer_store::SqliteStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
