@@ -27,6 +27,8 @@ pub enum Bug {
     /// Agent reports are applied at a clock reading 10 s old, as if `now` had been read before a
     /// long await: a report arriving shortly after its lease expired is still accepted.
     LaggingReportClock,
+    /// A move of a pending job's `run_at` starts it at once, whatever time was asked for.
+    RescheduleRunsNow,
 }
 
 /// Shared switches of one simulated process and its store.
@@ -130,6 +132,20 @@ impl Store for SimStore {
 
     async fn job_apply(&self, id: JobId, command: Command, now: Timestamp) -> Result<Transition> {
         self.crash.before_write()?;
+        let command = match command {
+            Command::Reschedule {
+                run_at: Some(_),
+                priority,
+                by,
+                reason,
+            } if self.bug == Bug::RescheduleRunsNow => Command::Reschedule {
+                run_at: Some(now),
+                priority,
+                by,
+                reason,
+            },
+            other => other,
+        };
         let now = if self.bug == Bug::LaggingReportClock && is_report(&command) {
             Timestamp::from_millis(now.as_millis() - REPORT_CLOCK_LAG.as_millis_i64())
         } else {
