@@ -13,7 +13,7 @@ use overseer_core::wire::{
     AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
     HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseOutcome,
     LeaseRequest, LeaseResponse, OperatorRequest, Problem, ReportBatch, ReportBatchResponse,
-    ReportResult, WorkerView,
+    ReportResult, RescheduleRequest, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{
@@ -75,7 +75,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(readyz))
         .routes(routes!(submit, list_jobs))
         .routes(routes!(submit_batch))
-        .routes(routes!(get_job))
+        .routes(routes!(get_job, reschedule_job))
         .routes(routes!(job_events))
         .routes(routes!(wait_job))
         .routes(routes!(cancel_job))
@@ -351,6 +351,32 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
 async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<Value>> {
     let job = app.job(parse_job_id(&id)?).await?;
     Ok(Json(crate::explain::job_with_reasons(&app, &job).await?))
+}
+
+/// Moves a job: `run_at` of a pending job, `priority` of a pending or running one.
+#[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), request_body = RescheduleRequest, responses((status = 200, description = "The job after the move; a `run_at` that has come starts an unkeyed job at once", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is finished or (for `run_at`) no longer pending, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn reschedule_job(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Body(req): Body<RescheduleRequest>,
+) -> Result<Json<JobView>> {
+    let id = parse_job_id(&id)?;
+    req.validate()?;
+    let command = Command::Reschedule {
+        run_at: req.run_at,
+        priority: req.priority,
+        by: req.by,
+        reason: req.reason,
+    };
+    let t = app
+        .store()
+        .job_apply(Apply::new(id, command, app.now()))
+        .await?;
+    if !t.is_noop() {
+        tracing::info!(job = %id, run_at = ?t.job.run_at, priority = t.job.priority, "job rescheduled");
+    }
+    app.committed(&t);
+    Ok(Json(JobView::from(&t.job)))
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]

@@ -30,6 +30,8 @@ pub enum Bug {
     /// Agent reports are applied at a clock reading 10 s old, as if `now` had been read before a
     /// long await: a report arriving shortly after its lease expired is still accepted.
     LaggingReportClock,
+    /// A move of a pending job's `run_at` starts it at once, whatever time was asked for.
+    RescheduleRunsNow,
 }
 
 /// Shared switches of one simulated process and its store.
@@ -134,6 +136,15 @@ impl Jobs for SimStore {
 
     async fn job_apply(&self, mut apply: Apply) -> Result<Transition> {
         self.crash.before_write()?;
+        if self.bug == Bug::RescheduleRunsNow {
+            if let Command::Reschedule {
+                run_at: run_at @ Some(_),
+                ..
+            } = &mut apply.command
+            {
+                *run_at = Some(apply.now);
+            }
+        }
         if self.bug == Bug::LaggingReportClock && is_report(&apply.command) {
             apply.now =
                 Timestamp::from_millis(apply.now.as_millis() - REPORT_CLOCK_LAG.as_millis_i64());

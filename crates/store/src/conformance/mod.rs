@@ -95,6 +95,8 @@ macro_rules! conformance_tests {
             jobs_delete_removes_only_unleased_jobs_in_the_given_states,
             job_replace_starts_a_job_over_under_the_same_key,
             faktory_backoff_formula_round_trips_and_times_retries,
+            reschedule_moves_run_at_and_priority,
+            reschedule_of_a_keyed_job_keeps_its_place_in_the_key,
         );
         $crate::conformance_tests!(@noun ordering:
             ordering_key_runs_one_job_at_a_time,

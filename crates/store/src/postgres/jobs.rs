@@ -35,7 +35,9 @@ pub(super) fn signals_of(t: &Transition) -> Vec<String> {
     for effect in &t.effects {
         match effect {
             Effect::Ready { agent } => out.push(format!("ready:{agent}")),
-            Effect::ReadyAt { at, .. } => out.push(format!("due:{}", at.as_millis())),
+            Effect::ReadyAt { at, .. } | Effect::Due { at } => {
+                out.push(format!("due:{}", at.as_millis()))
+            }
             // The next job of its key, if any, was started by the same transaction.
             Effect::Finished { .. } => out.push(format!("finished:{}", t.job.id)),
             Effect::Alert { .. } | Effect::Callback { .. } => {}
