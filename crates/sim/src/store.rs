@@ -352,4 +352,14 @@ impl Store for SimStore {
         self.crash.check_alive()?;
         self.inner.agents_ready_now(now).await
     }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        value: &str,
+        now: Timestamp,
+    ) -> Result<String> {
+        self.crash.check_alive()?;
+        self.inner.setting_get_or_insert(key, value, now).await
+    }
 }

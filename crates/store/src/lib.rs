@@ -528,4 +528,9 @@ pub trait Store: Send + Sync + 'static {
     /// limits and pause aside (unlike [`Store::agents_counts`], retries still waiting out their
     /// backoff are left out). Agents with none are left out; sorted by name.
     async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>>;
+
+    /// The value stored under `key`; when there is none, stores `value` (made at `now`) and
+    /// answers it. Concurrent callers on any node all get the one value that was stored first.
+    async fn setting_get_or_insert(&self, key: &str, value: &str, now: Timestamp)
+        -> Result<String>;
 }

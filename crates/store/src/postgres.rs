@@ -832,6 +832,16 @@ impl Store for PgStore {
         self.read(move |tx, _| Box::pin(removal::ready_now(tx, now)))
             .await
     }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        value: &str,
+        now: Timestamp,
+    ) -> Result<String> {
+        self.write(move |tx, _| Box::pin(tokens::setting_get_or_insert(tx, key, value, now)))
+            .await
+    }
 }
 
 /// Parameters built at run time (a filter with a varying number of terms).

@@ -974,6 +974,17 @@ impl Store for SqliteStore {
     async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>> {
         self.read(move |conn| removal::ready_now(conn, now)).await
     }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        value: &str,
+        now: Timestamp,
+    ) -> Result<String> {
+        let (key, value) = (key.to_string(), value.to_string());
+        self.write(move |conn| tokens::setting_get_or_insert(conn, &key, &value, now))
+            .await
+    }
 }
 
 #[cfg(test)]

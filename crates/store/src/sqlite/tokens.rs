@@ -85,3 +85,23 @@ pub(super) fn revoke(conn: &Connection, name: &str, now: Timestamp) -> Result<bo
         .db()?;
     Ok(n > 0)
 }
+
+/// A shared setting (see `Store::setting_get_or_insert`): the first value stored wins.
+pub(super) fn setting_get_or_insert(
+    conn: &Connection,
+    key: &str,
+    value: &str,
+    now: Timestamp,
+) -> Result<String> {
+    conn.prepare_cached(
+        "INSERT INTO settings (key, value, created_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT DO NOTHING",
+    )
+    .db()?
+    .execute(params![key, value, now.as_millis()])
+    .db()?;
+    conn.prepare_cached("SELECT value FROM settings WHERE key = ?1")
+        .db()?
+        .query_row(params![key], |row| row.get(0))
+        .db()
+}
