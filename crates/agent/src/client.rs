@@ -362,6 +362,14 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/settings/webhook-secret` (admin): `{source, secret}`, the secret only when the
+    /// server generated it.
+    pub async fn webhook_secret(&self) -> Result<Value> {
+        let url = self.url(&["v1", "settings", "webhook-secret"]);
+        self.call_ok(Method::GET, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
     /// `DELETE /v1/tokens/{name}` (admin).
     pub async fn revoke_token(&self, name: &str) -> Result<Value> {
         let url = self.url(&["v1", "tokens", name]);

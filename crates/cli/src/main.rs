@@ -153,6 +153,13 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Print the key deliveries are signed with, when the server generated it (admin).
+    WebhookSecret {
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Ask for a job to be cancelled.
     Cancel {
         job: String,
@@ -293,6 +300,9 @@ fn main() -> ExitCode {
                 output,
                 remote,
             } => tokens_cmd::run(&remote, command, output).await,
+            Cmd::WebhookSecret { output, remote } => {
+                tokens_cmd::webhook_secret(&remote, output).await
+            }
             Cmd::Cancel {
                 job,
                 output,

@@ -454,6 +454,7 @@ const MATRIX: &[(&str, &str, &[&str])] = &[
     ("GET", "/v1/tokens", &["admin"]),
     ("POST", "/v1/tokens", &["admin"]),
     ("DELETE", "/v1/tokens/{name}", &["admin"]),
+    ("GET", "/v1/settings/webhook-secret", &["admin"]),
 ];
 
 /// A body each operation accepts (auth is judged before the body, but a valid one lets an

@@ -41,6 +41,7 @@ use crate::App;
         (name = "leases", description = "Heartbeat and report on leases held"),
         (name = "schedules", description = "Cron schedules"),
         (name = "tokens", description = "API tokens (admin)"),
+        (name = "settings", description = "Server settings (admin)"),
         (name = "operations", description = "Probes and metrics"),
     )
 )]
@@ -99,6 +100,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(ordering_key))
         .routes(routes!(crate::tokens::list, crate::tokens::create))
         .routes(routes!(crate::tokens::revoke))
+        .routes(routes!(crate::webhook::get_secret))
         .routes(routes!(crate::console::validate))
         .routes(routes!(crate::stream::events_stream))
         .split_for_parts()

@@ -19,6 +19,7 @@ pub mod outbound;
 pub mod stream;
 pub mod supervisor;
 pub mod tokens;
+pub mod webhook;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -87,6 +88,8 @@ struct Inner {
     outbound: Arc<outbound::Policy>,
     /// Single submits waiting to be committed together.
     submits: coalesce::Submits,
+    /// Whether deliveries are signed with configured keys (else with the generated one).
+    webhook_secret_configured: bool,
 }
 
 impl App {
@@ -131,6 +134,7 @@ impl App {
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
                 ),
                 submits: coalesce::Submits::new(config.limits.jobs_per_batch),
+                webhook_secret_configured: !config.configured_webhook_secrets().is_empty(),
             }),
         }
     }
@@ -225,6 +229,11 @@ impl App {
 
     pub fn outbound(&self) -> &Arc<outbound::Policy> {
         &self.inner.outbound
+    }
+
+    /// Whether the webhook keys come from the settings (else the generated one is used).
+    pub fn webhook_secret_configured(&self) -> bool {
+        self.inner.webhook_secret_configured
     }
 
     pub fn auth(&self) -> &auth::Auth {
@@ -474,7 +483,14 @@ pub async fn serve_with(
         });
     }
     let sweeper = tokio::spawn(supervisor.run(shutdown.clone()));
-    let deliverer = deliver::Deliverer::new(app.clone(), deliver::Settings::from_config(config))?;
+    let mut delivery = deliver::Settings::from_config(config);
+    if delivery.signer.is_none() {
+        // No key configured: the one generated for the cluster (made now by the first node).
+        let secret = webhook::shared_secret(&app).await?;
+        delivery.signer = Some(outbound::Signer::new(&secret).map_err(anyhow::Error::msg)?);
+        tracing::info!("deliveries are signed with the generated webhook secret (`overseer webhook-secret` shows it)");
+    }
+    let deliverer = deliver::Deliverer::new(app.clone(), delivery)?;
     let delivering = tokio::spawn(deliverer.run(shutdown.clone()));
     let extras = extra(app.clone());
     let router = api::router(app);

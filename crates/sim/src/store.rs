@@ -342,6 +342,16 @@ impl Tokens for SimStore {
         self.crash.check_alive()?;
         self.inner.token_revoke(name, now).await
     }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        value: &str,
+        now: Timestamp,
+    ) -> Result<String> {
+        self.crash.check_alive()?;
+        self.inner.setting_get_or_insert(key, value, now).await
+    }
 }
 
 #[async_trait]

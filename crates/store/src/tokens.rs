@@ -28,7 +28,7 @@ pub(crate) fn grant(scopes: &str, agents: &str) -> Result<Grant> {
     Ok(Grant { scopes, agents })
 }
 
-/// API tokens (only their hashes are stored).
+/// API tokens (only their hashes are stored) and the cluster-wide secrets kept beside them.
 #[async_trait::async_trait]
 pub trait Tokens: Send + Sync {
     /// Stores a new token; a name already used (live or revoked) is [`Error::TokenExists`].
@@ -42,4 +42,10 @@ pub trait Tokens: Send + Sync {
 
     /// Revokes the named token at `now`; false when no unrevoked token has that name.
     async fn token_revoke(&self, name: &str, now: Timestamp) -> Result<bool>;
+
+    /// The cluster-wide secret stored under `key` (the generated webhook key); when there is
+    /// none, stores `value` (made at `now`) and answers it. Concurrent callers on any node all
+    /// get the one value that was stored first.
+    async fn setting_get_or_insert(&self, key: &str, value: &str, now: Timestamp)
+        -> Result<String>;
 }

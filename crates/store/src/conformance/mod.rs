@@ -140,6 +140,7 @@ macro_rules! conformance_tests {
         );
         $crate::conformance_tests!(@noun tokens:
             tokens_are_created_found_listed_and_revoked,
+            a_setting_is_stored_once_and_shared,
         );
         $crate::conformance_tests!(@noun maintenance:
             next_due_and_agents_due,

@@ -1,4 +1,4 @@
-//! API tokens.
+//! API tokens and the cluster-wide settings kept beside them.
 
 use super::*;
 
@@ -54,4 +54,33 @@ pub async fn tokens_are_created_found_listed_and_revoked(f: &Fixture) {
         .expect("kept");
     assert_eq!(revoked.revoked_at, Some(at(5_000)));
     assert!(!revoked.is_live(at(5_001)));
+}
+
+// Proves a setting is made once: the first value stored is answered to every later caller
+// (whatever value it offers), also when many callers race through separate calls, and keys are
+// independent.
+pub async fn a_setting_is_stored_once_and_shared(f: &Fixture) {
+    let store = &*f.store;
+    let first = store
+        .setting_get_or_insert("webhook_secret", "whsec_first", at(0))
+        .await
+        .expect("insert");
+    assert_eq!(first, "whsec_first");
+    let again = store
+        .setting_get_or_insert("webhook_secret", "whsec_second", at(1))
+        .await
+        .expect("get");
+    assert_eq!(again, "whsec_first");
+    let racers = (0..8).map(|i| {
+        let store = f.store.clone();
+        async move {
+            store
+                .setting_get_or_insert("raced", &format!("value-{i}"), at(2))
+                .await
+                .expect("race")
+        }
+    });
+    let answers = futures::future::join_all(racers).await;
+    assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
+    assert!(answers[0].starts_with("value-"));
 }

@@ -99,4 +99,34 @@ impl Tokens for PgStore {
         self.write(move |tx, _| Box::pin(revoke(tx, name, now)))
             .await
     }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        value: &str,
+        now: Timestamp,
+    ) -> Result<String> {
+        self.write(move |tx, _| Box::pin(setting_get_or_insert(tx, key, value, now)))
+            .await
+    }
+}
+
+/// A shared setting (see `Tokens::setting_get_or_insert`): the first value stored wins; a racing
+/// insert waits on the key's row and then finds the winner's value.
+async fn setting_get_or_insert(
+    tx: &Transaction<'_>,
+    key: &str,
+    value: &str,
+    now: Timestamp,
+) -> Res<String> {
+    execute(
+        tx,
+        "INSERT INTO settings (key, value, created_at) VALUES ($1, $2, $3) \
+         ON CONFLICT DO NOTHING",
+        &[&key, &value, &now.as_millis()],
+    )
+    .await?;
+    let row = query_opt(tx, "SELECT value FROM settings WHERE key = $1", &[&key]).await?;
+    let row = row.ok_or_else(|| super::rows::corrupt("settings", key))?;
+    get(&row, 0, "settings.value")
 }

@@ -106,4 +106,35 @@ impl Tokens for SqliteStore {
         let name = name.to_string();
         self.write(move |conn| revoke(conn, &name, now)).await
     }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        value: &str,
+        now: Timestamp,
+    ) -> Result<String> {
+        let (key, value) = (key.to_string(), value.to_string());
+        self.write(move |conn| setting_get_or_insert(conn, &key, &value, now))
+            .await
+    }
+}
+
+/// A shared setting (see `Tokens::setting_get_or_insert`): the first value stored wins.
+fn setting_get_or_insert(
+    conn: &Connection,
+    key: &str,
+    value: &str,
+    now: Timestamp,
+) -> Result<String> {
+    conn.prepare_cached(
+        "INSERT INTO settings (key, value, created_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT DO NOTHING",
+    )
+    .db()?
+    .execute(params![key, value, now.as_millis()])
+    .db()?;
+    conn.prepare_cached("SELECT value FROM settings WHERE key = ?1")
+        .db()?
+        .query_row(params![key], |row| row.get(0))
+        .db()
 }
