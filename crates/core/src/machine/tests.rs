@@ -91,6 +91,7 @@ fn step(name: &str, agent: &str, deps: &[&str], max_attempts: u32) -> StepSpec {
         backoff: Some(BACKOFF),
         backoff_formula: None,
         compensate: None,
+        http: None,
     }
 }
 
@@ -99,6 +100,7 @@ fn undoable(name: &str, agent: &str, deps: &[&str], undo_attempts: u32) -> StepS
     StepSpec {
         compensate: Some(CompensateSpec {
             agent: "u".into(),
+            http: None,
             payload: json!({ "undo": name }),
             timeout: Some(UNDO_TIMEOUT),
             max_attempts: Some(undo_attempts),
@@ -821,7 +823,8 @@ fn check_transition(
         }
         Command::Heartbeat { step, attempt }
         | Command::Complete { step, attempt, .. }
-        | Command::Fail { step, attempt, .. } => {
+        | Command::Fail { step, attempt, .. }
+        | Command::FailRetryAfter { step, attempt, .. } => {
             // Fencing: only the current attempt, leased, before its expiry, may report.
             let live = step_of(*step).is_some_and(|s| {
                 s.attempt == *attempt
@@ -4191,10 +4194,12 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                 backoff_formula: None,
                 compensate: r.undo.map(|(max_attempts, own_timeout)| CompensateSpec {
                     agent: "u".into(),
+                    http: None,
                     payload: json!({ "undo": i }),
                     timeout: own_timeout.then_some(Span::from_secs(2)),
                     max_attempts: Some(max_attempts),
                 }),
+                http: None,
             }
         })
         .collect();
