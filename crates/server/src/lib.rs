@@ -16,6 +16,7 @@ pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod outbound;
+pub mod push;
 pub mod stream;
 pub mod supervisor;
 pub mod tokens;
@@ -86,6 +87,8 @@ struct Inner {
     outbound: Arc<outbound::Policy>,
     /// Single submits waiting to be committed together.
     submits: coalesce::Submits,
+    /// This node's circuit breakers of HTTP targets, by `http:` agent name.
+    http_breakers: Mutex<HashMap<String, overseer_core::push::Breaker>>,
 }
 
 impl App {
@@ -130,8 +133,14 @@ impl App {
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
                 ),
                 submits: coalesce::Submits::new(config.limits.jobs_per_batch),
+                http_breakers: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// This node's circuit breakers of HTTP targets, by `http:` agent name.
+    pub fn http_breakers(&self) -> &Mutex<HashMap<String, overseer_core::push::Breaker>> {
+        &self.inner.http_breakers
     }
 
     /// This node's name in the leader lease.
@@ -475,6 +484,8 @@ pub async fn serve_with(
     let sweeper = tokio::spawn(supervisor.run(shutdown.clone()));
     let deliverer = deliver::Deliverer::new(app.clone(), deliver::Settings::from_config(config))?;
     let delivering = tokio::spawn(deliverer.run(shutdown.clone()));
+    let pusher = push::Pusher::new(app.clone(), push::Settings::from_config(config))?;
+    let pushing = tokio::spawn(pusher.run(shutdown.clone()));
     let extras = extra(app.clone());
     let router = api::router(app);
     let tls = match (&config.tls_cert, &config.tls_key) {
@@ -489,6 +500,7 @@ pub async fn serve_with(
     shutdown.cancel();
     let _ = sweeper.await;
     let _ = delivering.await;
+    let _ = pushing.await;
     for task in extras {
         let _ = task.await;
     }
