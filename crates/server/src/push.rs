@@ -447,18 +447,19 @@ fn answer_outcome(
     asynchronous: bool,
 ) -> Outcome {
     let verdict = push::verdict(status, asynchronous);
-    let body =
-        match body {
-            Ok(b) => b,
-            Err(limit) if verdict == Verdict::Success => return failure(
+    let body = match body {
+        Ok(b) => b,
+        Err(limit) if verdict == Verdict::Success => {
+            return failure(
                 Verdict::Fatal,
                 format!(
                     "{what} answered {status} with a body over the result limit of {limit} bytes"
                 ),
                 "fatal",
-            ),
-            Err(_) => Vec::new(),
-        };
+            )
+        }
+        Err(_) => Vec::new(),
+    };
     match verdict {
         Verdict::Success => Outcome {
             verdict,
