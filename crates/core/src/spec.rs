@@ -713,6 +713,59 @@ mod tests {
         }
     }
 
+    // Proves a step or undo names exactly one of `agent` and `http`, that `http:` agent names
+    // are reserved, that an HTTP step gets its per-host agent name and its lease timeout from
+    // the target's, and that the fields at fault are named.
+    #[test]
+    fn http_targets_replace_agents() {
+        let s = spec(json!({"steps": [
+            {"name": "a", "http": {"url": "https://billing.internal/charge", "timeout": "5s"},
+             "compensate": {"http": {"url": "http://billing.internal:8080/refund"}}}
+        ]}))
+        .unwrap();
+        let job = crate::Job::from_spec(crate::JobId(uuid::Uuid::nil()), &s, Timestamp(0));
+        assert_eq!(job.steps[0].agent, "http:billing.internal:443");
+        assert_eq!(job.steps[0].timeout, Span::from_secs(5));
+        let undo = job.steps[0].compensate.as_ref().unwrap();
+        assert_eq!(undo.agent, "http:billing.internal:8080");
+        let text = serde_json::to_string(&s.steps[0]).unwrap();
+        assert!(!text.contains("\"agent\""), "{text}");
+        let cases = [
+            (json!({"steps": [{"name": "a"}]}), "steps[0].agent"),
+            (
+                json!({"steps": [{"name": "a", "agent": "http:x:1"}]}),
+                "steps[0].agent",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "http": {"url": "https://b/"}}]}),
+                "steps[0].agent",
+            ),
+            (
+                json!({"steps": [{"name": "a", "http": {"url": "b/c"}}]}),
+                "steps[0].http.url",
+            ),
+            (
+                json!({"steps": [{"name": "a", "timeout": "1s", "http": {"url": "https://b/", "timeout": "2s"}}]}),
+                "steps[0].http.timeout",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "compensate": {"agent": "http:b:1"}}]}),
+                "steps[0].compensate.agent",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "compensate": {"http": {"url": "ftp://b"}}}]}),
+                "steps[0].compensate.http.url",
+            ),
+            (
+                json!({"steps": [{"name": "a", "http": {"url": "https://b/", "method": "GET"}}]}),
+                "steps[0].http.method",
+            ),
+        ];
+        for (body, field) in cases {
+            assert_eq!(field_of(body.clone()), field, "{body}");
+        }
+    }
+
     // Proves cycles of any length are found and reported with their path.
     #[test]
     fn finds_cycles() {
