@@ -643,3 +643,41 @@ async fn an_async_target_completes_its_lease_itself() {
     assert_eq!(step(&job, "render")["attempt"], 1);
     assert_eq!(target.seen("/render").len(), 1);
 }
+
+// Proves the per-host limit: with `max_concurrency` 1 set on the host's `http:` agent name
+// through the normal limits route, three parallel steps to that host are called one at a time
+// (each request arrives only after the previous one was answered), and all succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_host_limits_apply_to_http_targets() {
+    let (target, port) = Target::start().await;
+    let hang = Reply::Hang(Duration::from_millis(300), json!({"ok": true}));
+    target.plan("/one", &[hang.clone(), hang.clone(), hang]);
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(dir.path(), "");
+    let api = server.api();
+    let agent = format!("http:127.0.0.1:{port}");
+    let (status, body) = api
+        .post_put(
+            &format!("/v1/agents/{agent}/limits"),
+            &json!({"max_concurrency": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let url = format!("http://127.0.0.1:{port}/one");
+    let steps: Vec<Value> = (0..3)
+        .map(|i| json!({"name": format!("s{i}"), "http": {"url": url}}))
+        .collect();
+    let id = api.submit(&json!({ "steps": steps })).await;
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let mut arrivals: Vec<Instant> = target.seen("/one").iter().map(|s| s.at).collect();
+    arrivals.sort();
+    assert_eq!(arrivals.len(), 3);
+    for pair in arrivals.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= Duration::from_millis(280),
+            "one request at a time: {gap:?}"
+        );
+    }
+}

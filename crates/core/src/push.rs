@@ -38,6 +38,7 @@ pub const RESERVED_HEADERS: [&str; 8] = [
 /// The HTTP method a target is called with. The body is always the JSON request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
+#[schema(as = HttpMethod)]
 pub enum Method {
     #[default]
     Post,

@@ -349,7 +349,11 @@ impl Connection {
         let app = self.fk.app();
         let wait = self.fk.config().fetch_wait;
         let shutdown = app.shutdown().clone();
-        let mut queues: Vec<&str> = args.split_whitespace().collect();
+        // Queues named like HTTP targets are the server's own push agent's to claim.
+        let mut queues: Vec<&str> = args
+            .split_whitespace()
+            .filter(|q| !q.starts_with(overseer_core::push::AGENT_PREFIX))
+            .collect();
         if queues.is_empty() {
             queues.push("default");
         }

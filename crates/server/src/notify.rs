@@ -98,6 +98,15 @@ impl Notifier {
         &self.push
     }
 
+    /// Keeps `agent` for the push agent's next round without waking it now (it has no free
+    /// slot; a request that finishes wakes it).
+    pub fn keep_push_name(&self, agent: &str) {
+        self.push_names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(agent.to_string());
+    }
+
     /// The `http:` agent names woken since the last call.
     pub fn take_push_names(&self) -> BTreeSet<String> {
         std::mem::take(&mut *self.push_names.lock().unwrap_or_else(|p| p.into_inner()))

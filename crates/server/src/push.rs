@@ -150,7 +150,7 @@ impl Pusher {
             let free = self.slots.available_permits();
             if free == 0 {
                 // Look again when a request finishes (the loop wakes on it).
-                self.app.notifier().wake_agent(&agent);
+                self.app.notifier().keep_push_name(&agent);
                 continue;
             }
             let full = self.claim_for(&agent, free, tasks).await?;
@@ -198,11 +198,12 @@ impl Pusher {
         let got = claimed.len();
         for c in claimed {
             self.app.committed(&c.transition);
-            let Some(work) = Work::of(&c.transition, c.step, now, sent) else {
-                continue;
-            };
-            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
-                // Cannot happen (only this loop takes permits); the lease expires if it does.
+            let work = Work::of(&c.transition, c.step, now, sent);
+            let permit = self.slots.clone().try_acquire_owned().ok();
+            let (Some(work), Some(permit)) = (work, permit) else {
+                // Cannot happen (a claimed http: step has a target; only this loop takes
+                // permits); the lease expires and is healed if it does.
+                self.breaker(agent, |b, _| b.released());
                 continue;
             };
             let this = self.clone();
