@@ -681,3 +681,41 @@ async fn per_host_limits_apply_to_http_targets() {
         );
     }
 }
+
+// Proves the push agent shuts down gracefully: a SIGTERM while a request is in flight lets it
+// finish and report (the server exits cleanly), and after a restart the job shows that
+// attempt's result, with no second request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_request_in_flight_finish_and_report() {
+    let (target, port) = Target::start().await;
+    target.plan(
+        "/deploy",
+        &[Reply::Hang(
+            Duration::from_secs(1),
+            json!({"deployed": true}),
+        )],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = server(dir.path(), "");
+    let api = server.api();
+    let id = api
+        .submit(&json!({"steps": [{"name": "deploy", "timeout": "10s",
+            "http": {"url": format!("http://127.0.0.1:{port}/deploy")}}]}))
+        .await;
+    wait_for("the request", || {
+        let t = target.clone();
+        async move { (!t.seen("/deploy").is_empty()).then_some(()) }
+    })
+    .await;
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}\n{}", server.logs());
+    server.restart();
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let s = step(&job, "deploy");
+    assert_eq!(
+        (s["attempt"].as_u64(), &s["result"]),
+        (Some(1), &json!({"deployed": true}))
+    );
+    assert_eq!(target.seen("/deploy").len(), 1);
+}
