@@ -74,6 +74,24 @@ use crate::time::{Span, Timestamp};
 /// A step that has failed this many times raises a "poisoned" alert, even if it may retry more.
 pub const POISON_FAILURES: u32 = 3;
 
+/// How long a failed attempt waits before its retry.
+#[derive(Clone, Copy, Debug)]
+enum Delay {
+    /// The step's backoff curve, spread by the caller's jitter in `[0, 1)`.
+    Backoff(f64),
+    /// What the one who failed asked for, kept within the step's backoff bounds.
+    After(Span),
+}
+
+impl Delay {
+    fn of(self, step: &crate::job::Step, failures: u32) -> Span {
+        match self {
+            Delay::Backoff(jitter) => step.retry_delay(failures, jitter),
+            Delay::After(asked) => crate::push::bounded_retry_after(&step.backoff, asked),
+        }
+    }
+}
+
 /// Something that happens to a job.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
@@ -100,6 +118,15 @@ pub enum Command {
         error: String,
         retryable: bool,
         jitter: f64,
+    },
+    /// The holder of a lease reports a retryable failure and when to try again: an HTTP
+    /// target's `Retry-After`, kept within the step's backoff bounds
+    /// ([`crate::push::bounded_retry_after`]) instead of the backoff curve.
+    FailRetryAfter {
+        step: usize,
+        attempt: u32,
+        error: String,
+        retry_after: Span,
     },
     /// The supervisor found the lease past its expiry with no report.
     Expire {
@@ -147,7 +174,7 @@ impl Command {
             Command::Claim { .. } => "claim",
             Command::Heartbeat { .. } => "heartbeat",
             Command::Complete { .. } => "complete",
-            Command::Fail { .. } => "fail",
+            Command::Fail { .. } | Command::FailRetryAfter { .. } => "fail",
             Command::Expire { .. } => "expire",
             Command::Cancel => "cancel",
             Command::Retry { .. } => "retry",
@@ -379,7 +406,17 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             jitter,
         } => {
             w.check_live(step, attempt)?;
-            w.report_failure(step, attempt, &error, retryable, jitter, "");
+            w.report_failure(step, attempt, &error, retryable, Delay::Backoff(jitter), "");
+            Reply::Done
+        }
+        Command::FailRetryAfter {
+            step,
+            attempt,
+            error,
+            retry_after,
+        } => {
+            w.check_live(step, attempt)?;
+            w.report_failure(step, attempt, &error, true, Delay::After(retry_after), "");
             Reply::Done
         }
         Command::Expire {
@@ -401,7 +438,14 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             };
             w.event(kind, Some(step), Some(attempt), None);
             let error = "lease expired: no report before complete_by";
-            w.report_failure(step, attempt, error, true, jitter, "expired");
+            w.report_failure(
+                step,
+                attempt,
+                error,
+                true,
+                Delay::Backoff(jitter),
+                "expired",
+            );
             Reply::Done
         }
         Command::Cancel => {
@@ -765,12 +809,12 @@ impl Work {
         attempt: u32,
         error: &str,
         retryable: bool,
-        jitter: f64,
+        delay: Delay,
         how: &str,
     ) {
         self.job.steps[step].last_error = Some(error.to_string());
         if self.job.steps[step].is_compensating() {
-            self.undo_failed(step, attempt, error, retryable, jitter);
+            self.undo_failed(step, attempt, error, retryable, delay);
         } else if !self.wants_work() {
             let why = if how == "expired" {
                 "its lease expired after the job stopped"
@@ -779,13 +823,13 @@ impl Work {
             };
             self.cancel_step(step, why);
         } else {
-            self.failed_attempt(step, error, retryable, jitter);
+            self.failed_attempt(step, error, retryable, delay);
         }
         self.settle();
     }
 
     /// Counts a failed attempt of a step's work and either schedules a retry or fails the step.
-    fn failed_attempt(&mut self, step: usize, error: &str, retryable: bool, jitter: f64) {
+    fn failed_attempt(&mut self, step: usize, error: &str, retryable: bool, delay: Delay) {
         let now = self.now;
         let s = &mut self.job.steps[step];
         s.failures += 1;
@@ -795,7 +839,7 @@ impl Work {
         let attempts_left = s.max_attempts == 0 || used < s.max_attempts;
         let failures = s.failures;
         if retryable && attempts_left {
-            let delay: Span = s.retry_delay(failures, jitter);
+            let delay: Span = delay.of(s, failures);
             let at = now.plus(delay);
             s.state = StepState::Ready;
             s.ready_at = Some(now);
@@ -1090,7 +1134,7 @@ impl Work {
         attempt: u32,
         error: &str,
         retryable: bool,
-        jitter: f64,
+        delay: Delay,
     ) {
         let now = self.now;
         let s = &mut self.job.steps[step];
@@ -1099,7 +1143,7 @@ impl Work {
         let max = s.comp_max_attempts();
         let used = s.comp_attempts - s.comp_budget_from.min(s.comp_attempts);
         if retryable && (max == 0 || used < max) {
-            let delay = s.retry_delay(s.comp_failures, jitter);
+            let delay = delay.of(s, s.comp_failures);
             let at = now.plus(delay);
             s.comp_phase = Some(CompPhase::Ready);
             s.next_attempt_at = Some(at);

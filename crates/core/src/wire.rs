@@ -82,6 +82,9 @@ pub struct StepView {
     pub comp_attempts: u32,
     #[serde(default)]
     pub comp_failures: u32,
+    /// The HTTP target the server calls for this step (header values redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<crate::push::HttpTarget>,
     /// Why the step is neither running nor finished, in one sentence (`GET /v1/jobs/{id}` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -128,7 +131,11 @@ impl From<&Job> for JobView {
                     next_attempt_at: s.next_attempt_at,
                     result: s.result.clone(),
                     last_error: s.last_error.clone(),
-                    compensate: s.compensate.clone(),
+                    compensate: s.compensate.as_ref().map(|c| CompensateSpec {
+                        http: c.http.as_ref().map(|h| h.redacted()),
+                        ..c.clone()
+                    }),
+                    http: s.http.as_ref().map(|h| h.redacted()),
                     comp_phase: s.comp_phase,
                     comp_attempts: s.comp_attempts,
                     comp_failures: s.comp_failures,

@@ -355,12 +355,15 @@ impl Connection {
         if queues.is_empty() {
             queues.push("default");
         }
+        // Queues named like HTTP targets are the server's own push agent's to claim.
+        queues.retain(|q| !q.starts_with(overseer_core::push::AGENT_PREFIX));
         let quiet = self
             .wid
             .as_deref()
             .is_some_and(|w| self.fk.worker_state(w) != WorkerState::Running);
-        if quiet {
-            // Quiet or terminating workers get no new work (as in Faktory).
+        if quiet || queues.is_empty() {
+            // Quiet or terminating workers get no new work (as in Faktory), nor do fetches of
+            // only `http:` queues.
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.cancelled() => {}

@@ -271,23 +271,34 @@ fn job_created(job: &Job, created: bool) -> Response {
     res
 }
 
-/// A `callback_url` the outbound policy refuses already (a bad scheme, an internal IP
-/// literal) is a 400 now rather than a delivery that can never succeed. `prefix` names the job
-/// within a batch.
-fn check_callback(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
-    match &spec.callback_url {
-        Some(url) => app
-            .outbound()
+/// A `callback_url` or HTTP target URL the outbound policy refuses already (a bad scheme, an
+/// internal IP literal) is a 400 now rather than a request that can never succeed. `prefix`
+/// names the job within a batch.
+fn check_outbound(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
+    let policy = app.outbound();
+    let check = |field: String, url: &str| {
+        policy
             .check_url(url)
-            .map_err(|why| ApiError::bad_request(format!("{prefix}callback_url"), why)),
-        None => Ok(()),
+            .map_err(|why| ApiError::bad_request(field, why))
+    };
+    if let Some(url) = &spec.callback_url {
+        check(format!("{prefix}callback_url"), url)?;
     }
+    for (i, step) in spec.steps.iter().enumerate() {
+        if let Some(h) = &step.http {
+            check(format!("{prefix}steps[{i}].http.url"), &h.url)?;
+        }
+        if let Some(h) = step.compensate.as_ref().and_then(|c| c.http.as_ref()) {
+            check(format!("{prefix}steps[{i}].compensate.http.url"), &h.url)?;
+        }
+    }
+    Ok(())
 }
 
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec, responses((status = 202, description = "Accepted and committed; `Location` names the job", body = JobView), (status = 200, description = "A job with this idempotency key and body already exists", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Response> {
     spec.validate_submitted(app.limits())?;
-    check_callback(&app, &spec, "")?;
+    check_outbound(&app, &spec, "")?;
     let new = admit_spec(&app, &spec);
     match app.submit_one(new).await? {
         Submitted::Created(t) => {
@@ -318,7 +329,7 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
     for (i, spec) in batch.jobs.iter().enumerate() {
         spec.validate_submitted(app.limits())
             .map_err(|e| e.within(&format!("jobs[{i}].")))?;
-        check_callback(&app, spec, &format!("jobs[{i}]."))?;
+        check_outbound(&app, spec, &format!("jobs[{i}]."))?;
     }
     let new: Vec<NewJob> = batch.jobs.iter().map(|s| admit_spec(&app, s)).collect();
     let submitted = app.store().jobs_submit(new).await.map_err(|e| match e {
@@ -583,7 +594,11 @@ async fn list_agents(State(app): State<App>) -> Result<Json<AgentList>> {
     Ok(Json(AgentList { agents }))
 }
 
-fn lease_of(claimed: &Transition, step: usize, now: overseer_core::Timestamp) -> Option<Lease> {
+pub(crate) fn lease_of(
+    claimed: &Transition,
+    step: usize,
+    now: overseer_core::Timestamp,
+) -> Option<Lease> {
     let job = &claimed.job;
     let s = job.steps.get(step)?;
     let complete_by = s.lease_expires_at?;
@@ -621,6 +636,12 @@ async fn take_leases(
         return Err(ApiError::bad_request(
             "worker",
             format!("worker must be 1 to {} bytes", limits.name_bytes),
+        ));
+    }
+    if agent.starts_with(overseer_core::push::AGENT_PREFIX) {
+        return Err(ApiError::bad_request(
+            "agent",
+            "agent names starting with `http:` are HTTP targets the server calls itself",
         ));
     }
     let max = req.max.unwrap_or(1);
@@ -761,7 +782,7 @@ async fn report_one(app: &App, raw_lease: &str, report: LeaseReport) -> Result<T
 
 /// What follows a committed report: its metric, its effects, and a wake-up for the agent
 /// whose slot under `max_concurrency` the ended lease may have freed.
-fn reported(app: &App, name: &'static str, step: usize, t: &Transition) {
+pub(crate) fn reported(app: &App, name: &'static str, step: usize, t: &Transition) {
     let outcome = if matches!(t.reply, Reply::Refused(_)) {
         "lease_lost"
     } else {
@@ -776,7 +797,7 @@ fn reported(app: &App, name: &'static str, step: usize, t: &Transition) {
     }
 }
 
-fn report_refused(app: &App, name: &'static str, e: &overseer_store::Error) {
+pub(crate) fn report_refused(app: &App, name: &'static str, e: &overseer_store::Error) {
     let outcome = match e {
         overseer_store::Error::Rejected(_) => "lease_lost",
         _ => "error",

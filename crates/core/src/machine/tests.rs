@@ -91,6 +91,7 @@ fn step(name: &str, agent: &str, deps: &[&str], max_attempts: u32) -> StepSpec {
         backoff: Some(BACKOFF),
         backoff_formula: None,
         compensate: None,
+        http: None,
     }
 }
 
@@ -99,6 +100,7 @@ fn undoable(name: &str, agent: &str, deps: &[&str], undo_attempts: u32) -> StepS
     StepSpec {
         compensate: Some(CompensateSpec {
             agent: "u".into(),
+            http: None,
             payload: json!({ "undo": name }),
             timeout: Some(UNDO_TIMEOUT),
             max_attempts: Some(undo_attempts),
@@ -822,7 +824,8 @@ fn check_transition(
         }
         Command::Heartbeat { step, attempt }
         | Command::Complete { step, attempt, .. }
-        | Command::Fail { step, attempt, .. } => {
+        | Command::Fail { step, attempt, .. }
+        | Command::FailRetryAfter { step, attempt, .. } => {
             // Fencing: only the current attempt, leased, before its expiry, may report.
             let live = step_of(*step).is_some_and(|s| {
                 s.attempt == *attempt
@@ -4365,10 +4368,12 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                 backoff_formula: None,
                 compensate: r.undo.map(|(max_attempts, own_timeout)| CompensateSpec {
                     agent: "u".into(),
+                    http: None,
                     payload: json!({ "undo": i }),
                     timeout: own_timeout.then_some(Span::from_secs(2)),
                     max_attempts: Some(max_attempts),
                 }),
+                http: None,
             }
         })
         .collect();
@@ -4409,4 +4414,57 @@ proptest! {
         let (second, _) = run(&plan);
         prop_assert_eq!(first, second);
     }
+}
+
+// Proves a failure with a target's `Retry-After` schedules the retry at that delay, kept within
+// the step's backoff bounds (BACKOFF: 1 s to 5 s) instead of the curve, for work and for an
+// undo alike, and that it is fenced like any report.
+#[test]
+fn retry_after_sets_the_delay_within_the_backoff_bounds() {
+    for (asked_ms, delay_ms) in [(3_000, 3_000), (10, 1_000), (3_600_000, 5_000)] {
+        let mut sim = start(&spec(vec![step("a", "x", &[], 3)], None));
+        sim.claim("a");
+        let command = Command::FailRetryAfter {
+            step: 0,
+            attempt: 1,
+            error: "busy".into(),
+            retry_after: Span::from_millis(asked_ms),
+        };
+        let tr = sim.ok(command);
+        assert_eq!(
+            tr.job.steps[0].next_attempt_at,
+            Some(at(delay_ms)),
+            "{asked_ms}"
+        );
+        assert_eq!(tr.job.steps[0].state, StepState::Ready);
+        let stale = Command::FailRetryAfter {
+            step: 0,
+            attempt: 1,
+            error: "late".into(),
+            retry_after: Span::ZERO,
+        };
+        assert!(matches!(sim.send(stale), Err(Rejection::LeaseLost { .. })));
+    }
+    let mut sim = start(&job(
+        vec![undoable("a", "x", &[], 3), step("b", "x", &["a"], 1)],
+        None,
+    ));
+    sim.claim("a");
+    sim.complete("a");
+    sim.claim("b");
+    sim.fail("b", false);
+    sim.claim("a");
+    let attempt = sim.attempt("a");
+    let tr = sim.ok(Command::FailRetryAfter {
+        step: 0,
+        attempt,
+        error: "busy".into(),
+        retry_after: Span::from_millis(2_000),
+    });
+    let a = &tr.job.steps[0];
+    assert_eq!(a.comp_phase, Some(CompPhase::Ready));
+    assert_eq!(
+        a.next_attempt_at,
+        Some(sim.now.plus(Span::from_millis(2_000)))
+    );
 }

@@ -626,3 +626,45 @@ pub async fn claim_order_ages_priority(f: &Fixture) {
         assert_eq!(got.throttled_until, None, "no limits, no throttling");
     }
 }
+
+// Proves an HTTP step and an HTTP undo round-trip through the store with their targets (method,
+// headers, timeout, async) and that both are claimed under the reserved per-host agent name,
+// which a `Command::FailRetryAfter` wakes again after the asked delay.
+pub async fn http_targets_round_trip_and_are_claimed_per_host(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let http = spec(json!({"steps": [
+        {"name": "charge", "timeout": "10s",
+         "backoff": {"initial": "1s", "max": "60s"},
+         "http": {"url": "https://Billing.example:8443/charge", "method": "PUT",
+                  "headers": {"Authorization": "Bearer x"}, "timeout": "5s", "async": true},
+         "compensate": {"http": {"url": "https://billing.example:8443/refund"}}}
+    ]}));
+    let submitted = submit(store, admitted(id, &http, at(0))).await;
+    let stored = get(store, id).await;
+    assert_eq!(stored, submitted.job);
+    let step = &stored.steps[0];
+    assert_eq!(step.agent, "http:billing.example:8443");
+    let target = step.http.as_ref().expect("the target is kept");
+    assert_eq!(target.method, overseer_core::push::Method::Put);
+    assert_eq!(target.headers["Authorization"], "Bearer x");
+    assert!(target.asynchronous);
+    let undo = step.compensate.as_ref().expect("undo");
+    assert_eq!(undo.agent, "http:billing.example:8443");
+    assert!(undo.http.is_some());
+    let leased = claim(store, "http:billing.example:8443", 1, 1, at(0)).await;
+    assert_eq!(claimed_jobs(&leased), vec![id]);
+    let fail = Command::FailRetryAfter {
+        step: 0,
+        attempt: 1,
+        error: "busy".into(),
+        retry_after: overseer_core::Span::from_secs(7),
+    };
+    let t = apply(store, id, fail, at(1_000)).await;
+    assert_eq!(get(store, id).await, t.job);
+    assert_eq!(t.job.steps[0].next_attempt_at, Some(at(8_000)));
+    let early = claim(store, "http:billing.example:8443", 1, 2, at(7_999)).await;
+    assert!(early.is_empty(), "retried before the asked delay");
+    let again = claim(store, "http:billing.example:8443", 1, 3, at(8_000)).await;
+    assert_eq!(again[0].transition.job.steps[0].attempt, 2);
+}

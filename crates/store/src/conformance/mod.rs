@@ -114,6 +114,7 @@ macro_rules! conformance_tests {
             undo_is_claimed_by_its_compensate_agent,
             undo_leases_expire_and_backoff_wakes_the_compensate_agent,
             claim_order_ages_priority,
+            http_targets_round_trip_and_are_claimed_per_host,
         );
         $crate::conformance_tests!(@noun agents:
             agents_counts_ready_and_running,

@@ -124,7 +124,7 @@ macro_rules! step_columns {
          backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
          lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
          next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, \
-         comp_failures, comp_budget_from, backoff_formula"
+         comp_failures, comp_budget_from, backoff_formula, http"
     };
 }
 const STEP_COLUMNS: &str = step_columns!();
@@ -178,6 +178,7 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
     let result: Option<String> = get(row, 22, "steps.result")?;
     let comp_phase: Option<String> = get(row, 25, "steps.comp_phase")?;
     let formula: Option<String> = get(row, 29, "steps.backoff_formula")?;
+    let http: Option<String> = get(row, 30, "steps.http")?;
     let step = Step {
         name: get(row, 1, "steps.name")?,
         agent: get(row, 2, "steps.agent")?,
@@ -205,6 +206,9 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
         },
         compensate: compensate
             .map(|c| parse_json::<CompensateSpec>("steps.compensate", &c))
+            .transpose()?,
+        http: http
+            .map(|h| parse_json::<overseer_core::push::HttpTarget>("steps.http", &h))
             .transpose()?,
         state: StepState::parse(&state).ok_or_else(|| corrupt("steps.state", &state))?,
         attempt: to_u32("steps.attempt", get(row, 12, "steps.attempt")?)?,
