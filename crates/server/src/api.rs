@@ -13,7 +13,7 @@ use overseer_core::wire::{
     AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
     HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseOutcome,
     LeaseRequest, LeaseResponse, OperatorRequest, Problem, ReportBatch, ReportBatchResponse,
-    ReportResult, RescheduleRequest, WorkerView,
+    ReportResult, RescheduleRequest, StatsView, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{AgentSettings, Claim, JobQuery, LeaseReport, NewJob, Schedule, Submitted};
@@ -94,6 +94,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(pause_schedule))
         .routes(routes!(resume_schedule))
         .routes(routes!(ordering_key))
+        .routes(routes!(stats))
         .routes(routes!(crate::tokens::list, crate::tokens::create))
         .routes(routes!(crate::tokens::revoke))
         .routes(routes!(crate::console::validate))
@@ -371,6 +372,19 @@ async fn reschedule_job(
     }
     app.committed(&t);
     Ok(Json(JobView::from(&t.job)))
+}
+
+/// Counts for dashboards, read from indexes: cheap however many jobs are stored.
+#[utoipa::path(get, path = "/v1/stats", tag = "operations", responses((status = 200, description = "Jobs per state, and jobs finished per minute (succeeded, failed, cancelled) over the last hour", body = StatsView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn stats(State(app): State<App>) -> Result<Json<StatsView>> {
+    let now = app.now();
+    let (since, until) = StatsView::window(now);
+    let store = app.store();
+    let (by_state, finished) = tokio::try_join!(
+        store.jobs_count_by_state(),
+        store.jobs_finished_per_minute(since, until)
+    )?;
+    Ok(Json(StatsView::build(now, &by_state, &finished)))
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]

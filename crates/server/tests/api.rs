@@ -590,7 +590,7 @@ async fn the_api_describes_itself() {
                 .count()
         })
         .sum();
-    assert_eq!(operations, 36, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(operations, 37, "{:?}", paths.keys().collect::<Vec<_>>());
     for schema in [
         "JobSpec",
         "JobView",
@@ -613,4 +613,50 @@ async fn the_api_describes_itself() {
     );
     let (status, _) = h.call("GET", "/v1/agents", None).await;
     assert_eq!(status, StatusCode::OK, "a documented route is routed");
+}
+
+// Proves `GET /v1/stats` through the router: every state with its count (zeros included) and
+// 60 minutes of finished counts, oldest first, the last being the current minute, where a job
+// cancelled now is counted.
+#[tokio::test]
+async fn stats_count_states_and_the_last_hour() {
+    let h = harness();
+    let spec = json!({"steps": [{"name": "s", "agent": "nobody"}]});
+    let (_, a) = h.call("POST", "/v1/jobs", Some(spec.clone())).await;
+    h.call("POST", "/v1/jobs", Some(spec)).await;
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/v1/jobs/{}/cancel", a["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, stats) = h.call("GET", "/v1/stats", None).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    let count = |state: &str| {
+        stats["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["state"] == state)
+            .unwrap_or_else(|| panic!("no {state} in {stats}"))["count"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(
+        (count("running"), count("cancelled"), count("succeeded")),
+        (1, 1, 0)
+    );
+    let minutes = stats["per_minute"].as_array().unwrap();
+    assert_eq!(minutes.len(), 60);
+    assert_eq!(minutes[0]["minute"], stats["since"]);
+    let last = &minutes[59];
+    assert_eq!(
+        (last["cancelled"].as_u64(), last["failed"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let since = Timestamp::parse_rfc3339(stats["since"].as_str().unwrap()).unwrap();
+    assert_eq!(since.as_millis() % 60_000, 0, "whole minutes");
+    assert!(T0 - since.as_millis() < 3_600_000);
 }

@@ -368,4 +368,18 @@ impl Store for SimStore {
         self.crash.check_alive()?;
         self.inner.agents_ready_now(now).await
     }
+
+    async fn jobs_count_by_state(&self) -> Result<Vec<(overseer_core::JobState, u64)>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_count_by_state().await
+    }
+
+    async fn jobs_finished_per_minute(
+        &self,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<Vec<(u32, overseer_core::JobState, u64)>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_finished_per_minute(since, until).await
+    }
 }

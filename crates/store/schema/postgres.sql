@@ -211,6 +211,8 @@ CREATE INDEX job_labels_key_value ON public.job_labels USING btree (key, value, 
 
 CREATE INDEX jobs_active ON public.jobs USING btree (id) WHERE (state <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
 
+CREATE INDEX jobs_finished ON public.jobs USING btree (finished_at, state) WHERE (finished_at IS NOT NULL);
+
 CREATE INDEX jobs_ordering_key ON public.jobs USING btree (ordering_key, seq) WHERE ((ordering_key IS NOT NULL) AND (state <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])));
 
 CREATE INDEX jobs_pending_due ON public.jobs USING btree (COALESCE(run_at, created_at), id) WHERE (state = 'pending'::text);

@@ -143,6 +143,8 @@ CREATE INDEX job_labels_key_value ON job_labels (key, value, job_id);
 
 CREATE INDEX jobs_active ON jobs (id) WHERE state NOT IN ('succeeded', 'failed', 'cancelled');
 
+CREATE INDEX jobs_finished ON jobs (finished_at, state) WHERE finished_at IS NOT NULL;
+
 CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
 CREATE INDEX jobs_ordering_key ON jobs (ordering_key, seq)

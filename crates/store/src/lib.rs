@@ -528,4 +528,18 @@ pub trait Store: Send + Sync + 'static {
     /// limits and pause aside (unlike [`Store::agents_counts`], retries still waiting out their
     /// backoff are left out). Agents with none are left out; sorted by name.
     async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>>;
+
+    /// How many jobs are in each state (states with none are left out), sorted by state name.
+    /// Read from the `(state, id)` index, never from the rows.
+    async fn jobs_count_by_state(&self) -> Result<Vec<(JobState, u64)>>;
+
+    /// Jobs that finished in `[since, until)`, counted per minute from `since` (bucket `i`
+    /// covers `since + i min`) and per terminal state: `(bucket, state, count)` for the buckets
+    /// and states that have any, sorted. Read from the `jobs_finished` index, so the cost
+    /// follows the jobs finished in the window, not the jobs stored.
+    async fn jobs_finished_per_minute(
+        &self,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<Vec<(u32, JobState, u64)>>;
 }

@@ -36,6 +36,7 @@ mod listen;
 mod removal;
 mod rows;
 mod schema;
+mod stats;
 mod tls;
 mod tokens;
 mod writes;
@@ -830,6 +831,20 @@ impl Store for PgStore {
 
     async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>> {
         self.read(move |tx, _| Box::pin(removal::ready_now(tx, now)))
+            .await
+    }
+
+    async fn jobs_count_by_state(&self) -> Result<Vec<(overseer_core::JobState, u64)>> {
+        self.read(move |tx, _| Box::pin(stats::count_by_state(tx)))
+            .await
+    }
+
+    async fn jobs_finished_per_minute(
+        &self,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<Vec<(u32, overseer_core::JobState, u64)>> {
+        self.read(move |tx, _| Box::pin(stats::finished_per_minute(tx, since, until)))
             .await
     }
 }

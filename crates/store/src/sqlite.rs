@@ -25,6 +25,7 @@ mod removal;
 mod rows;
 mod schedule;
 mod schema;
+mod stats;
 mod tokens;
 mod writer;
 
@@ -973,6 +974,19 @@ impl Store for SqliteStore {
 
     async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>> {
         self.read(move |conn| removal::ready_now(conn, now)).await
+    }
+
+    async fn jobs_count_by_state(&self) -> Result<Vec<(overseer_core::JobState, u64)>> {
+        self.read(stats::count_by_state).await
+    }
+
+    async fn jobs_finished_per_minute(
+        &self,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<Vec<(u32, overseer_core::JobState, u64)>> {
+        self.read(move |conn| stats::finished_per_minute(conn, since, until))
+            .await
     }
 }
 

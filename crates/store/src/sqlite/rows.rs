@@ -47,7 +47,7 @@ impl<T> DbResult<T> for rusqlite::Result<T> {
     }
 }
 
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+pub(super) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("{what}: {detail}"))
 }
 
