@@ -452,6 +452,7 @@ const MATRIX: &[(&str, &str, &[&str])] = &[
     ("DELETE", "/v1/schedules/{name}", OPERATORS),
     ("GET", "/v1/ordering-keys/{key}", ALL_READERS),
     ("GET", "/v1/stats", ALL_READERS),
+    ("GET", "/v1/alerts", ALL_READERS),
     ("GET", "/v1/tokens", &["admin"]),
     ("POST", "/v1/tokens", &["admin"]),
     ("DELETE", "/v1/tokens/{name}", &["admin"]),

@@ -220,6 +220,45 @@ pub struct OperatorRequest {
     pub reason: Option<String>,
 }
 
+/// Where a recorded alert stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertDelivery {
+    /// Still being tried (or not tried yet).
+    Waiting,
+    /// Acknowledged by the alert webhook, or nothing to send (no webhook configured).
+    Delivered,
+    /// Its attempt budget is spent.
+    GivenUp,
+}
+
+/// One alert as `GET /v1/alerts` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AlertView {
+    /// What raised it: `job_failed`, `job_blocked`, `step_poisoned`.
+    pub kind: String,
+    pub job_id: JobId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    pub message: String,
+    pub created_at: Timestamp,
+    pub delivery: AlertDelivery,
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// `GET /v1/alerts` answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AlertList {
+    /// Newest first.
+    pub alerts: Vec<AlertView>,
+    /// Whether this node has an alert webhook to deliver to.
+    pub webhook: bool,
+}
+
 /// How many minutes `GET /v1/stats` counts finished jobs over.
 pub const STATS_MINUTES: u32 = 60;
 

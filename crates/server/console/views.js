@@ -18,55 +18,74 @@ function jsonBlock(title, value) {
 
 // ---------- Overview ----------
 async function overview(root) {
+  // The agents and alerts panels keep their last content while a redraw is in flight, and
+  // reserve their height (CSS), so nothing jumps when their answers arrive.
+  const agentsBox = h("div.panel", h("p.muted", "Loading agents…"));
+  const alertsBox = h("div.panel", h("p.muted", "Loading alerts…"));
   const draw = async () => {
-    const [ready, agents, counts, recent] = await Promise.all([
-      api("/readyz").catch((e) => ({ status: e.message })),
-      api("/v1/agents"),
-      Promise.all(STATES.map((s) => api(`/v1/jobs?state=${s}&limit=100`).then((r) => [s, r.jobs.length, !!r.next_cursor]))),
-      api("/v1/jobs?limit=500"),
-    ]);
-    const cards = counts.map(([s, n, more]) => h("a.card", { href: `#/jobs?state=${s}`, style: "text-decoration:none;color:inherit" },
-      h("div", badge(s)), h("div.n", `${n}${more ? "+" : ""}`)));
-    fill(root, 
+    // Counts first: /v1/stats is answered from indexes however many jobs are stored, so the
+    // page shows its numbers without waiting for the slower per-agent counts.
+    const agentsP = api("/v1/agents"), alertsP = api("/v1/alerts?limit=20");
+    const [ready, stats] = await Promise.all([api("/readyz").catch((e) => ({ status: e.message })), api("/v1/stats")]);
+    const cards = stats.jobs.map(({ state, count }) => h("a.card", { href: `#/jobs?state=${state}`, "data-count": state, style: "text-decoration:none;color:inherit" },
+      h("div", badge(state)), h("div.n", count.toLocaleString())));
+    const pm = stats.per_minute;
+    fill(root,
       h("h1", "Overview"),
       h("p.muted", `Node ${ready.node ?? "?"} · ${ready.leader ? "this node is the leader" : "not the leader (another node runs the supervisor)"} · store ${ready.status}`),
       h("div.grid", cards),
-      h("div.two", h("div", h("h2", "Finished per minute, last hour (of the newest 500 jobs)"), chart(recent.jobs, (j) => j.state === "succeeded")),
-        h("div", h("h2", "Failed or blocked per minute"), chart(recent.jobs, (j) => j.state === "failed" || j.state === "blocked", true))),
-      h("h2", "Agents"), agentTable(agents.agents, null),
-      h("h2", "Alerts"),
-      h("p.muted", "Alerts are delivered to the alert webhook and counted in /metrics (overseer_alerts_total); the API has no endpoint to read them back yet. Blocked and failed jobs are listed under Failures."));
+      h("div.two", h("div", h("h2", "Succeeded per minute, last hour"), chart(pm, "succeeded")),
+        h("div", h("h2", "Failed and cancelled per minute"), chart(pm, "failed", "cancelled"))),
+      h("h2", "Alerts raised recently"), alertsBox,
+      h("h2", "Agents"), agentsBox);
+    const [agents, alerts] = await Promise.all([agentsP, alertsP]);
+    agentsBox.replaceChildren(agentTable(agents.agents, null));
+    alertsBox.replaceChildren(alertTable(alerts));
   };
   await draw();
-  // Eight list reads per draw: at most one draw every 5 s however busy the stream is.
+  // At most one draw every 2 s however busy the stream is.
   let last = Date.now(), queued = false;
   const refresh = () => {
     if (queued) return;
     queued = true;
-    setTimeout(() => { queued = false; last = Date.now(); draw(); }, Math.max(0, 5000 - (Date.now() - last)));
+    setTimeout(() => { queued = false; last = Date.now(); draw(); }, Math.max(0, 2000 - (Date.now() - last)));
   };
   return { refresh };
 }
 
-function chart(jobs, pick, bad = false) {
-  const now = Date.now(), buckets = new Array(60).fill(0);
-  for (const j of jobs) {
-    const t = Date.parse(j.finished_at || j.updated_at);
-    const m = Math.floor((now - t) / 60000);
-    if (m >= 0 && m < 60 && pick(j)) buckets[59 - m]++;
-  }
-  const max = Math.max(1, ...buckets);
+function alertTable({ alerts, webhook }) {
+  const note = webhook ? "Delivered to the alert webhook with retries; kept a week once delivered."
+    : "No alert webhook is set on this node: alerts are logged and counted in /metrics, and listed here.";
+  if (!alerts.length) return h("div", h("p", "No alert raised recently."), h("p.muted", note));
+  const shown = { waiting: "waiting", delivered: webhook ? "delivered" : "logged", given_up: "given up" };
+  return h("div", h("div.scroll", h("table", h("thead", h("tr", h("th", "When"), h("th", "Alert"), h("th", "Job"), h("th", "Message"), h("th", "Delivery"))),
+    h("tbody", alerts.map((a) => h("tr", { "data-alert": a.kind },
+      h("td", { title: a.created_at }, ago(a.created_at)), h("td", a.kind + (a.step ? ` · ${a.step}` : "")),
+      h("td.mono", h("a", { href: `#/job/${a.job_id}` }, a.job_id.slice(0, 8) + "…")),
+      h("td", a.message.slice(0, 160)),
+      h("td", { title: a.last_error || "" }, shown[a.delivery] + (a.delivery === "waiting" && a.attempts ? ` (${a.attempts} tries)` : ""))))))),
+  h("p.muted", note));
+}
+
+// Bars of `per_minute[i][field]` (plus `extra`, stacked as one bar), oldest first.
+function chart(perMinute, field, extra) {
+  const values = perMinute.map((m) => m[field] + (extra ? m[extra] : 0));
+  const max = Math.max(1, ...values);
   const NS = "http://www.w3.org/2000/svg";
   const s = document.createElementNS(NS, "svg");
   s.setAttribute("viewBox", "0 0 600 90"); s.setAttribute("class", "chart"); s.setAttribute("preserveAspectRatio", "none");
-  buckets.forEach((n, i) => {
+  s.setAttribute("data-chart", field);
+  values.forEach((n, i) => {
     const r = document.createElementNS(NS, "rect");
     const hgt = (n / max) * 80;
-    Object.entries({ x: i * 10 + 1, y: 85 - hgt, width: 8, height: Math.max(hgt, n ? 2 : 0.5), class: bad ? "bar bad" : "bar" }).forEach(([k, v]) => r.setAttribute(k, v));
-    const t = document.createElementNS(NS, "title"); t.textContent = `${59 - i} min ago: ${n}`; r.append(t);
+    Object.entries({ x: i * 10 + 1, y: 85 - hgt, width: 8, height: Math.max(hgt, n ? 2 : 0.5), class: field === "succeeded" ? "bar" : "bar bad" }).forEach(([k, v]) => r.setAttribute(k, v));
+    const t = document.createElementNS(NS, "title");
+    t.textContent = `${new Date(perMinute[i].minute).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}: ${n}`;
+    r.append(t);
     s.append(r);
   });
-  return h("div.card", s, h("div.muted", `peak ${max}/min`));
+  const total = values.reduce((a, b) => a + b, 0);
+  return h("div.card", s, h("div.muted", `${total.toLocaleString()} in the hour · peak ${max}/min`));
 }
 
 // ---------- Jobs ----------

@@ -10,10 +10,10 @@ use overseer_core::machine::{admit, Reply};
 use overseer_core::schedule::{CronSchedule, ScheduleSpec};
 use overseer_core::spec::{decode_bytes, JobSpec};
 use overseer_core::wire::{
-    AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
-    HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseOutcome,
-    LeaseRequest, LeaseResponse, OperatorRequest, Problem, ReportBatch, ReportBatchResponse,
-    ReportResult, RescheduleRequest, StatsView, WorkerView,
+    AgentList, AgentView, AlertDelivery, AlertList, AlertView, BatchRequest, BatchResponse,
+    CompleteRequest, EventList, FailRequest, HeartbeatRequest, HeartbeatResponse, JobList, JobView,
+    Lease, LeaseKind, LeaseOutcome, LeaseRequest, LeaseResponse, OperatorRequest, Problem,
+    ReportBatch, ReportBatchResponse, ReportResult, RescheduleRequest, StatsView, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{AgentSettings, Claim, JobQuery, LeaseReport, NewJob, Schedule, Submitted};
@@ -95,6 +95,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(resume_schedule))
         .routes(routes!(ordering_key))
         .routes(routes!(stats))
+        .routes(routes!(alerts))
         .routes(routes!(crate::tokens::list, crate::tokens::create))
         .routes(routes!(crate::tokens::revoke))
         .routes(routes!(crate::console::validate))
@@ -385,6 +386,63 @@ async fn stats(State(app): State<App>) -> Result<Json<StatsView>> {
         store.jobs_finished_per_minute(since, until)
     )?;
     Ok(Json(StatsView::build(now, &by_state, &finished)))
+}
+
+const ALERTS_LIMIT_DEFAULT: usize = 50;
+const ALERTS_LIMIT_MAX: usize = 200;
+
+/// Alerts raised recently, from the outbox: delivered ones are kept a week.
+#[utoipa::path(get, path = "/v1/alerts", tag = "operations", params(("limit" = Option<u32>, Query, description = "1 to 200, default 50")), responses((status = 200, description = "The newest alerts first, each with how its delivery stands", body = AlertList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn alerts(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Json<AlertList>> {
+    let mut limit = ALERTS_LIMIT_DEFAULT;
+    for (key, value) in query_pairs(raw)? {
+        match key.as_str() {
+            "limit" => {
+                limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=ALERTS_LIMIT_MAX).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            "limit",
+                            format!("limit must be between 1 and {ALERTS_LIMIT_MAX}"),
+                        )
+                    })?
+            }
+            other => {
+                return Err(ApiError::bad_request(
+                    other,
+                    format!("unknown query parameter `{other}`"),
+                ))
+            }
+        }
+    }
+    let records = app.store().alerts_recent(limit).await?;
+    let alerts = records.iter().map(alert_view).collect();
+    Ok(Json(AlertList {
+        alerts,
+        webhook: app.has_alert_webhook(),
+    }))
+}
+
+fn alert_view(r: &overseer_store::DeliveryRecord) -> AlertView {
+    let d = &r.delivery;
+    let text = |field: &str| d.body[field].as_str().map(str::to_string);
+    AlertView {
+        kind: text("kind").unwrap_or_default(),
+        job_id: d.job_id,
+        step: text("step"),
+        message: text("message").unwrap_or_default(),
+        created_at: d.created_at,
+        delivery: match (r.delivered_at, r.dead) {
+            (Some(_), _) => AlertDelivery::Delivered,
+            (None, true) => AlertDelivery::GivenUp,
+            (None, false) => AlertDelivery::Waiting,
+        },
+        attempts: d.attempts,
+        delivered_at: r.delivered_at,
+        last_error: d.last_error.clone(),
+    }
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]

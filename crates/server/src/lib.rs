@@ -86,6 +86,8 @@ struct Inner {
     outbound: Arc<outbound::Policy>,
     /// Single submits waiting to be committed together.
     submits: coalesce::Submits,
+    /// Whether alerts go to a webhook (`GET /v1/alerts` says so).
+    alert_webhook: bool,
 }
 
 impl App {
@@ -130,6 +132,7 @@ impl App {
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
                 ),
                 submits: coalesce::Submits::new(config.limits.jobs_per_batch),
+                alert_webhook: config.alert_webhook.is_some(),
             }),
         }
     }
@@ -220,6 +223,10 @@ impl App {
             _node: node,
             caller: Some((caller.to_string(), self.inner.clone())),
         })
+    }
+
+    pub fn has_alert_webhook(&self) -> bool {
+        self.inner.alert_webhook
     }
 
     pub fn outbound(&self) -> &Arc<outbound::Policy> {

@@ -590,7 +590,7 @@ async fn the_api_describes_itself() {
                 .count()
         })
         .sum();
-    assert_eq!(operations, 37, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(operations, 38, "{:?}", paths.keys().collect::<Vec<_>>());
     for schema in [
         "JobSpec",
         "JobView",
@@ -659,4 +659,52 @@ async fn stats_count_states_and_the_last_hour() {
     let since = Timestamp::parse_rfc3339(stats["since"].as_str().unwrap()).unwrap();
     assert_eq!(since.as_millis() % 60_000, 0, "whole minutes");
     assert!(T0 - since.as_millis() < 3_600_000);
+}
+
+// Proves `GET /v1/alerts` through the router: a job that fails for good raises a `job_failed`
+// alert, listed with its job, message and delivery state (waiting: nothing has delivered it in
+// this harness), newest first; a bad limit or an unknown parameter is a 400 naming it.
+#[tokio::test]
+async fn alerts_list_what_was_raised() {
+    let h = harness();
+    let spec = json!({"steps": [{"name": "s", "agent": "al"}]});
+    let (_, job) = h.call("POST", "/v1/jobs", Some(spec)).await;
+    let (status, leases) = h
+        .call(
+            "POST",
+            "/v1/agents/al/leases",
+            Some(json!({"worker": "w", "wait": "0s"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{leases}");
+    let lease = leases["leases"][0]["lease_id"].as_str().unwrap();
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/v1/leases/{lease}/fail"),
+            Some(json!({"error": "disk full", "retryable": false})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, list) = h.call("GET", "/v1/alerts", None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    let alerts = list["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{list}");
+    let a = &alerts[0];
+    assert_eq!(
+        (a["kind"].as_str(), a["job_id"].as_str()),
+        (Some("job_failed"), job["id"].as_str())
+    );
+    assert_eq!(a["delivery"], "waiting");
+    assert!(a["message"].as_str().unwrap().contains("failed"), "{a}");
+    assert_eq!(list["webhook"], false);
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=201", "limit"),
+        ("kind=x", "kind"),
+    ] {
+        let (status, problem) = h.call("GET", &format!("/v1/alerts?{query}"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(problem["field"], field, "{query}");
+    }
 }

@@ -382,4 +382,9 @@ impl Store for SimStore {
         self.crash.check_alive()?;
         self.inner.jobs_finished_per_minute(since, until).await
     }
+
+    async fn alerts_recent(&self, limit: usize) -> Result<Vec<overseer_store::DeliveryRecord>> {
+        self.crash.check_alive()?;
+        self.inner.alerts_recent(limit).await
+    }
 }

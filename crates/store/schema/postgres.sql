@@ -22,7 +22,8 @@ CREATE TABLE public.deliveries (
     created_at bigint NOT NULL,
     next_attempt_at bigint NOT NULL,
     last_error text,
-    dead boolean DEFAULT false NOT NULL
+    dead boolean DEFAULT false NOT NULL,
+    delivered_at bigint
 );
 
 ALTER TABLE public.deliveries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -205,7 +206,11 @@ ALTER TABLE ONLY public.tokens
 ALTER TABLE ONLY public.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (name);
 
-CREATE INDEX deliveries_due ON public.deliveries USING btree (next_attempt_at, id) WHERE (NOT dead);
+CREATE INDEX deliveries_delivered ON public.deliveries USING btree (delivered_at) WHERE (delivered_at IS NOT NULL);
+
+CREATE INDEX deliveries_due ON public.deliveries USING btree (next_attempt_at, id) WHERE ((NOT dead) AND (delivered_at IS NULL));
+
+CREATE INDEX deliveries_kind ON public.deliveries USING btree (kind, id);
 
 CREATE INDEX job_labels_key_value ON public.job_labels USING btree (key, value, job_id);
 

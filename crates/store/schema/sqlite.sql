@@ -24,7 +24,7 @@ CREATE TABLE deliveries (
     last_error      TEXT,
     -- 1 once its attempt budget is spent: kept for inspection, never retried.
     dead            INTEGER NOT NULL DEFAULT 0
-);
+, delivered_at INTEGER);
 
 CREATE TABLE events (
     job_id  TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
@@ -137,7 +137,12 @@ CREATE TABLE tokens (
     revoked_at INTEGER
 );
 
-CREATE INDEX deliveries_due ON deliveries (next_attempt_at, id) WHERE dead = 0;
+CREATE INDEX deliveries_delivered ON deliveries (delivered_at) WHERE delivered_at IS NOT NULL;
+
+CREATE INDEX deliveries_due ON deliveries (next_attempt_at, id)
+    WHERE dead = 0 AND delivered_at IS NULL;
+
+CREATE INDEX deliveries_kind ON deliveries (kind, id);
 
 CREATE INDEX job_labels_key_value ON job_labels (key, value, job_id);
 

@@ -146,8 +146,9 @@ pub struct Delivery {
 /// How a delivery attempt went.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeliveryOutcome {
-    /// Acknowledged (2xx): forget it.
-    Delivered,
+    /// Acknowledged (2xx) at `at`: never sent again; kept, marked delivered, for
+    /// [`Store::alerts_recent`] until [`DELIVERED_KEPT`] has passed.
+    Delivered { at: Timestamp },
     /// Try again at `next_attempt_at`.
     Retry {
         next_attempt_at: Timestamp,
@@ -155,6 +156,20 @@ pub enum DeliveryOutcome {
     },
     /// The attempt budget is spent: keep it as dead for inspection, never retry.
     GiveUp { error: String },
+}
+
+/// How long a delivered alert or callback is kept for [`Store::alerts_recent`]: each
+/// `Delivered` outcome also deletes a few rows delivered longer ago than this.
+pub const DELIVERED_KEPT: overseer_core::Span = overseer_core::Span::from_secs(7 * 24 * 3600);
+
+/// A recorded delivery with how it stands, as [`Store::alerts_recent`] lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeliveryRecord {
+    pub delivery: Delivery,
+    /// When it was acknowledged; `None` while still being tried, or given up.
+    pub delivered_at: Option<Timestamp>,
+    /// Its attempt budget is spent: it will not be tried again.
+    pub dead: bool,
 }
 
 /// Proof that a node holds the leader lease: every write of the supervisor carries it, and the
@@ -542,4 +557,8 @@ pub trait Store: Send + Sync + 'static {
         since: Timestamp,
         until: Timestamp,
     ) -> Result<Vec<(u32, JobState, u64)>>;
+
+    /// The newest `limit` alert deliveries, newest first, delivered, waiting or given up
+    /// (delivered ones are kept for [`DELIVERED_KEPT`]).
+    async fn alerts_recent(&self, limit: usize) -> Result<Vec<DeliveryRecord>>;
 }

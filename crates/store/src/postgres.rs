@@ -847,6 +847,11 @@ impl Store for PgStore {
         self.read(move |tx, _| Box::pin(stats::finished_per_minute(tx, since, until)))
             .await
     }
+
+    async fn alerts_recent(&self, limit: usize) -> Result<Vec<crate::DeliveryRecord>> {
+        self.read(move |tx, _| Box::pin(rows::alerts_recent(tx, limit)))
+            .await
+    }
 }
 
 /// Parameters built at run time (a filter with a varying number of terms).

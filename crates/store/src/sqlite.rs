@@ -988,6 +988,11 @@ impl Store for SqliteStore {
         self.read(move |conn| stats::finished_per_minute(conn, since, until))
             .await
     }
+
+    async fn alerts_recent(&self, limit: usize) -> Result<Vec<crate::DeliveryRecord>> {
+        self.read(move |conn| rows::alerts_recent(conn, limit))
+            .await
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::{Failure, Res};
-use crate::{Delivery, DeliveryOutcome, Error, LeaseRef};
+use crate::{Delivery, DeliveryOutcome, DeliveryRecord, Error, LeaseRef};
 
 pub(super) type Params<'a> = [&'a (dyn ToSql + Sync)];
 
@@ -482,7 +482,8 @@ pub(super) async fn deliveries_due(
         tx,
         "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
          next_attempt_at, last_error FROM deliveries \
-         WHERE NOT dead AND next_attempt_at <= $1 ORDER BY next_attempt_at, id LIMIT $2",
+         WHERE NOT dead AND delivered_at IS NULL AND next_attempt_at <= $1 \
+         ORDER BY next_attempt_at, id LIMIT $2",
         &[&now.as_millis(), &limit_param(limit)],
     )
     .await?;
@@ -496,16 +497,31 @@ pub(super) async fn deliveries_due(
     Ok(out)
 }
 
-/// Applies a delivery attempt's outcome. An id that is gone (another node delivered it first)
-/// changes nothing: the outcome no longer matters.
+/// Applies a delivery attempt's outcome. An id that is gone or already delivered (another node
+/// delivered it first) changes nothing: the outcome no longer matters. A delivery also prunes a
+/// few rows delivered longer ago than `DELIVERED_KEPT`, so kept rows do not pile up.
 pub(super) async fn delivery_update(
     tx: &Transaction<'_>,
     id: i64,
     outcome: &DeliveryOutcome,
 ) -> Res<()> {
     match outcome {
-        DeliveryOutcome::Delivered => {
-            execute(tx, "DELETE FROM deliveries WHERE id = $1", &[&id]).await?
+        DeliveryOutcome::Delivered { at } => {
+            execute(
+                tx,
+                "UPDATE deliveries SET attempts = attempts + 1, delivered_at = $2, \
+                 last_error = NULL WHERE id = $1 AND delivered_at IS NULL AND NOT dead",
+                &[&id, &at.as_millis()],
+            )
+            .await?;
+            let before = at.as_millis() - crate::DELIVERED_KEPT.as_millis_i64();
+            execute(
+                tx,
+                "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries \
+                 WHERE delivered_at < $1 LIMIT 16)",
+                &[&before],
+            )
+            .await?
         }
         DeliveryOutcome::Retry {
             next_attempt_at,
@@ -514,7 +530,7 @@ pub(super) async fn delivery_update(
             execute(
                 tx,
                 "UPDATE deliveries SET attempts = attempts + 1, next_attempt_at = $2, \
-                 last_error = $3 WHERE id = $1",
+                 last_error = $3 WHERE id = $1 AND delivered_at IS NULL",
                 &[&id, &next_attempt_at.as_millis(), &text(error)],
             )
             .await?
@@ -523,7 +539,7 @@ pub(super) async fn delivery_update(
             execute(
                 tx,
                 "UPDATE deliveries SET attempts = attempts + 1, dead = true, last_error = $2 \
-                 WHERE id = $1",
+                 WHERE id = $1 AND delivered_at IS NULL",
                 &[&id, &text(error)],
             )
             .await?
@@ -532,11 +548,34 @@ pub(super) async fn delivery_update(
     Ok(())
 }
 
+/// The newest `limit` alert deliveries, whatever became of them.
+pub(super) async fn alerts_recent(tx: &Transaction<'_>, limit: usize) -> Res<Vec<DeliveryRecord>> {
+    let rows = query(
+        tx,
+        "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
+         next_attempt_at, last_error, delivered_at, dead FROM deliveries \
+         WHERE kind = 'alert' ORDER BY id DESC LIMIT $1",
+        &[&limit_param(limit)],
+    )
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let delivered_at: Option<i64> = get(row, 10, "deliveries.delivered_at")?;
+            Ok(DeliveryRecord {
+                delivery: delivery_from_row(row)?,
+                delivered_at: delivered_at.map(Timestamp::from_millis),
+                dead: get(row, 11, "deliveries.dead")?,
+            })
+        })
+        .collect()
+}
+
 /// Deliveries waiting (live) and given up (dead).
 pub(super) async fn deliveries_counts(tx: &Transaction<'_>) -> Res<(u64, u64)> {
     let row = query_one(
         tx,
-        "SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM deliveries",
+        "SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM deliveries \
+         WHERE delivered_at IS NULL",
         &[],
     )
     .await?;

@@ -22,7 +22,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0003_tokens.sql"),
     include_str!("../../migrations/postgres/0004_no_foreign_keys.sql"),
     include_str!("../../migrations/postgres/0005_index_names.sql"),
-    include_str!("../../migrations/postgres/0006_jobs_finished.sql"),
+    include_str!("../../migrations/postgres/0006_console.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

@@ -17,7 +17,7 @@ use overseer_core::{
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use crate::{Delivery, DeliveryOutcome, Error, LeaseRef, Result};
+use crate::{Delivery, DeliveryOutcome, DeliveryRecord, Error, LeaseRef, Result};
 
 /// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
 /// database being unable to serve right now.
@@ -711,7 +711,8 @@ pub(super) fn deliveries_due(
         .prepare_cached(
             "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
              next_attempt_at, last_error FROM deliveries INDEXED BY deliveries_due \
-             WHERE dead = 0 AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2",
+             WHERE dead = 0 AND delivered_at IS NULL AND next_attempt_at <= ?1 \
+             ORDER BY next_attempt_at, id LIMIT ?2",
         )
         .db()?;
     let mut rows = stmt
@@ -727,28 +728,41 @@ pub(super) fn deliveries_due(
     Ok(out)
 }
 
-/// Applies a delivery attempt's outcome. An id that is gone (another node delivered it first)
-/// changes nothing: the outcome no longer matters.
+/// Applies a delivery attempt's outcome. An id that is gone or already delivered (another node
+/// delivered it first) changes nothing: the outcome no longer matters. A delivery also prunes a
+/// few rows delivered longer ago than `DELIVERED_KEPT`, so kept rows do not pile up.
 pub(super) fn delivery_update(conn: &Connection, id: i64, outcome: &DeliveryOutcome) -> Result<()> {
     match outcome {
-        DeliveryOutcome::Delivered => conn
-            .prepare_cached("DELETE FROM deliveries WHERE id = ?1")
+        DeliveryOutcome::Delivered { at } => {
+            conn.prepare_cached(
+                "UPDATE deliveries SET attempts = attempts + 1, delivered_at = ?2, \
+                 last_error = NULL WHERE id = ?1 AND delivered_at IS NULL AND dead = 0",
+            )
             .db()?
-            .execute([id]),
+            .execute(params![id, at.as_millis()])
+            .db()?;
+            let before = at.as_millis() - crate::DELIVERED_KEPT.as_millis_i64();
+            conn.prepare_cached(
+                "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries \
+                 INDEXED BY deliveries_delivered WHERE delivered_at < ?1 LIMIT 16)",
+            )
+            .db()?
+            .execute([before])
+        }
         DeliveryOutcome::Retry {
             next_attempt_at,
             error,
         } => conn
             .prepare_cached(
                 "UPDATE deliveries SET attempts = attempts + 1, next_attempt_at = ?2, \
-                 last_error = ?3 WHERE id = ?1",
+                 last_error = ?3 WHERE id = ?1 AND delivered_at IS NULL",
             )
             .db()?
             .execute(params![id, next_attempt_at.as_millis(), error]),
         DeliveryOutcome::GiveUp { error } => conn
             .prepare_cached(
                 "UPDATE deliveries SET attempts = attempts + 1, dead = 1, last_error = ?2 \
-                 WHERE id = ?1",
+                 WHERE id = ?1 AND delivered_at IS NULL",
             )
             .db()?
             .execute(params![id, error]),
@@ -757,11 +771,35 @@ pub(super) fn delivery_update(conn: &Connection, id: i64, outcome: &DeliveryOutc
     Ok(())
 }
 
+/// The newest `limit` alert deliveries, whatever became of them.
+pub(super) fn alerts_recent(conn: &Connection, limit: usize) -> Result<Vec<DeliveryRecord>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
+             next_attempt_at, last_error, delivered_at, dead FROM deliveries \
+             INDEXED BY deliveries_kind WHERE kind = 'alert' ORDER BY id DESC LIMIT ?1",
+        )
+        .db()?;
+    let mut rows = stmt.query([limit_param(limit)]).db()?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().db()? {
+        let delivered_at: Option<i64> = row.get(10).db()?;
+        let dead: i64 = row.get(11).db()?;
+        out.push(DeliveryRecord {
+            delivery: delivery_from_row(row)?,
+            delivered_at: delivered_at.map(Timestamp::from_millis),
+            dead: dead != 0,
+        });
+    }
+    Ok(out)
+}
+
 /// Deliveries waiting (live) and given up (dead).
 pub(super) fn deliveries_counts(conn: &Connection) -> Result<(u64, u64)> {
     let (waiting, dead): (i64, i64) = conn
         .prepare_cached(
-            "SELECT COALESCE(SUM(dead = 0), 0), COALESCE(SUM(dead <> 0), 0) FROM deliveries",
+            "SELECT COALESCE(SUM(dead = 0), 0), COALESCE(SUM(dead <> 0), 0) FROM deliveries \
+             WHERE delivered_at IS NULL",
         )
         .db()?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
