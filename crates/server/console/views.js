@@ -38,9 +38,9 @@ async function overview(root) {
         h("div", h("h2", "Failed and cancelled per minute"), chart(pm, "failed", "cancelled"))),
       h("h2", "Alerts raised recently"), alertsBox,
       h("h2", "Agents"), agentsBox);
-    const [agents, alerts] = await Promise.all([agentsP, alertsP]);
-    agentsBox.replaceChildren(agentTable(agents.agents, null));
-    alertsBox.replaceChildren(alertTable(alerts));
+    // Not awaited: the router shows the page as soon as the counts are drawn.
+    agentsP.then((a) => agentsBox.replaceChildren(agentTable(a.agents, null)), (e) => agentsBox.replaceChildren(h("p.bad-text", e.message)));
+    alertsP.then((a) => alertsBox.replaceChildren(alertTable(a)), (e) => alertsBox.replaceChildren(h("p.bad-text", e.message)));
   };
   await draw();
   // At most one draw every 2 s however busy the stream is.
@@ -94,35 +94,45 @@ function hashQuery() {
   return Object.fromEntries(new URLSearchParams(q));
 }
 
+// A search that looks like the start of a job id goes to the server as `id_prefix`.
+const idLike = (q) => /^[0-9a-f][0-9a-f-]{3,}$/i.test(q);
+
 async function jobs(root) {
-  const f = { state: "", label: "", agent: "", key: "", q: "", since: "", ...hashQuery() };
+  const f = { state: "", label: "", agent: "", key: "", q: "", since: "", until: "", ...hashQuery() };
   let cursors = [null], page = 0, shown = [], selected = new Set();
   const input = (name, attrs = {}) => h("input", { name, value: f[name], ...attrs, oninput: (e) => { f[name] = e.target.value; schedule(); } });
   const stateSel = h("select", { name: "state", onchange: (e) => { f.state = e.target.value; reset(); } },
     h("option", { value: "" }, "any state"), STATES.map((s) => h("option", { value: s, selected: f.state === s }, s)));
   const table = h("div.scroll");
-  const info = h("span.muted");
+  const info = h("span.muted", { "data-info": "" });
   let t = null;
   const schedule = () => { clearTimeout(t); t = setTimeout(reset, 300); };
   const reset = () => { cursors = [null]; page = 0; load(); };
+  // State, labels (comma-separated key:value), agent, created since/until and an id prefix are
+  // the server's filters (GET /v1/jobs), so paging walks the matching jobs, not a page of all.
   const url = (cursor) => {
     const p = new URLSearchParams({ limit: "100" });
     if (f.state) p.set("state", f.state);
-    if (f.label.includes(":")) p.set("label", f.label);
+    for (const l of f.label.split(",").map((x) => x.trim()).filter((x) => x.includes(":"))) p.append("label", l);
+    if (f.agent.trim()) p.set("agent", f.agent.trim());
+    if (Number(f.since) > 0) p.set("since", new Date(Date.now() - Number(f.since) * 3600e3).toISOString());
+    if (f.until && !Number.isNaN(Date.parse(f.until))) p.set("until", new Date(f.until).toISOString());
+    if (idLike(f.q.trim())) p.set("id_prefix", f.q.trim().toLowerCase());
     if (cursor) p.set("cursor", cursor);
     return "/v1/jobs?" + p;
   };
-  // Agent, ordering key, time and text filters are applied to the fetched page (the list
-  // endpoint filters only by state and label).
-  const keep = (j) => (!f.agent || j.steps.some((s) => s.agent === f.agent)) &&
-    (!f.key || j.ordering_key === f.key) &&
-    (!f.since || Date.parse(j.created_at) >= Date.now() - Number(f.since) * 3600e3) &&
-    (!f.q || j.id.includes(f.q) || (j.idempotency_key || "").includes(f.q));
+  // The API has no ordering-key or idempotency-key filter: those two apply to the fetched page.
+  const keep = (j) => (!f.key || j.ordering_key === f.key) &&
+    (!f.q.trim() || idLike(f.q.trim()) || (j.idempotency_key || "").includes(f.q.trim()));
   async function load() {
-    const r = await api(url(cursors[page]));
+    let r;
+    try { r = await api(url(cursors[page])); }
+    catch (e) { info.textContent = `${e.problem?.field ? e.problem.field + ": " : ""}${e.message}`; info.className = "bad-text"; return; }
+    info.className = "muted";
     cursors[page + 1] = r.next_cursor;
     shown = r.jobs.filter(keep);
-    info.textContent = `page ${page + 1} · ${shown.length} of ${r.jobs.length} fetched match`;
+    const local = f.key || (f.q.trim() && !idLike(f.q.trim()));
+    info.textContent = `page ${page + 1} · ${shown.length} job(s)` + (local ? ` (${r.jobs.length} fetched, then filtered by ordering key / idempotency key)` : "") + (r.next_cursor ? " · more →" : "");
     draw();
   }
   function draw() {
@@ -163,10 +173,11 @@ async function jobs(root) {
     selected.clear(); toast(`Retried ${done}`); load();
   };
   fill(root, h("h1", "Jobs"),
-    h("div.filters", h("label", "State", stateSel), h("label", "Label (key:value)", input("label", { placeholder: "customer:acme" })),
+    h("div.filters", h("label", "State", stateSel), h("label", "Labels (key:value, …)", input("label", { placeholder: "customer:acme" })),
       h("label", "Agent", input("agent")), h("label", "Ordering key", input("key")),
       h("label", "Created within (h)", input("since", { type: "number", min: 0, style: "width:7em" })),
-      h("label", "Search id / idempotency key (/)", input("q", { "data-search": true, placeholder: "press /" }))),
+      h("label", "Created before", input("until", { type: "datetime-local" })),
+      h("label", "Id prefix or idempotency key (/)", input("q", { "data-search": true, placeholder: "press /" }))),
     h("div.actions", h("button", { type: "button", onclick: () => { if (page > 0) { page--; load(); } } }, "← Newer"),
       h("button", { type: "button", onclick: () => { if (cursors[page + 1]) { page++; load(); } } }, "Older →"), info,
       h("span", { style: "flex:1" }), h("button", { type: "button", "data-bulk": "retry", onclick: bulkRetry }, "Retry selected"),
