@@ -35,6 +35,11 @@ test("the walkthrough job appears live and its DAG puts the parallel steps side 
   await page.screenshot({ path: join(SHOTS, "job-detail.png"), fullPage: true });
   await page.goto(env.url + "/#/overview");
   await page.waitForSelector(".grid .card");
+  // The counts are the server's (GET /v1/stats), and the finished job is in this hour's chart.
+  const stats = await env.api("/v1/stats");
+  for (const { state, count } of stats.jobs)
+    assert.equal(await page.textContent(`[data-count="${state}"] .n`), count.toLocaleString("en-US"), state);
+  assert.match(await page.textContent("svg[data-chart=succeeded] + .muted"), /^[1-9]\d* in the hour/);
   await page.screenshot({ path: join(SHOTS, "overview.png") });
   assert.deepEqual(env.pageErrors || [], []);
 });
@@ -122,5 +127,38 @@ test("bulk retry resumes the selected blocked jobs", async () => {
     const events = (await env.api(`/v1/jobs/${j.id}/events`)).events;
     assert.ok(events.some((e) => e.kind === "job_resumed" && e.detail?.by === "console-test"), "each resume records who did it");
   }
+  assert.deepEqual(env.pageErrors || [], []);
+});
+
+test("the overview lists the alerts raised recently", async () => {
+  // The held jobs above raised `job_blocked` alerts; the Overview reads them from /v1/alerts
+  // (no webhook is set, so they are shown as logged).
+  const page = await env.page("#/overview");
+  const row = await page.waitForSelector('tr[data-alert="job_blocked"]');
+  assert.match(await row.textContent(), /is blocked/);
+  assert.match(await row.textContent(), /logged/);
+  const listed = (await env.api("/v1/alerts")).alerts.filter((a) => a.kind === "job_blocked").length;
+  assert.ok(listed >= 3, `three jobs blocked above, ${listed} alerts listed`);
+  assert.deepEqual(env.pageErrors || [], []);
+});
+
+test("the jobs list filters on the server and pages through the matches", async () => {
+  // Three jobs on `filt-b`, then 120 newer ones on `filt-a`: the agent filter must find the
+  // three (they are not among the newest 100), an id prefix must find one job, and paging must
+  // walk the 120 in pages of 100 and 20.
+  const b = [];
+  for (let i = 0; i < 3; i++) b.push(await env.api("/v1/jobs", { steps: [{ name: "s", agent: "filt-b" }] }));
+  await env.api("/v1/jobs:batch", { jobs: Array.from({ length: 120 }, () => ({ steps: [{ name: "s", agent: "filt-a" }] })) });
+  const page = await env.page("#/jobs?agent=filt-b");
+  await until("three rows", async () => (await page.locator("tr[data-job]").count()) === 3);
+  for (const j of b) assert.equal(await page.locator(`tr[data-job="${j.id}"]`).count(), 1);
+  await page.fill('input[name="q"]', b[1].id.slice(0, 36));
+  await until("one row", async () => (await page.locator("tr[data-job]").count()) === 1);
+  assert.equal(await page.locator(`tr[data-job="${b[1].id}"]`).count(), 1);
+  await page.goto(env.url + "/#/jobs?agent=filt-a");
+  await until("a full page", async () => (await page.locator("tr[data-job]").count()) === 100);
+  await page.click("text=Older →");
+  await until("the last 20", async () => (await page.locator("tr[data-job]").count()) === 20);
+  assert.match(await page.textContent("[data-info]"), /page 2 · 20 job/);
   assert.deepEqual(env.pageErrors || [], []);
 });

@@ -377,6 +377,14 @@ impl Client {
             .await
     }
 
+    /// `DELETE /v1/jobs/{id}`: removes a finished job now (409 while it has not finished).
+    pub async fn delete_job(&self, id: JobId) -> Result<()> {
+        let url = self.url(&["v1", "jobs", &id.to_string()]);
+        self.call_ok::<Value, ()>(Method::DELETE, url, &[], None, REQUEST_TIMEOUT)
+            .await
+            .map(|_| ())
+    }
+
     /// `POST /v1/jobs/{id}/cancel`: answers the job as it is after the request.
     pub async fn cancel(&self, id: JobId) -> Result<JobView> {
         let url = self.url(&["v1", "jobs", &id.to_string(), "cancel"]);

@@ -488,6 +488,14 @@ pub async fn jobs(
     Ok(ExitCode::SUCCESS)
 }
 
+pub async fn delete(remote: &Remote, raw: &str) -> anyhow::Result<ExitCode> {
+    let client = connect(remote)?;
+    let id = resolve_job(&client, raw).await?;
+    client.delete_job(id).await?;
+    outln!("job {id} deleted");
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn cancel(remote: &Remote, raw: &str, output: Output) -> anyhow::Result<ExitCode> {
     let client = connect(remote)?;
     let id = resolve_job(&client, raw).await?;

@@ -160,6 +160,12 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Remove a finished job now, with its steps and history (as its retention would later).
+    Delete {
+        job: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Ask for a job to be cancelled.
     Cancel {
         job: String,
@@ -308,6 +314,7 @@ fn main() -> ExitCode {
                 output,
                 remote,
             } => client_cmd::cancel(&remote, &job, output).await,
+            Cmd::Delete { job, remote } => client_cmd::delete(&remote, &job).await,
             Cmd::Retry {
                 job,
                 step,

@@ -903,3 +903,97 @@ async fn next_leader(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// One server-sent event as a test reads it: its name, its data, when it arrived.
+type Sse = (String, String, Instant);
+
+/// Reads `GET {url}/v1/events/stream` into a channel until the connection ends.
+async fn read_stream(url: String) -> tokio::sync::mpsc::UnboundedReceiver<Sse> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut res = reqwest::Client::new()
+        .get(format!("{url}/v1/events/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    tokio::spawn(async move {
+        let mut buf = String::new();
+        while let Ok(Some(chunk)) = res.chunk().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let block: String = buf.drain(..end + 2).collect();
+                let (mut name, mut data) = (String::from("message"), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if !data.is_empty() && tx.send((name, data, Instant::now())).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+// Proves the event stream works across PostgreSQL nodes: a stream opened on node B, while a
+// two-step job is submitted to node A and run by an agent connected only to A, receives the
+// job's wake-ups (one per step made ready, without a job id: B cannot know more) and then the
+// job's end with its id, within a second of the job finishing; everything B reports about it is
+// marked `remote`, since nothing of it was committed on B.
+#[test]
+fn a_stream_on_one_node_sees_a_job_run_through_another() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (rt, _db, nodes) = pg_nodes(&["a", "b"], dir.path(), &[]);
+    let _agent = Agent::start_on(
+        &nodes[0],
+        &nodes[0].url,
+        "xs",
+        &[],
+        &["sh", "-c", "cat >/dev/null; sleep 0.2; echo '\"ok\"'"],
+    );
+    rt.block_on(async {
+        let mut stream = read_stream(nodes[1].url.clone()).await;
+        let (name, node, _) = stream.recv().await.unwrap();
+        assert_eq!(name, "hello");
+        assert!(
+            node.ends_with(&format!(":{}", nodes[1].port)),
+            "B says hello: {node}"
+        );
+        let spec = json!({"steps": [{"name": "one", "agent": "xs"},
+                                     {"name": "two", "agent": "xs", "depends_on": ["one"]}]});
+        let id = nodes[0].api().submit(&spec).await;
+        let job = nodes[0].api().wait_terminal(&id).await;
+        assert_eq!(job["state"], "succeeded", "{job}");
+        let finished_seen_by_a = Instant::now();
+        let mut wakeups = 0;
+        loop {
+            let (name, data, at) = tokio::time::timeout(Duration::from_secs(5), stream.recv())
+                .await
+                .expect("node B's stream announced the job's end")
+                .expect("the stream stays open");
+            assert_eq!(name, "change", "{data}");
+            let change: Value = serde_json::from_str(&data).unwrap();
+            assert_eq!(change["kinds"], json!(["remote"]), "{change}");
+            match change["job"].as_str() {
+                None => wakeups += 1,
+                Some(j) if j == id => {
+                    assert!(
+                        at.saturating_duration_since(finished_seen_by_a) < Duration::from_secs(1),
+                        "the end reached B late"
+                    );
+                    break;
+                }
+                Some(other) => panic!("a change of another job {other}"),
+            }
+        }
+        assert!(
+            wakeups >= 2,
+            "one wake-up per step made ready on A, saw {wakeups}"
+        );
+    });
+}

@@ -125,6 +125,8 @@ pub struct Job {
     pub ordering_key: Option<String>,
     pub callback_url: Option<String>,
     pub on_failure: OnFailure,
+    /// How long the job is kept once finished (see `retention`); `None`: the server's default.
+    pub retention: Option<Span>,
     pub state: JobState,
     pub desired_state: DesiredState,
     pub created_at: Timestamp,
@@ -240,6 +242,7 @@ impl Job {
             run_at: spec.run_at,
             ordering_key: spec.ordering_key.clone(),
             callback_url: spec.callback_url.clone(),
+            retention: spec.retention,
             on_failure: spec.on_failure.unwrap_or(
                 if spec.steps.iter().any(|s| s.compensate.is_some()) {
                     OnFailure::Compensate
@@ -300,6 +303,7 @@ impl Job {
             && self.ordering_key == other.ordering_key
             && self.callback_url == other.callback_url
             && self.on_failure == other.on_failure
+            && self.retention == other.retention
             && self.created_at == other.created_at
             && self.steps.len() == other.steps.len()
             && self

@@ -12,6 +12,7 @@ pub mod job;
 pub mod machine;
 pub mod outbox;
 pub mod push;
+pub mod retention;
 pub mod schedule;
 pub mod spec;
 pub mod time;

@@ -28,6 +28,10 @@ pub struct JobSpec {
     pub callback_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+    /// How long the job is kept once finished, instead of the server's default for the state
+    /// it ends in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Span>,
     pub steps: Vec<StepSpec>,
 }
 
@@ -324,6 +328,15 @@ impl JobSpec {
         }
         if let Some(url) = &self.callback_url {
             check_url("callback_url", url)?;
+        }
+        if let Some(keep) = self.retention {
+            use crate::retention::{RETENTION_MAX, RETENTION_MIN};
+            if !(RETENTION_MIN..=RETENTION_MAX).contains(&keep) {
+                return Err(SpecError::new(
+                    "retention",
+                    "must be between 1s and 3660d (about ten years)",
+                ));
+            }
         }
         if self.steps.is_empty() {
             return Err(SpecError::new("steps", "a job needs at least one step"));

@@ -46,6 +46,12 @@ pub struct JobView {
     pub compensated: Vec<String>,
     #[serde(default)]
     pub callback_url: Option<String>,
+    /// How long the job is kept once finished, when it asked for its own retention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::Span>,
+    /// When the job will be removed (its end plus its retention); absent while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removable_at: Option<Timestamp>,
     /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -108,6 +114,8 @@ impl From<&Job> for JobView {
             blocked_reason: job.blocked_reason.clone(),
             compensated: job.compensated_steps(),
             callback_url: job.callback_url.clone(),
+            retention: job.retention,
+            removable_at: None,
             waiting_reason: None,
             steps: job
                 .steps
@@ -225,6 +233,131 @@ pub struct OperatorRequest {
     /// Why, recorded in the job's history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// Where a recorded alert stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertDelivery {
+    /// Still being tried (or not tried yet).
+    Waiting,
+    /// Acknowledged by the alert webhook, or nothing to send (no webhook configured).
+    Delivered,
+    /// Its attempt budget is spent.
+    GivenUp,
+}
+
+/// One alert as `GET /v1/alerts` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AlertView {
+    /// What raised it: `job_failed`, `job_blocked`, `step_poisoned`.
+    pub kind: String,
+    pub job_id: JobId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    pub message: String,
+    pub created_at: Timestamp,
+    pub delivery: AlertDelivery,
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// `GET /v1/alerts` answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AlertList {
+    /// Newest first.
+    pub alerts: Vec<AlertView>,
+    /// Whether this node has an alert webhook to deliver to.
+    pub webhook: bool,
+}
+
+/// How many minutes `GET /v1/stats` counts finished jobs over.
+pub const STATS_MINUTES: u32 = 60;
+
+/// `GET /v1/stats`: jobs per state, and jobs finished per minute over the last hour.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct StatsView {
+    /// Every job state with its count (zero included), in lifecycle order.
+    pub jobs: Vec<StateCount>,
+    /// The start of the first minute counted (a whole minute, UTC).
+    pub since: Timestamp,
+    /// One entry per minute from `since`, oldest first; the last is the minute under way.
+    pub per_minute: Vec<MinuteCounts>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct StateCount {
+    pub state: JobState,
+    pub count: u64,
+}
+
+/// Jobs that finished in one minute, by how they ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MinuteCounts {
+    pub minute: Timestamp,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+impl StatsView {
+    /// The window counted at `now`: from the start of the minute 59 minutes before the current
+    /// one, to the end of the current one.
+    pub fn window(now: Timestamp) -> (Timestamp, Timestamp) {
+        const MINUTE: i64 = 60_000;
+        let current = now.as_millis().div_euclid(MINUTE) * MINUTE;
+        let since = current - i64::from(STATS_MINUTES - 1) * MINUTE;
+        (
+            Timestamp::from_millis(since),
+            Timestamp::from_millis(current + MINUTE),
+        )
+    }
+
+    /// The answer from the store's counts: `by_state` as `Store::jobs_count_by_state` gives it,
+    /// `finished` as `Store::jobs_finished_per_minute` gives it for [`StatsView::window`].
+    pub fn build(
+        now: Timestamp,
+        by_state: &[(JobState, u64)],
+        finished: &[(u32, JobState, u64)],
+    ) -> StatsView {
+        let (since, _) = StatsView::window(now);
+        let jobs = JobState::ALL
+            .iter()
+            .map(|&state| StateCount {
+                state,
+                count: by_state
+                    .iter()
+                    .filter(|(s, _)| *s == state)
+                    .map(|(_, n)| n)
+                    .sum(),
+            })
+            .collect();
+        let mut per_minute: Vec<MinuteCounts> = (0..STATS_MINUTES)
+            .map(|i| MinuteCounts {
+                minute: since.plus(Span::from_secs(u64::from(i) * 60)),
+                ..MinuteCounts::default()
+            })
+            .collect();
+        for &(bucket, state, n) in finished {
+            let Some(m) = per_minute.get_mut(bucket as usize) else {
+                continue;
+            };
+            match state {
+                JobState::Succeeded => m.succeeded += n,
+                JobState::Failed => m.failed += n,
+                JobState::Cancelled => m.cancelled += n,
+                _ => {}
+            }
+        }
+        StatsView {
+            jobs,
+            since,
+            per_minute,
+        }
+    }
 }
 
 /// `PATCH /v1/jobs/{id}` body: move a job. At least one of `run_at` and `priority`.
@@ -426,4 +559,71 @@ pub struct Problem {
     /// The request field at fault, when there is one (e.g. `steps[2].depends_on[0]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves the stats window is the 60 whole minutes ending with the current one, and that the
+    // store's counts land in their minutes with every state present (zeros included).
+    #[test]
+    fn stats_window_and_buckets() {
+        let now = Timestamp::parse_rfc3339("2026-11-25T10:30:42.500Z").unwrap();
+        let (since, until) = StatsView::window(now);
+        assert_eq!(since.to_string(), "2026-11-25T09:31:00.000Z");
+        assert_eq!(until.to_string(), "2026-11-25T10:31:00.000Z");
+        let view = StatsView::build(
+            now,
+            &[(JobState::Running, 2), (JobState::Failed, 5)],
+            &[
+                (0, JobState::Succeeded, 3),
+                (59, JobState::Failed, 1),
+                (59, JobState::Cancelled, 2),
+                (60, JobState::Failed, 9),
+            ],
+        );
+        let counts: Vec<(JobState, u64)> = view.jobs.iter().map(|c| (c.state, c.count)).collect();
+        assert_eq!(counts.len(), JobState::ALL.len());
+        assert!(
+            counts.contains(&(JobState::Running, 2)) && counts.contains(&(JobState::Pending, 0))
+        );
+        assert_eq!(view.per_minute.len(), 60);
+        assert_eq!(view.per_minute[0].minute, since);
+        assert_eq!(view.per_minute[0].succeeded, 3);
+        let last = &view.per_minute[59];
+        assert_eq!(last.minute.to_string(), "2026-11-25T10:30:00.000Z");
+        assert_eq!((last.failed, last.cancelled, last.succeeded), (1, 2, 0));
+        let total: u64 = view.per_minute.iter().map(|m| m.failed).sum();
+        assert_eq!(total, 1, "a bucket outside the window is dropped");
+    }
+
+    // Proves a reschedule request is checked field by field with the submit's bounds.
+    #[test]
+    fn reschedule_request_names_the_bad_field() {
+        let req = |v: serde_json::Value| serde_json::from_value::<RescheduleRequest>(v).unwrap();
+        let field = |v| req(v).validate().err().map(|e| e.field);
+        assert_eq!(field(serde_json::json!({"priority": 3})), None);
+        assert_eq!(
+            field(serde_json::json!({"run_at": "2026-01-01T00:00:00Z"})),
+            None
+        );
+        assert_eq!(field(serde_json::json!({})), Some(String::new()));
+        assert_eq!(
+            field(serde_json::json!({"priority": 10_001})),
+            Some("priority".into())
+        );
+        assert_eq!(
+            field(serde_json::json!({"run_at": "1969-12-31T23:59:59Z"})),
+            Some("run_at".into())
+        );
+        assert_eq!(
+            field(serde_json::json!({"priority": 1, "by": "x".repeat(201)})),
+            Some("by".into())
+        );
+        assert_eq!(
+            field(serde_json::json!({"priority": 1, "reason": "x".repeat(2_001)})),
+            Some("reason".into())
+        );
+    }
 }

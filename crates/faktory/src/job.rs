@@ -139,6 +139,7 @@ pub fn from_push(
         ordering_key: None,
         callback_url: None,
         on_failure: Some(OnFailure::Fail),
+        retention: None,
         steps: vec![StepSpec {
             name: jobtype,
             agent: queue,

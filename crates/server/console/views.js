@@ -18,55 +18,74 @@ function jsonBlock(title, value) {
 
 // ---------- Overview ----------
 async function overview(root) {
+  // The agents and alerts panels keep their last content while a redraw is in flight, and
+  // reserve their height (CSS), so nothing jumps when their answers arrive.
+  const agentsBox = h("div.panel", h("p.muted", "Loading agents…"));
+  const alertsBox = h("div.panel", h("p.muted", "Loading alerts…"));
   const draw = async () => {
-    const [ready, agents, counts, recent] = await Promise.all([
-      api("/readyz").catch((e) => ({ status: e.message })),
-      api("/v1/agents"),
-      Promise.all(STATES.map((s) => api(`/v1/jobs?state=${s}&limit=100`).then((r) => [s, r.jobs.length, !!r.next_cursor]))),
-      api("/v1/jobs?limit=500"),
-    ]);
-    const cards = counts.map(([s, n, more]) => h("a.card", { href: `#/jobs?state=${s}`, style: "text-decoration:none;color:inherit" },
-      h("div", badge(s)), h("div.n", `${n}${more ? "+" : ""}`)));
-    fill(root, 
+    // Counts first: /v1/stats is answered from indexes however many jobs are stored, so the
+    // page shows its numbers without waiting for the slower per-agent counts.
+    const agentsP = api("/v1/agents"), alertsP = api("/v1/alerts?limit=20");
+    const [ready, stats] = await Promise.all([api("/readyz").catch((e) => ({ status: e.message })), api("/v1/stats")]);
+    const cards = stats.jobs.map(({ state, count }) => h("a.card", { href: `#/jobs?state=${state}`, "data-count": state, style: "text-decoration:none;color:inherit" },
+      h("div", badge(state)), h("div.n", count.toLocaleString())));
+    const pm = stats.per_minute;
+    fill(root,
       h("h1", "Overview"),
       h("p.muted", `Node ${ready.node ?? "?"} · ${ready.leader ? "this node is the leader" : "not the leader (another node runs the supervisor)"} · store ${ready.status}`),
       h("div.grid", cards),
-      h("div.two", h("div", h("h2", "Finished per minute, last hour (of the newest 500 jobs)"), chart(recent.jobs, (j) => j.state === "succeeded")),
-        h("div", h("h2", "Failed or blocked per minute"), chart(recent.jobs, (j) => j.state === "failed" || j.state === "blocked", true))),
-      h("h2", "Agents"), agentTable(agents.agents, null),
-      h("h2", "Alerts"),
-      h("p.muted", "Alerts are delivered to the alert webhook and counted in /metrics (overseer_alerts_total); the API has no endpoint to read them back yet. Blocked and failed jobs are listed under Failures."));
+      h("div.two", h("div", h("h2", "Succeeded per minute, last hour"), chart(pm, "succeeded")),
+        h("div", h("h2", "Failed and cancelled per minute"), chart(pm, "failed", "cancelled"))),
+      h("h2", "Alerts raised recently"), alertsBox,
+      h("h2", "Agents"), agentsBox);
+    // Not awaited: the router shows the page as soon as the counts are drawn.
+    agentsP.then((a) => agentsBox.replaceChildren(agentTable(a.agents, null)), (e) => agentsBox.replaceChildren(h("p.bad-text", e.message)));
+    alertsP.then((a) => alertsBox.replaceChildren(alertTable(a)), (e) => alertsBox.replaceChildren(h("p.bad-text", e.message)));
   };
   await draw();
-  // Eight list reads per draw: at most one draw every 5 s however busy the stream is.
+  // At most one draw every 2 s however busy the stream is.
   let last = Date.now(), queued = false;
   const refresh = () => {
     if (queued) return;
     queued = true;
-    setTimeout(() => { queued = false; last = Date.now(); draw(); }, Math.max(0, 5000 - (Date.now() - last)));
+    setTimeout(() => { queued = false; last = Date.now(); draw(); }, Math.max(0, 2000 - (Date.now() - last)));
   };
   return { refresh };
 }
 
-function chart(jobs, pick, bad = false) {
-  const now = Date.now(), buckets = new Array(60).fill(0);
-  for (const j of jobs) {
-    const t = Date.parse(j.finished_at || j.updated_at);
-    const m = Math.floor((now - t) / 60000);
-    if (m >= 0 && m < 60 && pick(j)) buckets[59 - m]++;
-  }
-  const max = Math.max(1, ...buckets);
+function alertTable({ alerts, webhook }) {
+  const note = webhook ? "Delivered to the alert webhook with retries; kept a week once delivered."
+    : "No alert webhook is set on this node: alerts are logged and counted in /metrics, and listed here.";
+  if (!alerts.length) return h("div", h("p", "No alert raised recently."), h("p.muted", note));
+  const shown = { waiting: "waiting", delivered: webhook ? "delivered" : "logged", given_up: "given up" };
+  return h("div", h("div.scroll", h("table", h("thead", h("tr", h("th", "When"), h("th", "Alert"), h("th", "Job"), h("th", "Message"), h("th", "Delivery"))),
+    h("tbody", alerts.map((a) => h("tr", { "data-alert": a.kind },
+      h("td", { title: a.created_at }, ago(a.created_at)), h("td", a.kind + (a.step ? ` · ${a.step}` : "")),
+      h("td.mono", h("a", { href: `#/job/${a.job_id}` }, a.job_id.slice(0, 8) + "…")),
+      h("td", a.message.slice(0, 160)),
+      h("td", { title: a.last_error || "" }, shown[a.delivery] + (a.delivery === "waiting" && a.attempts ? ` (${a.attempts} tries)` : ""))))))),
+  h("p.muted", note));
+}
+
+// Bars of `per_minute[i][field]` (plus `extra`, stacked as one bar), oldest first.
+function chart(perMinute, field, extra) {
+  const values = perMinute.map((m) => m[field] + (extra ? m[extra] : 0));
+  const max = Math.max(1, ...values);
   const NS = "http://www.w3.org/2000/svg";
   const s = document.createElementNS(NS, "svg");
   s.setAttribute("viewBox", "0 0 600 90"); s.setAttribute("class", "chart"); s.setAttribute("preserveAspectRatio", "none");
-  buckets.forEach((n, i) => {
+  s.setAttribute("data-chart", field);
+  values.forEach((n, i) => {
     const r = document.createElementNS(NS, "rect");
     const hgt = (n / max) * 80;
-    Object.entries({ x: i * 10 + 1, y: 85 - hgt, width: 8, height: Math.max(hgt, n ? 2 : 0.5), class: bad ? "bar bad" : "bar" }).forEach(([k, v]) => r.setAttribute(k, v));
-    const t = document.createElementNS(NS, "title"); t.textContent = `${59 - i} min ago: ${n}`; r.append(t);
+    Object.entries({ x: i * 10 + 1, y: 85 - hgt, width: 8, height: Math.max(hgt, n ? 2 : 0.5), class: field === "succeeded" ? "bar" : "bar bad" }).forEach(([k, v]) => r.setAttribute(k, v));
+    const t = document.createElementNS(NS, "title");
+    t.textContent = `${new Date(perMinute[i].minute).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}: ${n}`;
+    r.append(t);
     s.append(r);
   });
-  return h("div.card", s, h("div.muted", `peak ${max}/min`));
+  const total = values.reduce((a, b) => a + b, 0);
+  return h("div.card", s, h("div.muted", `${total.toLocaleString()} in the hour · peak ${max}/min`));
 }
 
 // ---------- Jobs ----------
@@ -75,35 +94,45 @@ function hashQuery() {
   return Object.fromEntries(new URLSearchParams(q));
 }
 
+// A search that looks like the start of a job id goes to the server as `id_prefix`.
+const idLike = (q) => /^[0-9a-f][0-9a-f-]{3,}$/i.test(q);
+
 async function jobs(root) {
-  const f = { state: "", label: "", agent: "", key: "", q: "", since: "", ...hashQuery() };
+  const f = { state: "", label: "", agent: "", key: "", q: "", since: "", until: "", ...hashQuery() };
   let cursors = [null], page = 0, shown = [], selected = new Set();
   const input = (name, attrs = {}) => h("input", { name, value: f[name], ...attrs, oninput: (e) => { f[name] = e.target.value; schedule(); } });
   const stateSel = h("select", { name: "state", onchange: (e) => { f.state = e.target.value; reset(); } },
     h("option", { value: "" }, "any state"), STATES.map((s) => h("option", { value: s, selected: f.state === s }, s)));
   const table = h("div.scroll");
-  const info = h("span.muted");
+  const info = h("span.muted", { "data-info": "" });
   let t = null;
   const schedule = () => { clearTimeout(t); t = setTimeout(reset, 300); };
   const reset = () => { cursors = [null]; page = 0; load(); };
+  // State, labels (comma-separated key:value), agent, created since/until and an id prefix are
+  // the server's filters (GET /v1/jobs), so paging walks the matching jobs, not a page of all.
   const url = (cursor) => {
     const p = new URLSearchParams({ limit: "100" });
     if (f.state) p.set("state", f.state);
-    if (f.label.includes(":")) p.set("label", f.label);
+    for (const l of f.label.split(",").map((x) => x.trim()).filter((x) => x.includes(":"))) p.append("label", l);
+    if (f.agent.trim()) p.set("agent", f.agent.trim());
+    if (Number(f.since) > 0) p.set("since", new Date(Date.now() - Number(f.since) * 3600e3).toISOString());
+    if (f.until && !Number.isNaN(Date.parse(f.until))) p.set("until", new Date(f.until).toISOString());
+    if (idLike(f.q.trim())) p.set("id_prefix", f.q.trim().toLowerCase());
     if (cursor) p.set("cursor", cursor);
     return "/v1/jobs?" + p;
   };
-  // Agent, ordering key, time and text filters are applied to the fetched page (the list
-  // endpoint filters only by state and label).
-  const keep = (j) => (!f.agent || j.steps.some((s) => s.agent === f.agent)) &&
-    (!f.key || j.ordering_key === f.key) &&
-    (!f.since || Date.parse(j.created_at) >= Date.now() - Number(f.since) * 3600e3) &&
-    (!f.q || j.id.includes(f.q) || (j.idempotency_key || "").includes(f.q));
+  // The API has no ordering-key or idempotency-key filter: those two apply to the fetched page.
+  const keep = (j) => (!f.key || j.ordering_key === f.key) &&
+    (!f.q.trim() || idLike(f.q.trim()) || (j.idempotency_key || "").includes(f.q.trim()));
   async function load() {
-    const r = await api(url(cursors[page]));
+    let r;
+    try { r = await api(url(cursors[page])); }
+    catch (e) { info.textContent = `${e.problem?.field ? e.problem.field + ": " : ""}${e.message}`; info.className = "bad-text"; return; }
+    info.className = "muted";
     cursors[page + 1] = r.next_cursor;
     shown = r.jobs.filter(keep);
-    info.textContent = `page ${page + 1} · ${shown.length} of ${r.jobs.length} fetched match`;
+    const local = f.key || (f.q.trim() && !idLike(f.q.trim()));
+    info.textContent = `page ${page + 1} · ${shown.length} job(s)` + (local ? ` (${r.jobs.length} fetched, then filtered by ordering key / idempotency key)` : "") + (r.next_cursor ? " · more →" : "");
     draw();
   }
   function draw() {
@@ -144,10 +173,11 @@ async function jobs(root) {
     selected.clear(); toast(`Retried ${done}`); load();
   };
   fill(root, h("h1", "Jobs"),
-    h("div.filters", h("label", "State", stateSel), h("label", "Label (key:value)", input("label", { placeholder: "customer:acme" })),
+    h("div.filters", h("label", "State", stateSel), h("label", "Labels (key:value, …)", input("label", { placeholder: "customer:acme" })),
       h("label", "Agent", input("agent")), h("label", "Ordering key", input("key")),
       h("label", "Created within (h)", input("since", { type: "number", min: 0, style: "width:7em" })),
-      h("label", "Search id / idempotency key (/)", input("q", { "data-search": true, placeholder: "press /" }))),
+      h("label", "Created before", input("until", { type: "datetime-local" })),
+      h("label", "Id prefix or idempotency key (/)", input("q", { "data-search": true, placeholder: "press /" }))),
     h("div.actions", h("button", { type: "button", onclick: () => { if (page > 0) { page--; load(); } } }, "← Newer"),
       h("button", { type: "button", onclick: () => { if (cursors[page + 1]) { page++; load(); } } }, "Older →"), info,
       h("span", { style: "flex:1" }), h("button", { type: "button", "data-bulk": "retry", onclick: bulkRetry }, "Retry selected"),

@@ -10,10 +10,10 @@ use overseer_core::machine::{admit, Reply};
 use overseer_core::schedule::{CronSchedule, ScheduleSpec};
 use overseer_core::spec::{decode_bytes, JobSpec};
 use overseer_core::wire::{
-    AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
-    HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseOutcome,
-    LeaseRequest, LeaseResponse, OperatorRequest, Problem, ReportBatch, ReportBatchResponse,
-    ReportResult, RescheduleRequest, WorkerView,
+    AgentList, AgentView, AlertDelivery, AlertList, AlertView, BatchRequest, BatchResponse,
+    CompleteRequest, EventList, FailRequest, HeartbeatRequest, HeartbeatResponse, JobList, JobView,
+    Lease, LeaseKind, LeaseOutcome, LeaseRequest, LeaseResponse, OperatorRequest, Problem,
+    ReportBatch, ReportBatchResponse, ReportResult, RescheduleRequest, StatsView, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{
@@ -76,7 +76,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(readyz))
         .routes(routes!(submit, list_jobs))
         .routes(routes!(submit_batch))
-        .routes(routes!(get_job, reschedule_job))
+        .routes(routes!(get_job, reschedule_job, delete_job))
         .routes(routes!(job_events))
         .routes(routes!(wait_job))
         .routes(routes!(cancel_job))
@@ -98,6 +98,8 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(pause_schedule))
         .routes(routes!(resume_schedule))
         .routes(routes!(ordering_key))
+        .routes(routes!(stats))
+        .routes(routes!(alerts))
         .routes(routes!(crate::tokens::list, crate::tokens::create))
         .routes(routes!(crate::tokens::revoke))
         .routes(routes!(crate::webhook::get_secret))
@@ -366,6 +368,28 @@ async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<
     Ok(Json(crate::explain::job_with_reasons(&app, &job).await?))
 }
 
+/// Removes a finished job now, with its steps and history, as its retention would later.
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 204, description = "The job is gone; its idempotency key may be used again"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is not finished, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn delete_job(State(app): State<App>, Path(id): Path<String>) -> Result<StatusCode> {
+    let id = parse_job_id(&id)?;
+    let removal = overseer_store::Removal {
+        ids: vec![id],
+        states: overseer_core::retention::TERMINAL.to_vec(),
+    };
+    if app.store().jobs_delete(removal).await?.contains(&id) {
+        tracing::info!(job = %id, "job deleted");
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    let job = app.job(id).await?;
+    Err(ApiError::conflict(
+        "job-active",
+        format!(
+            "job {id} is {}: only a finished job can be deleted (cancel it first)",
+            job.state
+        ),
+    ))
+}
+
 /// Moves a job: `run_at` of a pending job, `priority` of a pending or running one.
 #[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), request_body = RescheduleRequest, responses((status = 200, description = "The job after the move; a `run_at` that has come starts an unkeyed job at once", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is finished or (for `run_at`) no longer pending, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn reschedule_job(
@@ -390,6 +414,81 @@ async fn reschedule_job(
     }
     app.committed(&t);
     Ok(Json(JobView::from(&t.job)))
+}
+
+/// Counts for dashboards, read from indexes: cheap however many jobs are stored.
+#[utoipa::path(get, path = "/v1/stats", tag = "operations", responses((status = 200, description = "Jobs per state, and jobs finished per minute (succeeded, failed, cancelled) over the last hour", body = StatsView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn stats(State(app): State<App>) -> Result<Json<StatsView>> {
+    let now = app.now();
+    let (since, until) = StatsView::window(now);
+    let store = app.store();
+    let (by_state, finished) = tokio::try_join!(
+        store.jobs_count_by_state(),
+        store.jobs_finished_per_minute(overseer_store::Window { since, until })
+    )?;
+    let by_state: Vec<_> = by_state.iter().map(|c| (c.state, c.count)).collect();
+    let finished: Vec<_> = finished
+        .iter()
+        .map(|c| (c.minute, c.state, c.count))
+        .collect();
+    Ok(Json(StatsView::build(now, &by_state, &finished)))
+}
+
+const ALERTS_LIMIT_DEFAULT: usize = 50;
+const ALERTS_LIMIT_MAX: usize = 200;
+
+/// Alerts raised recently, from the outbox: delivered ones are kept a week.
+#[utoipa::path(get, path = "/v1/alerts", tag = "operations", params(("limit" = Option<u32>, Query, description = "1 to 200, default 50")), responses((status = 200, description = "The newest alerts first, each with how its delivery stands", body = AlertList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn alerts(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Json<AlertList>> {
+    let mut limit = ALERTS_LIMIT_DEFAULT;
+    for (key, value) in query_pairs(raw)? {
+        match key.as_str() {
+            "limit" => {
+                limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=ALERTS_LIMIT_MAX).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            "limit",
+                            format!("limit must be between 1 and {ALERTS_LIMIT_MAX}"),
+                        )
+                    })?
+            }
+            other => {
+                return Err(ApiError::bad_request(
+                    other,
+                    format!("unknown query parameter `{other}`"),
+                ))
+            }
+        }
+    }
+    let records = app.store().alerts_recent(limit).await?;
+    let alerts = records.iter().map(alert_view).collect();
+    Ok(Json(AlertList {
+        alerts,
+        webhook: app.has_alert_webhook(),
+    }))
+}
+
+fn alert_view(r: &overseer_store::DeliveryRecord) -> AlertView {
+    let d = &r.delivery;
+    let text = |field: &str| d.body[field].as_str().map(str::to_string);
+    AlertView {
+        kind: text("kind").unwrap_or_default(),
+        job_id: d.job_id,
+        step: text("step"),
+        message: text("message").unwrap_or_default(),
+        created_at: d.created_at,
+        delivery: match (r.delivered_at, r.dead) {
+            (Some(_), _) => AlertDelivery::Delivered,
+            (None, true) => AlertDelivery::GivenUp,
+            (None, false) => AlertDelivery::Waiting,
+        },
+        attempts: d.attempts,
+        delivered_at: r.delivered_at,
+        last_error: d.last_error.clone(),
+    }
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]

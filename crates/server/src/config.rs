@@ -77,6 +77,12 @@ pub struct Config {
     /// How long an open breaker waits before one probe request may go.
     pub http_breaker_cool_down: Span,
     pub limits: Limits,
+    /// How long finished jobs are kept, by the state they ended in (a `[retention]` table:
+    /// `succeeded`, `failed`, `cancelled`); a job's own `retention` wins.
+    pub retention: overseer_core::retention::Retention,
+    /// Finished jobs removed per store write when their retention has passed: bounds how long
+    /// one removal holds the store, so claims are never stalled behind it.
+    pub retention_batch: usize,
 }
 
 impl Default for Config {
@@ -111,6 +117,8 @@ impl Default for Config {
             http_breaker_failures: 5,
             http_breaker_cool_down: Span::from_secs(30),
             limits: Limits::default(),
+            retention: overseer_core::retention::Retention::default(),
+            retention_batch: 500,
         }
     }
 }

@@ -93,7 +93,7 @@ impl Deliverer {
         let attempts = due.into_iter().map(|d| async move {
             let outcome = self.attempt(&d).await;
             let label = match &outcome {
-                DeliveryOutcome::Delivered => "delivered",
+                DeliveryOutcome::Delivered { .. } => "delivered",
                 DeliveryOutcome::Retry { .. } => "retry",
                 DeliveryOutcome::GiveUp { .. } => "gave_up",
             };
@@ -153,7 +153,7 @@ impl Deliverer {
         };
         let Some(url) = url else {
             // No webhook configured: the alert was logged and counted when raised; nothing to send.
-            return DeliveryOutcome::Delivered;
+            return DeliveryOutcome::Delivered { at: self.app.now() };
         };
         let sent = match self.app.outbound().check_url(&url) {
             Ok(()) => self.send(&url, d).await,
@@ -162,7 +162,7 @@ impl Deliverer {
         let error = match sent {
             Ok(res) if res.status().is_success() => {
                 tracing::info!(kind = d.kind.as_str(), job = %d.job_id, %url, "delivered");
-                return DeliveryOutcome::Delivered;
+                return DeliveryOutcome::Delivered { at: self.app.now() };
             }
             Ok(res) => format!("{url} answered {}", res.status()),
             Err(e) => format!("{url}: {e}"),

@@ -16,6 +16,7 @@ use crate::App;
 /// that is neither running nor finished.
 pub async fn job_with_reasons(app: &App, job: &Job) -> Result<Value> {
     let mut view = JobView::from(job);
+    view.removable_at = app.retention().removable_at(job);
     if !job.state.is_terminal() {
         let now = app.now();
         let head = key_head(app, job).await?;

@@ -72,6 +72,7 @@ struct Inner {
     notifier: Notifier,
     metrics: metrics::Metrics,
     limits: Limits,
+    retention: overseer_core::retention::Retention,
     lease_wait_default: Span,
     rng: Mutex<StdRng>,
     /// Workers seen asking for leases, by agent name: this node's view only.
@@ -93,6 +94,8 @@ struct Inner {
     webhook_secret_configured: bool,
     /// This node's circuit breakers of HTTP targets, by `http:` agent name.
     http_breakers: Mutex<HashMap<String, overseer_core::push::Breaker>>,
+    /// Whether alerts go to a webhook (`GET /v1/alerts` says so).
+    alert_webhook: bool,
 }
 
 impl App {
@@ -122,6 +125,7 @@ impl App {
                 notifier: Notifier::default(),
                 metrics: metrics::Metrics::default(),
                 limits: config.limits.clone(),
+                retention: config.retention,
                 lease_wait_default: config.lease_wait_default,
                 rng: Mutex::new(StdRng::seed_from_u64(seed)),
                 workers: Mutex::new(HashMap::new()),
@@ -139,6 +143,7 @@ impl App {
                 submits: coalesce::Submits::new(config.limits.jobs_per_batch),
                 webhook_secret_configured: !config.configured_webhook_secrets().is_empty(),
                 http_breakers: Mutex::new(HashMap::new()),
+                alert_webhook: config.alert_webhook.is_some(),
             }),
         }
     }
@@ -189,6 +194,11 @@ impl App {
         &self.inner.metrics
     }
 
+    /// How long finished jobs are kept (the job's own retention aside).
+    pub fn retention(&self) -> &overseer_core::retention::Retention {
+        &self.inner.retention
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
     }
@@ -234,6 +244,10 @@ impl App {
             _node: node,
             caller: Some((caller.to_string(), self.inner.clone())),
         })
+    }
+
+    pub fn has_alert_webhook(&self) -> bool {
+        self.inner.alert_webhook
     }
 
     pub fn outbound(&self) -> &Arc<outbound::Policy> {
@@ -472,6 +486,7 @@ pub async fn serve_with(
     let app = App::new(store, Arc::new(SystemClock), config, shutdown.clone());
     let supervisor = supervisor::Supervisor::new(app.clone(), config.sweep_interval)
         .with_repair_batch(config.repair_batch)
+        .with_retention_batch(config.retention_batch)
         .with_leader_ttl(config.leader_ttl);
     if let Some(mut signals) = app.store().signals() {
         // What other nodes committed that concerns this node's waiters.

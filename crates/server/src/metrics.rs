@@ -57,6 +57,7 @@ pub struct Metrics {
     pub alerts: Family<KindLabel, Counter>,
     pub deliveries: Family<DeliveryLabel, Counter>,
     pub repairs: Counter,
+    pub jobs_pruned: Counter,
     pub sweeps: Counter,
     pub steps_ready: Family<AgentLabel, Gauge>,
     pub steps_running: Family<AgentLabel, Gauge>,
@@ -84,6 +85,7 @@ impl Default for Metrics {
             alerts: Family::default(),
             deliveries: Family::default(),
             repairs: Counter::default(),
+            jobs_pruned: Counter::default(),
             sweeps: Counter::default(),
             steps_ready: Family::default(),
             steps_running: Family::default(),
@@ -144,6 +146,11 @@ impl Default for Metrics {
             "repairs",
             "Jobs the supervisor found inconsistent and repaired",
             m.repairs.clone(),
+        );
+        registry.register(
+            "jobs_pruned",
+            "Finished jobs removed because their retention passed",
+            m.jobs_pruned.clone(),
         );
         registry.register(
             "sweeps",

@@ -22,7 +22,7 @@ use overseer_core::schedule::{self, CronSchedule};
 use overseer_core::{Command, Job, JobId, Rejection, Span, Timestamp};
 use overseer_store::{
     ActivePage, Apply, Due, DueBetween, Error as StoreError, Fence, Fire, FireOutcome, LeaderBid,
-    NewJob, Schedule, SchedulePause, Submitted,
+    NewJob, Prune, Schedule, SchedulePause, Submitted,
 };
 use std::sync::{Arc, Mutex};
 
@@ -48,7 +48,18 @@ pub struct Supervisor {
     /// Where the repair scan continues (it walks active jobs in id order, then starts over).
     repair_cursor: Option<JobId>,
     repair_batch: usize,
+    /// Finished jobs removed per store write once their retention has passed.
+    retention_batch: usize,
+    /// When the leader next looks for finished jobs to remove.
+    next_prune_at: Timestamp,
 }
+
+/// How often the leader looks for finished jobs past their retention while there are none.
+const PRUNE_EVERY: Span = Span::from_secs(10);
+/// Removal writes per sweep at most: with the default batch, 4,000 jobs a sweep. A backlog
+/// (after a retention is shortened, say) is worked off over several sweeps, each write short,
+/// so the store's other writers (claims, reports) are never queued behind a long removal.
+const PRUNE_WRITES_PER_SWEEP: usize = 8;
 
 /// What one sweep did, for logs and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,6 +70,8 @@ pub struct Sweep {
     pub fired: usize,
     pub woken_agents: usize,
     pub repaired: usize,
+    /// Finished jobs removed because their retention passed.
+    pub pruned: usize,
 }
 
 impl Supervisor {
@@ -74,7 +87,14 @@ impl Supervisor {
             announced_until,
             repair_cursor: None,
             repair_batch: 200,
+            retention_batch: 500,
+            next_prune_at: announced_until,
         }
+    }
+
+    pub fn with_retention_batch(mut self, batch: usize) -> Self {
+        self.retention_batch = batch.max(1);
+        self
     }
 
     pub fn with_repair_batch(mut self, batch: usize) -> Self {
@@ -329,7 +349,47 @@ impl Supervisor {
             }
         }
         done.repaired = self.repair_some(now, fence).await?;
+        done.pruned = self.prune_some(now).await?;
         Ok(())
+    }
+
+    /// Removes finished jobs whose retention has passed, a bounded batch per write and a few
+    /// writes per sweep; looks again at the next sweep while a batch came back full, else after
+    /// [`PRUNE_EVERY`]. Unfenced: the store removes only finished jobs, which nothing else
+    /// writes, so a deposed leader finishing a batch changes nothing another would not.
+    async fn prune_some(&mut self, now: Timestamp) -> Result<usize, StoreError> {
+        if now < self.next_prune_at {
+            return Ok(0);
+        }
+        let store = self.app.store();
+        let mut pruned = 0;
+        let mut backlog = false;
+        for _ in 0..PRUNE_WRITES_PER_SWEEP {
+            let gone = store
+                .jobs_prune(Prune {
+                    now,
+                    retention: *self.app.retention(),
+                    limit: self.retention_batch,
+                })
+                .await?;
+            pruned += gone.len();
+            backlog = gone.len() == self.retention_batch;
+            if !backlog {
+                break;
+            }
+            // Let the writes queued meanwhile (claims, reports) go first.
+            tokio::task::yield_now().await;
+        }
+        if pruned > 0 {
+            self.app.metrics().jobs_pruned.inc_by(pruned as u64);
+            tracing::debug!(
+                pruned,
+                backlog,
+                "removed finished jobs past their retention"
+            );
+        }
+        self.next_prune_at = if backlog { now } else { now.plus(PRUNE_EVERY) };
+        Ok(pruned)
     }
 
     /// Fires every due time of a schedule up to `now` (within the misfire rule).

@@ -590,7 +590,7 @@ async fn the_api_describes_itself() {
                 .count()
         })
         .sum();
-    assert_eq!(operations, 36, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(operations, 40, "{:?}", paths.keys().collect::<Vec<_>>());
     for schema in [
         "JobSpec",
         "JobView",
@@ -613,4 +613,149 @@ async fn the_api_describes_itself() {
     );
     let (status, _) = h.call("GET", "/v1/agents", None).await;
     assert_eq!(status, StatusCode::OK, "a documented route is routed");
+}
+
+// Proves `GET /v1/stats` through the router: every state with its count (zeros included) and
+// 60 minutes of finished counts, oldest first, the last being the current minute, where a job
+// cancelled now is counted.
+#[tokio::test]
+async fn stats_count_states_and_the_last_hour() {
+    let h = harness();
+    let spec = json!({"steps": [{"name": "s", "agent": "nobody"}]});
+    let (_, a) = h.call("POST", "/v1/jobs", Some(spec.clone())).await;
+    h.call("POST", "/v1/jobs", Some(spec)).await;
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/v1/jobs/{}/cancel", a["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, stats) = h.call("GET", "/v1/stats", None).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    let count = |state: &str| {
+        stats["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["state"] == state)
+            .unwrap_or_else(|| panic!("no {state} in {stats}"))["count"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(
+        (count("running"), count("cancelled"), count("succeeded")),
+        (1, 1, 0)
+    );
+    let minutes = stats["per_minute"].as_array().unwrap();
+    assert_eq!(minutes.len(), 60);
+    assert_eq!(minutes[0]["minute"], stats["since"]);
+    let last = &minutes[59];
+    assert_eq!(
+        (last["cancelled"].as_u64(), last["failed"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let since = Timestamp::parse_rfc3339(stats["since"].as_str().unwrap()).unwrap();
+    assert_eq!(since.as_millis() % 60_000, 0, "whole minutes");
+    assert!(T0 - since.as_millis() < 3_600_000);
+}
+
+// Proves `GET /v1/alerts` through the router: a job that fails for good raises a `job_failed`
+// alert, listed with its job, message and delivery state (waiting: nothing has delivered it in
+// this harness), newest first; a bad limit or an unknown parameter is a 400 naming it.
+#[tokio::test]
+async fn alerts_list_what_was_raised() {
+    let h = harness();
+    let spec = json!({"steps": [{"name": "s", "agent": "al"}]});
+    let (_, job) = h.call("POST", "/v1/jobs", Some(spec)).await;
+    let (status, leases) = h
+        .call(
+            "POST",
+            "/v1/agents/al/leases",
+            Some(json!({"worker": "w", "wait": "0s"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{leases}");
+    let lease = leases["leases"][0]["lease_id"].as_str().unwrap();
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/v1/leases/{lease}/fail"),
+            Some(json!({"error": "disk full", "retryable": false})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, list) = h.call("GET", "/v1/alerts", None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    let alerts = list["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{list}");
+    let a = &alerts[0];
+    assert_eq!(
+        (a["kind"].as_str(), a["job_id"].as_str()),
+        (Some("job_failed"), job["id"].as_str())
+    );
+    assert_eq!(a["delivery"], "waiting");
+    assert!(a["message"].as_str().unwrap().contains("failed"), "{a}");
+    assert_eq!(list["webhook"], false);
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=201", "limit"),
+        ("kind=x", "kind"),
+    ] {
+        let (status, problem) = h.call("GET", &format!("/v1/alerts?{query}"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(problem["field"], field, "{query}");
+    }
+}
+
+// Proves retention through the router and the supervisor: a finished job shows when it will be
+// removed and is gone after the leader's sweep once its retention has passed (not before); a
+// running job cannot be deleted (409), a finished one can (204, then 404), an unknown one is 404.
+#[tokio::test]
+async fn finished_jobs_are_removed_after_their_retention_or_on_request() {
+    let h = harness();
+    let kept = h
+        .submit(json!({"retention": "5s", "steps": [{"name": "a", "agent": "x"}]}))
+        .await;
+    let lease = h.lease("x", 1).await.remove(0);
+    let lid = lease["lease_id"].as_str().unwrap();
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/v1/leases/{lid}/complete"),
+            Some(json!({"result": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let job = h.job(&kept).await;
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["retention"], "5s");
+    assert!(job["removable_at"].is_string(), "{job}");
+
+    let running = h
+        .submit(json!({"steps": [{"name": "a", "agent": "y"}]}))
+        .await;
+    let (status, problem) = h.call("DELETE", &format!("/v1/jobs/{running}"), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+
+    h.advance(4_000);
+    h.sweep().await;
+    h.job(&kept).await;
+    h.advance(1_000);
+    h.sweep().await;
+    let (status, _) = h.call("GET", &format!("/v1/jobs/{kept}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "removed by the sweep");
+    h.job(&running).await;
+
+    let (status, _) = h
+        .call("POST", &format!("/v1/jobs/{running}/cancel"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = h.call("DELETE", &format!("/v1/jobs/{running}"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = h.call("GET", &format!("/v1/jobs/{running}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = h.call("DELETE", &format!("/v1/jobs/{running}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

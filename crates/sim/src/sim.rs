@@ -485,7 +485,8 @@ impl Sim {
         );
         let supervisor = Supervisor::new(app.clone(), config.sweep_interval)
             .with_leader_ttl(config.leader_ttl)
-            .with_repair_batch(config.repair_batch);
+            .with_repair_batch(config.repair_batch)
+            .with_retention_batch(config.retention_batch);
         let router = api::router(app.clone());
         self.server = Some(Server {
             router,

@@ -176,6 +176,19 @@ impl Jobs for SimStore {
         self.crash.check_alive()?;
         self.inner.ordering_key_status(key).await
     }
+
+    async fn jobs_count_by_state(&self) -> Result<Vec<overseer_store::StateCount>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_count_by_state().await
+    }
+
+    async fn jobs_finished_per_minute(
+        &self,
+        window: overseer_store::Window,
+    ) -> Result<Vec<overseer_store::FinishedCount>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_finished_per_minute(window).await
+    }
 }
 
 #[async_trait]
@@ -319,6 +332,11 @@ impl Deliveries for SimStore {
         self.crash.check_alive()?;
         self.inner.deliveries_counts().await
     }
+
+    async fn alerts_recent(&self, limit: usize) -> Result<Vec<overseer_store::DeliveryRecord>> {
+        self.crash.check_alive()?;
+        self.inner.alerts_recent(limit).await
+    }
 }
 
 #[async_trait]
@@ -364,5 +382,10 @@ impl Maintenance for SimStore {
     async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
         self.crash.check_alive()?;
         self.inner.next_due_at(now).await
+    }
+
+    async fn jobs_prune(&self, prune: overseer_store::Prune) -> Result<Vec<JobId>> {
+        self.crash.before_write()?;
+        self.inner.jobs_prune(prune).await
     }
 }

@@ -26,8 +26,9 @@ pub struct Delivery {
 /// How a delivery attempt went.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeliveryOutcome {
-    /// Acknowledged (2xx): forget it.
-    Delivered,
+    /// Acknowledged (2xx) at `at`: never sent again; kept, marked delivered, for
+    /// [`Deliveries::alerts_recent`] until [`DELIVERED_KEPT`] has passed.
+    Delivered { at: Timestamp },
     /// Try again at `next_attempt_at`.
     Retry {
         next_attempt_at: Timestamp,
@@ -35,6 +36,20 @@ pub enum DeliveryOutcome {
     },
     /// The attempt budget is spent: keep it as dead for inspection, never retry.
     GiveUp { error: String },
+}
+
+/// How long a delivered alert or callback is kept for [`Deliveries::alerts_recent`]: each
+/// `Delivered` outcome also deletes a few rows delivered longer ago than this.
+pub const DELIVERED_KEPT: overseer_core::Span = overseer_core::Span::from_secs(7 * 24 * 3600);
+
+/// A recorded delivery with how it stands, as [`Deliveries::alerts_recent`] lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeliveryRecord {
+    pub delivery: Delivery,
+    /// When it was acknowledged; `None` while still being tried, or given up.
+    pub delivered_at: Option<Timestamp>,
+    /// Its attempt budget is spent: it will not be tried again.
+    pub dead: bool,
 }
 
 /// Deliveries waiting and given up, for metrics.
@@ -56,4 +71,8 @@ pub trait Deliveries: Send + Sync {
     async fn delivery_update(&self, id: i64, outcome: DeliveryOutcome) -> Result<()>;
 
     async fn deliveries_counts(&self) -> Result<DeliveryCounts>;
+
+    /// The newest `limit` alert deliveries, newest first, delivered, waiting or given up
+    /// (delivered ones are kept for [`DELIVERED_KEPT`]).
+    async fn alerts_recent(&self, limit: usize) -> Result<Vec<DeliveryRecord>>;
 }

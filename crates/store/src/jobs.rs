@@ -117,6 +117,29 @@ pub struct OrderingKeyStatus {
     pub waiting: u64,
 }
 
+/// How many jobs are in one state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateCount {
+    pub state: JobState,
+    pub count: u64,
+}
+
+/// The instants `[since, until)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub since: Timestamp,
+    pub until: Timestamp,
+}
+
+/// How many jobs ended in `state` during minute `minute` of a [`Window`] (minute `i` covers
+/// `since + i min`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinishedCount {
+    pub minute: u32,
+    pub state: JobState,
+    pub count: u64,
+}
+
 /// Jobs and their histories.
 #[async_trait]
 pub trait Jobs: Send + Sync {
@@ -166,4 +189,13 @@ pub trait Jobs: Send + Sync {
     async fn job_replace(&self, replacement: Replacement) -> Result<Option<Transition>>;
 
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus>;
+
+    /// How many jobs are in each state (states with none are left out), sorted by state name.
+    /// Read from the `(state, id)` index, never from the rows.
+    async fn jobs_count_by_state(&self) -> Result<Vec<StateCount>>;
+
+    /// Jobs that finished in the window, counted per minute and per terminal state, for the
+    /// minutes and states that have any, sorted. Read from the `jobs_finished` index, so the
+    /// cost follows the jobs finished in the window, not the jobs stored.
+    async fn jobs_finished_per_minute(&self, window: Window) -> Result<Vec<FinishedCount>>;
 }

@@ -34,17 +34,19 @@ pub(crate) mod write_set;
 pub use agents::{
     AgentCounts, AgentLimits, AgentReady, AgentSettings, Agents, DueBetween, SettingsUpdate,
 };
-pub use deliveries::{Deliveries, Delivery, DeliveryCounts, DeliveryOutcome};
+pub use deliveries::{
+    Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, DeliveryRecord, DELIVERED_KEPT,
+};
 pub use jobs::{
-    ActivePage, Apply, Due, EventPage, JobQuery, Jobs, NewJob, OrderingKeyStatus, Removal,
-    Replacement, Submitted,
+    ActivePage, Apply, Due, EventPage, FinishedCount, JobQuery, Jobs, NewJob, OrderingKeyStatus,
+    Removal, Replacement, StateCount, Submitted, Window,
 };
 pub use leader::{Fence, Leader, LeaderBid, Leadership};
 pub use leases::{
     Claim, ClaimResult, Claimed, LeaseRef, LeaseReport, Leases, Report, ReportApplied, Reported,
     Reports,
 };
-pub use maintenance::{Maintenance, Signal};
+pub use maintenance::{Maintenance, Prune, Signal};
 pub use postgres::PgStore;
 pub use schedules::{Fire, FireOutcome, Schedule, ScheduleCreated, SchedulePause, Schedules};
 pub use sqlite::{SqliteOptions, SqliteStore};

@@ -2,6 +2,7 @@
 //! signals nodes sharing a store send each other.
 
 use async_trait::async_trait;
+use overseer_core::retention::Retention;
 use overseer_core::{JobId, Timestamp};
 
 use crate::Result;
@@ -18,7 +19,15 @@ pub enum Signal {
     Due { at: Timestamp },
 }
 
-/// Health and timing.
+/// Removing finished jobs kept long enough, at most `limit` of them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prune {
+    pub now: Timestamp,
+    pub retention: Retention,
+    pub limit: usize,
+}
+
+/// Health, timing and upkeep.
 #[async_trait]
 pub trait Maintenance: Send + Sync {
     /// Whether the store answers at all (for `/readyz`).
@@ -29,6 +38,13 @@ pub trait Maintenance: Send + Sync {
     /// the future (a keyed job behind its head, or a due retry, must not make it spin), any
     /// lease expiry, and any unpaused schedule's `next_fire_at`. Lets it sleep exactly until then.
     async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>>;
+
+    /// Deletes up to `limit` finished jobs whose retention has passed at `now` (by the core's
+    /// [`Retention`] rule: the job's own retention, else the default for the state it ended
+    /// in), with their steps, labels, history, lease records and settled deliveries (a delivery
+    /// still being tried stays until it is delivered or given up). Answers the ids deleted. An
+    /// unfinished job is never touched; an idempotency key is free again once its job is gone.
+    async fn jobs_prune(&self, prune: Prune) -> Result<Vec<JobId>>;
 
     /// Cross-node wake-ups, for backends shared by several nodes.
     fn signals(&self) -> Option<tokio::sync::broadcast::Receiver<Signal>> {

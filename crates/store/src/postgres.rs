@@ -41,6 +41,7 @@ mod removal;
 mod rows;
 mod schedules;
 mod schema;
+mod stats;
 mod tls;
 mod tokens;
 mod writes;

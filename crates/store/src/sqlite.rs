@@ -32,6 +32,7 @@ mod removal;
 mod rows;
 mod schedules;
 mod schema;
+mod stats;
 mod tokens;
 mod writer;
 

@@ -231,6 +231,8 @@ pub fn job_view(key: Option<String>) -> JobView {
         compensated: vec![],
         callback_url: None,
         waiting_reason: None,
+        retention: None,
+        removable_at: None,
         steps: vec![],
     }
 }

@@ -118,6 +118,7 @@ fn spec(steps: Vec<StepSpec>, run_at: Option<Timestamp>) -> JobSpec {
         ordering_key: None,
         callback_url: None,
         on_failure: None,
+        retention: None,
         steps,
     }
 }

@@ -269,7 +269,7 @@ pub async fn delivery_updates_retry_deliver_and_give_up(f: &Fixture) {
     );
 
     store
-        .delivery_update(two.id, DeliveryOutcome::Delivered)
+        .delivery_update(two.id, DeliveryOutcome::Delivered { at: at(6_000) })
         .await
         .expect("delivered");
     store
@@ -299,7 +299,7 @@ pub async fn delivery_updates_retry_deliver_and_give_up(f: &Fixture) {
 
     // A delivery that is gone (delivered elsewhere) takes any late outcome quietly.
     store
-        .delivery_update(two.id, DeliveryOutcome::Delivered)
+        .delivery_update(two.id, DeliveryOutcome::Delivered { at: at(6_000) })
         .await
         .expect("gone: delivered");
     store
@@ -319,7 +319,7 @@ pub async fn delivery_updates_retry_deliver_and_give_up(f: &Fixture) {
         }
     );
     store
-        .delivery_update(one.id, DeliveryOutcome::Delivered)
+        .delivery_update(one.id, DeliveryOutcome::Delivered { at: at(6_000) })
         .await
         .expect("delivered");
     assert!(live_deliveries(store).await.is_empty());
@@ -330,4 +330,110 @@ pub async fn delivery_updates_retry_deliver_and_give_up(f: &Fixture) {
             dead: 1
         }
     );
+}
+
+// Proves `alerts_recent` lists alert deliveries (not callbacks) newest first, whether waiting,
+// delivered or given up; a delivered one is no longer due nor counted as waiting, a late outcome
+// for it changes nothing, and it is pruned once delivered longer ago than `DELIVERED_KEPT`.
+pub async fn alerts_are_listed_newest_first_and_kept_once_delivered(f: &Fixture) {
+    let store = &*f.store;
+    let first = fail_a_job(store, 1, true, 0).await;
+    let second = fail_a_job(store, 2, false, 1_000).await;
+    let listed = store.alerts_recent(10).await.expect("alerts");
+    let jobs: Vec<JobId> = listed.iter().map(|r| r.delivery.job_id).collect();
+    assert_eq!(jobs, vec![second, first], "alerts only, newest first");
+    assert!(listed.iter().all(|r| r.delivered_at.is_none() && !r.dead));
+    assert_eq!(listed[0].delivery.body["kind"], "job_failed");
+    assert_eq!(store.alerts_recent(1).await.expect("alerts").len(), 1);
+
+    let (one, two) = (listed[1].delivery.id, listed[0].delivery.id);
+    let delivered = DeliveryOutcome::Delivered { at: at(10_000) };
+    store
+        .delivery_update(one, delivered.clone())
+        .await
+        .expect("delivered");
+    let gave_up = DeliveryOutcome::GiveUp {
+        error: "410 Gone".into(),
+    };
+    store
+        .delivery_update(two, gave_up.clone())
+        .await
+        .expect("give up");
+    // A late outcome for the delivered one (another node's attempt) changes nothing.
+    store.delivery_update(one, gave_up).await.expect("late");
+    let listed = store.alerts_recent(10).await.expect("alerts");
+    assert_eq!(
+        (
+            listed[1].delivered_at,
+            listed[1].dead,
+            listed[0].delivered_at,
+            listed[0].dead
+        ),
+        (Some(at(10_000)), false, None, true)
+    );
+    assert_eq!(listed[0].delivery.last_error.as_deref(), Some("410 Gone"));
+    let due = store
+        .deliveries_due(Due {
+            now: at(1_000_000),
+            limit: 10,
+        })
+        .await
+        .expect("due");
+    assert!(
+        due.iter().all(|d| d.id != one),
+        "a delivered alert is not due again"
+    );
+    let DeliveryCounts { waiting, dead } = store.deliveries_counts().await.expect("counts");
+    assert_eq!(dead, 1);
+    assert_eq!(
+        waiting,
+        due.len() as u64,
+        "the callback waits; the delivered alert does not count"
+    );
+
+    // Delivering something a week later prunes what was delivered before the week.
+    let third = fail_a_job(store, 3, false, 2_000).await;
+    let newest = store.alerts_recent(1).await.expect("alerts")[0].delivery.id;
+    let week = crate::DELIVERED_KEPT.as_millis_i64();
+    let late = DeliveryOutcome::Delivered {
+        at: at(10_001 + week),
+    };
+    store
+        .delivery_update(newest, late)
+        .await
+        .expect("delivered");
+    let jobs: Vec<JobId> = store
+        .alerts_recent(10)
+        .await
+        .expect("alerts")
+        .iter()
+        .map(|r| r.delivery.job_id)
+        .collect();
+    assert_eq!(
+        jobs,
+        vec![third, second],
+        "the alert delivered a week ago is gone"
+    );
+}
+
+/// Submits a one-step job (with a callback when `callback`) and fails it for good at `ms`, which
+/// raises a `job_failed` alert.
+async fn fail_a_job(store: &dyn Store, n: u64, callback: bool, ms: i64) -> JobId {
+    let mut v = json!({"steps": [{"name": "s", "agent": "al", "timeout": "10m"}]});
+    if callback {
+        v["callback_url"] = json!("https://example.com/hook");
+    }
+    let id = job_id(n);
+    submit(store, admitted(id, &spec(v), at(ms))).await;
+    let leased = claim(store, "al", 1, u128::from(n) * 10, at(ms)).await;
+    assert_eq!(claimed_jobs(&leased), vec![id]);
+    let fail = Command::Fail {
+        step: 0,
+        attempt: 1,
+        error: "no".into(),
+        retryable: false,
+        jitter: 0.0,
+    };
+    apply(store, id, fail, at(ms)).await;
+    id
 }

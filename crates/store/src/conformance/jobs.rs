@@ -1344,3 +1344,115 @@ pub async fn reschedule_of_a_keyed_job_keeps_its_place_in_the_key(f: &Fixture) {
     assert_eq!(t.job.state, JobState::Cancelled);
     assert_eq!(get(store, next).await.state, JobState::Running);
 }
+
+// Proves the overview's counts: jobs per state (states with none left out, sorted), and jobs
+// finished per minute and terminal state in a window that includes its start and excludes its
+// end, with buckets counted from the window's start.
+pub async fn stats_count_states_and_finished_minutes(f: &Fixture) {
+    let store = &*f.store;
+    assert!(store.jobs_count_by_state().await.expect("count").is_empty());
+    let later = spec(json!({"run_at": at(3_600_000), "steps": [{"name": "s", "agent": "w"}]}));
+    let (ok, bad, gone, idle, wait) = (job_id(1), job_id(2), job_id(3), job_id(4), job_id(5));
+    let slow = spec(json!({"steps": [{"name": "s", "agent": "w", "timeout": "10m"}]}));
+    for id in [ok, bad, gone, idle] {
+        submit(store, admitted(id, &slow, at(0))).await;
+    }
+    submit(store, admitted(wait, &later, at(0))).await;
+    let leased = claim(store, "w", 2, 1, at(1_000)).await;
+    assert_eq!(claimed_jobs(&leased), vec![ok, bad]);
+    let complete = Command::Complete {
+        step: 0,
+        attempt: 1,
+        result: json!(1),
+    };
+    apply(store, ok, complete, at(61_000)).await;
+    let fail = Command::Fail {
+        step: 0,
+        attempt: 1,
+        error: "no".into(),
+        retryable: false,
+        jitter: 0.0,
+    };
+    apply(store, bad, fail, at(125_000)).await;
+    apply(store, gone, Command::Cancel, at(130_000)).await;
+
+    assert_eq!(
+        store.jobs_count_by_state().await.expect("count"),
+        vec![
+            StateCount {
+                state: JobState::Cancelled,
+                count: 1,
+            },
+            StateCount {
+                state: JobState::Failed,
+                count: 1,
+            },
+            StateCount {
+                state: JobState::Pending,
+                count: 1,
+            },
+            StateCount {
+                state: JobState::Running,
+                count: 1,
+            },
+            StateCount {
+                state: JobState::Succeeded,
+                count: 1,
+            },
+        ]
+    );
+    let minutes = |since: i64, until: i64| async move {
+        store
+            .jobs_finished_per_minute(Window {
+                since: at(since),
+                until: at(until),
+            })
+            .await
+            .expect("per minute")
+    };
+    assert_eq!(
+        minutes(0, 180_000).await,
+        vec![
+            FinishedCount {
+                minute: 1,
+                state: JobState::Succeeded,
+                count: 1,
+            },
+            FinishedCount {
+                minute: 2,
+                state: JobState::Cancelled,
+                count: 1,
+            },
+            FinishedCount {
+                minute: 2,
+                state: JobState::Failed,
+                count: 1,
+            },
+        ]
+    );
+    // From 62 s the succeeded job is out; buckets count from the new start.
+    assert_eq!(
+        minutes(62_000, 180_000).await,
+        vec![
+            FinishedCount {
+                minute: 1,
+                state: JobState::Cancelled,
+                count: 1,
+            },
+            FinishedCount {
+                minute: 1,
+                state: JobState::Failed,
+                count: 1,
+            }
+        ]
+    );
+    // The end is excluded, the start included.
+    assert_eq!(
+        minutes(61_000, 125_000).await,
+        vec![FinishedCount {
+            minute: 0,
+            state: JobState::Succeeded,
+            count: 1,
+        }]
+    );
+}

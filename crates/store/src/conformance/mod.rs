@@ -38,13 +38,16 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::prelude::*;
+use crate::Prune;
 use crate::{
     ActivePage, AgentCounts, AgentLimits, AgentReady, AgentSettings, Apply, Claim, ClaimResult,
     Claimed, Delivery, DeliveryCounts, DeliveryOutcome, Due, DueBetween, Error, EventPage, Fence,
-    Fire, FireOutcome, JobQuery, LeaderBid, Leadership, LeaseRef, NewJob, OrderingKeyStatus,
-    Removal, Replacement, Report, ReportApplied, Reports, Result, Schedule, ScheduleCreated,
-    SchedulePause, SettingsUpdate, Submitted,
+    FinishedCount, Fire, FireOutcome, JobQuery, LeaderBid, Leadership, LeaseRef, NewJob,
+    OrderingKeyStatus, Removal, Replacement, Report, ReportApplied, Reports, Result, Schedule,
+    ScheduleCreated, SchedulePause, SettingsUpdate, StateCount, Submitted, Window,
 };
+use overseer_core::retention::Retention;
+use overseer_core::Span;
 
 /// A fresh, empty store for one case, and whatever must live as long as it (a temp dir, a
 /// database handle).
@@ -97,6 +100,7 @@ macro_rules! conformance_tests {
             faktory_backoff_formula_round_trips_and_times_retries,
             reschedule_moves_run_at_and_priority,
             reschedule_of_a_keyed_job_keeps_its_place_in_the_key,
+            stats_count_states_and_finished_minutes,
         );
         $crate::conformance_tests!(@noun ordering:
             ordering_key_runs_one_job_at_a_time,
@@ -138,6 +142,7 @@ macro_rules! conformance_tests {
             alerts_and_callbacks_are_recorded_for_delivery,
             deliveries_are_recorded_once_per_idempotency_key,
             delivery_updates_retry_deliver_and_give_up,
+            alerts_are_listed_newest_first_and_kept_once_delivered,
         );
         $crate::conformance_tests!(@noun tokens:
             tokens_are_created_found_listed_and_revoked,
@@ -146,6 +151,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@noun maintenance:
             next_due_and_agents_due,
             next_due_at_includes_schedules,
+            finished_jobs_are_pruned_after_their_retention,
         );
     };
     (@noun $noun:ident: $($case:ident),+ $(,)?) => {

@@ -2,7 +2,7 @@
 //! after each attempt.
 
 use super::{rows, PgStore};
-use crate::{Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, Due, Result};
+use crate::{Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, DeliveryRecord, Due, Result};
 
 #[async_trait::async_trait]
 impl Deliveries for PgStore {
@@ -22,6 +22,11 @@ impl Deliveries for PgStore {
 
     async fn deliveries_counts(&self) -> Result<DeliveryCounts> {
         self.read(|tx, _| Box::pin(rows::deliveries_counts(tx)))
+            .await
+    }
+
+    async fn alerts_recent(&self, limit: usize) -> Result<Vec<DeliveryRecord>> {
+        self.read(move |tx, _| Box::pin(rows::alerts_recent(tx, limit)))
             .await
     }
 }

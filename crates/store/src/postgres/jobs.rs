@@ -11,12 +11,12 @@ use uuid::Uuid;
 use super::leader::check_fence;
 use super::rows::{self, corrupt, get, limit_param, query, query_opt, Lock};
 use super::{
-    inserts, job_ids, listen, param_refs, removal, writes, DynParams, Failure, PgStore, Res,
+    inserts, job_ids, listen, param_refs, removal, stats, writes, DynParams, Failure, PgStore, Res,
     TERMINAL,
 };
 use crate::{
-    ActivePage, Apply, Due, Error, EventPage, JobQuery, Jobs, NewJob, OrderingKeyStatus, Removal,
-    Replacement, Submitted,
+    ActivePage, Apply, Due, Error, EventPage, FinishedCount, JobQuery, Jobs, NewJob,
+    OrderingKeyStatus, Removal, Replacement, StateCount, Submitted, Window,
 };
 
 /// Stores what the core decided at `now` (see `writes::persist_all`).
@@ -591,6 +591,16 @@ impl Jobs for PgStore {
 
     async fn ordering_key_status(&self, key: &str) -> crate::Result<OrderingKeyStatus> {
         self.read(move |tx, _| Box::pin(ordering_key_status(tx, key)))
+            .await
+    }
+
+    async fn jobs_count_by_state(&self) -> crate::Result<Vec<StateCount>> {
+        self.read(move |tx, _| Box::pin(stats::count_by_state(tx)))
+            .await
+    }
+
+    async fn jobs_finished_per_minute(&self, window: Window) -> crate::Result<Vec<FinishedCount>> {
+        self.read(move |tx, _| Box::pin(stats::finished_per_minute(tx, window)))
             .await
     }
 }

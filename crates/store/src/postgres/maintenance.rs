@@ -1,11 +1,12 @@
 //! Health, the supervisor's next wake-up, and the signals other nodes send (`listen`).
 
-use overseer_core::Timestamp;
+use deadpool_postgres::Transaction;
+use overseer_core::{JobId, Timestamp};
 use tokio::sync::broadcast;
 
-use super::rows::query_one;
-use super::{jobs, PgStore};
-use crate::{Maintenance, Result, Signal};
+use super::rows::{limit_param, query, query_one};
+use super::{job_ids, jobs, PgStore, Res};
+use crate::{Maintenance, Prune, Result, Signal};
 
 #[async_trait::async_trait]
 impl Maintenance for PgStore {
@@ -24,7 +25,55 @@ impl Maintenance for PgStore {
             .await
     }
 
+    async fn jobs_prune(&self, prune: Prune) -> Result<Vec<JobId>> {
+        if prune.limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.write(move |tx, _| Box::pin(prune_jobs(tx, prune)))
+            .await
+    }
+
     fn signals(&self) -> Option<broadcast::Receiver<Signal>> {
         Some(self.inner.signals.subscribe())
     }
+}
+
+/// Deletes one batch of jobs past their retention with every row that belongs to them, in one
+/// statement: one range of `jobs_retention` per terminal state (the core's cutoffs) and one of
+/// `jobs_retention_own` choose the batch; rows another transaction is writing are passed over.
+async fn prune_jobs(tx: &Transaction<'_>, prune: Prune) -> Res<Vec<JobId>> {
+    let [(s1, c1), (s2, c2), (s3, c3)] = prune.retention.cutoffs(prune.now);
+    let rows = query(
+        tx,
+        "WITH doomed AS (SELECT id FROM ( \
+           SELECT id FROM jobs WHERE state = $1 AND finished_at IS NOT NULL \
+             AND retention_ms IS NULL AND finished_at <= $2 \
+           UNION ALL SELECT id FROM jobs WHERE state = $3 AND finished_at IS NOT NULL \
+             AND retention_ms IS NULL AND finished_at <= $4 \
+           UNION ALL SELECT id FROM jobs WHERE state = $5 AND finished_at IS NOT NULL \
+             AND retention_ms IS NULL AND finished_at <= $6 \
+           UNION ALL SELECT id FROM jobs WHERE finished_at IS NOT NULL \
+             AND retention_ms IS NOT NULL AND finished_at + retention_ms <= $7) c LIMIT $8), \
+         gone AS (DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) \
+           AND state IN ('succeeded', 'failed', 'cancelled') RETURNING id), \
+         l AS (DELETE FROM job_labels WHERE job_id IN (SELECT id FROM gone)), \
+         s AS (DELETE FROM steps WHERE job_id IN (SELECT id FROM gone)), \
+         e AS (DELETE FROM events WHERE job_id IN (SELECT id FROM gone)), \
+         x AS (DELETE FROM leases WHERE job_id IN (SELECT id FROM gone)), \
+         d AS (DELETE FROM deliveries WHERE job_id IN (SELECT id FROM gone) \
+           AND (dead OR delivered_at IS NOT NULL)) \
+         SELECT id FROM gone",
+        &[
+            &s1.as_str(),
+            &c1.as_millis(),
+            &s2.as_str(),
+            &c2.as_millis(),
+            &s3.as_str(),
+            &c3.as_millis(),
+            &prune.now.as_millis(),
+            &limit_param(prune.limit),
+        ],
+    )
+    .await?;
+    job_ids(&rows, "jobs.id")
 }

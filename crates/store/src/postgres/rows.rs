@@ -20,7 +20,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::{Failure, Res};
-use crate::{Delivery, DeliveryOutcome, Error, LeaseRef};
+use crate::{Delivery, DeliveryOutcome, DeliveryRecord, Error, LeaseRef};
 
 pub(super) type Params<'a> = [&'a (dyn ToSql + Sync)];
 
@@ -113,7 +113,7 @@ macro_rules! job_columns {
     () => {
         "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
          callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-         blocked_reason"
+         blocked_reason, retention_ms"
     };
 }
 
@@ -163,6 +163,9 @@ fn job_from_row(row: &Row) -> Res<Job> {
         updated_at: Timestamp::from_millis(get(row, 12, "jobs.updated_at")?),
         finished_at: ts(get(row, 13, "jobs.finished_at")?),
         blocked_reason: get(row, 14, "jobs.blocked_reason")?,
+        retention: get::<Option<i64>>(row, 15, "jobs.retention_ms")?
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(overseer_core::Span::from_millis),
         steps: Vec::new(),
     })
 }
@@ -477,7 +480,8 @@ pub(super) async fn deliveries_due(
         tx,
         "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
          next_attempt_at, last_error FROM deliveries \
-         WHERE NOT dead AND next_attempt_at <= $1 ORDER BY next_attempt_at, id LIMIT $2",
+         WHERE NOT dead AND delivered_at IS NULL AND next_attempt_at <= $1 \
+         ORDER BY next_attempt_at, id LIMIT $2",
         &[&now.as_millis(), &limit_param(limit)],
     )
     .await?;
@@ -491,16 +495,31 @@ pub(super) async fn deliveries_due(
     Ok(out)
 }
 
-/// Applies a delivery attempt's outcome. An id that is gone (another node delivered it first)
-/// changes nothing: the outcome no longer matters.
+/// Applies a delivery attempt's outcome. An id that is gone or already delivered (another node
+/// delivered it first) changes nothing: the outcome no longer matters. A delivery also prunes a
+/// few rows delivered longer ago than `DELIVERED_KEPT`, so kept rows do not pile up.
 pub(super) async fn delivery_update(
     tx: &Transaction<'_>,
     id: i64,
     outcome: &DeliveryOutcome,
 ) -> Res<()> {
     match outcome {
-        DeliveryOutcome::Delivered => {
-            execute(tx, "DELETE FROM deliveries WHERE id = $1", &[&id]).await?
+        DeliveryOutcome::Delivered { at } => {
+            execute(
+                tx,
+                "UPDATE deliveries SET attempts = attempts + 1, delivered_at = $2, \
+                 last_error = NULL WHERE id = $1 AND delivered_at IS NULL AND NOT dead",
+                &[&id, &at.as_millis()],
+            )
+            .await?;
+            let before = at.as_millis() - crate::DELIVERED_KEPT.as_millis_i64();
+            execute(
+                tx,
+                "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries \
+                 WHERE delivered_at < $1 LIMIT 16)",
+                &[&before],
+            )
+            .await?
         }
         DeliveryOutcome::Retry {
             next_attempt_at,
@@ -509,7 +528,7 @@ pub(super) async fn delivery_update(
             execute(
                 tx,
                 "UPDATE deliveries SET attempts = attempts + 1, next_attempt_at = $2, \
-                 last_error = $3 WHERE id = $1",
+                 last_error = $3 WHERE id = $1 AND delivered_at IS NULL",
                 &[&id, &next_attempt_at.as_millis(), &text(error)],
             )
             .await?
@@ -518,7 +537,7 @@ pub(super) async fn delivery_update(
             execute(
                 tx,
                 "UPDATE deliveries SET attempts = attempts + 1, dead = true, last_error = $2 \
-                 WHERE id = $1",
+                 WHERE id = $1 AND delivered_at IS NULL",
                 &[&id, &text(error)],
             )
             .await?
@@ -527,11 +546,34 @@ pub(super) async fn delivery_update(
     Ok(())
 }
 
+/// The newest `limit` alert deliveries, whatever became of them.
+pub(super) async fn alerts_recent(tx: &Transaction<'_>, limit: usize) -> Res<Vec<DeliveryRecord>> {
+    let rows = query(
+        tx,
+        "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
+         next_attempt_at, last_error, delivered_at, dead FROM deliveries \
+         WHERE kind = 'alert' ORDER BY id DESC LIMIT $1",
+        &[&limit_param(limit)],
+    )
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let delivered_at: Option<i64> = get(row, 10, "deliveries.delivered_at")?;
+            Ok(DeliveryRecord {
+                delivery: delivery_from_row(row)?,
+                delivered_at: delivered_at.map(Timestamp::from_millis),
+                dead: get(row, 11, "deliveries.dead")?,
+            })
+        })
+        .collect()
+}
+
 /// Deliveries waiting (live) and given up (dead).
 pub(super) async fn deliveries_counts(tx: &Transaction<'_>) -> Res<crate::DeliveryCounts> {
     let row = query_one(
         tx,
-        "SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM deliveries",
+        "SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM deliveries \
+         WHERE delivered_at IS NULL",
         &[],
     )
     .await?;

@@ -2,7 +2,7 @@
 //! due and updated after each attempt.
 
 use super::{rows, SqliteStore};
-use crate::{Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, Due, Result};
+use crate::{Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, DeliveryRecord, Due, Result};
 
 #[async_trait::async_trait]
 impl Deliveries for SqliteStore {
@@ -21,5 +21,10 @@ impl Deliveries for SqliteStore {
 
     async fn deliveries_counts(&self) -> Result<DeliveryCounts> {
         self.read(rows::deliveries_counts).await
+    }
+
+    async fn alerts_recent(&self, limit: usize) -> Result<Vec<DeliveryRecord>> {
+        self.read(move |conn| rows::alerts_recent(conn, limit))
+            .await
     }
 }

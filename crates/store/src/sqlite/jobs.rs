@@ -6,10 +6,10 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use super::rows::{self, job_id_text, limit_param, DbResult};
-use super::{apply_command, leader, ordering, removal, SqliteStore};
+use super::{apply_command, leader, ordering, removal, stats, SqliteStore};
 use crate::{
-    ActivePage, Apply, Due, Error, EventPage, JobQuery, Jobs, NewJob, OrderingKeyStatus, Removal,
-    Replacement, Result, Submitted,
+    ActivePage, Apply, Due, Error, EventPage, FinishedCount, JobQuery, Jobs, NewJob,
+    OrderingKeyStatus, Removal, Replacement, Result, StateCount, Submitted, Window,
 };
 
 #[async_trait::async_trait]
@@ -101,6 +101,15 @@ impl Jobs for SqliteStore {
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
         let key = key.to_string();
         self.read(move |conn| ordering::status(conn, &key)).await
+    }
+
+    async fn jobs_count_by_state(&self) -> Result<Vec<StateCount>> {
+        self.read(stats::count_by_state).await
+    }
+
+    async fn jobs_finished_per_minute(&self, window: Window) -> Result<Vec<FinishedCount>> {
+        self.read(move |conn| stats::finished_per_minute(conn, window))
+            .await
     }
 }
 

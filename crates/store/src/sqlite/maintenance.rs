@@ -1,10 +1,11 @@
-//! Health and the supervisor's next wake-up.
+//! Health, the supervisor's next wake-up, and removing finished jobs past their retention.
 
-use overseer_core::Timestamp;
+use overseer_core::{JobId, Timestamp};
+use rusqlite::{params, Connection};
 
-use super::rows::DbResult;
+use super::rows::{limit_param, DbResult};
 use super::SqliteStore;
-use crate::{Error, Maintenance, Result};
+use crate::{Error, Maintenance, Prune, Result};
 
 #[async_trait::async_trait]
 impl Maintenance for SqliteStore {
@@ -15,6 +16,13 @@ impl Maintenance for SqliteStore {
         }
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).db())
             .await
+    }
+
+    async fn jobs_prune(&self, prune: Prune) -> Result<Vec<JobId>> {
+        if prune.limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.write(move |conn| prune_jobs(conn, &prune)).await
     }
 
     async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
@@ -49,4 +57,54 @@ impl Maintenance for SqliteStore {
         })
         .await
     }
+}
+
+/// Deletes one batch of jobs past their retention: one range of `jobs_retention` per terminal
+/// state (the core's cutoffs) and one of `jobs_retention_own`; steps, labels, history and leases
+/// go by their foreign keys, settled deliveries by `deliveries_job`.
+fn prune_jobs(conn: &Connection, prune: &Prune) -> Result<Vec<JobId>> {
+    let [(s1, c1), (s2, c2), (s3, c3)] = prune.retention.cutoffs(prune.now);
+    let arm = "SELECT id FROM jobs INDEXED BY jobs_retention WHERE state = ? AND \
+               finished_at IS NOT NULL AND retention_ms IS NULL AND finished_at <= ?";
+    let sql = format!(
+        "DELETE FROM jobs WHERE id IN (SELECT id FROM ({arm} UNION ALL {arm} UNION ALL {arm} \
+         UNION ALL SELECT id FROM jobs INDEXED BY jobs_retention_own \
+           WHERE finished_at IS NOT NULL AND retention_ms IS NOT NULL \
+             AND finished_at + retention_ms <= ? \
+             AND state IN ('succeeded', 'failed', 'cancelled')) LIMIT ?) \
+         AND state IN ('succeeded', 'failed', 'cancelled') RETURNING id"
+    );
+    let ids: Vec<String> = conn
+        .prepare_cached(&sql)
+        .db()?
+        .query_map(
+            params![
+                s1.as_str(),
+                c1.as_millis(),
+                s2.as_str(),
+                c2.as_millis(),
+                s3.as_str(),
+                c3.as_millis(),
+                prune.now.as_millis(),
+                limit_param(prune.limit)
+            ],
+            |r| r.get(0),
+        )
+        .db()?
+        .collect::<rusqlite::Result<_>>()
+        .db()?;
+    let mut settled = conn
+        .prepare_cached(
+            "DELETE FROM deliveries WHERE job_id = ?1 AND (dead <> 0 OR delivered_at IS NOT NULL)",
+        )
+        .db()?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        settled.execute([&id]).db()?;
+        out.push(
+            id.parse()
+                .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))?,
+        );
+    }
+    Ok(out)
 }

@@ -18,7 +18,7 @@ use overseer_core::{
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use crate::{Delivery, DeliveryCounts, DeliveryOutcome, Error, LeaseRef, Result};
+use crate::{Delivery, DeliveryCounts, DeliveryOutcome, DeliveryRecord, Error, LeaseRef, Result};
 
 /// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
 /// database being unable to serve right now.
@@ -48,12 +48,18 @@ impl<T> DbResult<T> for rusqlite::Result<T> {
     }
 }
 
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+pub(super) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("{what}: {detail}"))
 }
 
 fn ts(v: Option<i64>) -> Option<Timestamp> {
     v.map(Timestamp::from_millis)
+}
+
+/// A span kept in milliseconds (a negative one cannot have been written).
+fn span(v: Option<i64>) -> Option<Span> {
+    v.and_then(|ms| u64::try_from(ms).ok())
+        .map(Span::from_millis)
 }
 
 fn ms(t: Option<Timestamp>) -> Option<i64> {
@@ -92,7 +98,7 @@ pub(super) fn job_id_text(id: JobId) -> String {
 const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
      callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-     blocked_reason";
+     blocked_reason, retention_ms";
 
 const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
@@ -211,6 +217,7 @@ fn job_from_row(row: &Row<'_>) -> Result<Job> {
         updated_at: Timestamp::from_millis(row.get(12).db()?),
         finished_at: ts(row.get(13).db()?),
         blocked_reason: row.get(14).db()?,
+        retention: span(row.get(15).db()?),
         steps: Vec::new(),
     })
 }
@@ -313,7 +320,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         .ok_or_else(|| corrupt("job_seq", "the submission counter row is missing"))?;
     conn.prepare_cached(&format!(
         "INSERT INTO jobs ({JOB_COLUMNS}, seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
     ))
     .db()?
     .execute(params![
@@ -332,6 +339,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         job.updated_at.as_millis(),
         ms(job.finished_at),
         job.blocked_reason,
+        job.retention.map(|r| r.as_millis_i64()),
         seq,
     ])
     .db()?;
@@ -715,7 +723,8 @@ pub(super) fn deliveries_due(
         .prepare_cached(
             "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
              next_attempt_at, last_error FROM deliveries INDEXED BY deliveries_due \
-             WHERE dead = 0 AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2",
+             WHERE dead = 0 AND delivered_at IS NULL AND next_attempt_at <= ?1 \
+             ORDER BY next_attempt_at, id LIMIT ?2",
         )
         .db()?;
     let mut rows = stmt
@@ -731,28 +740,41 @@ pub(super) fn deliveries_due(
     Ok(out)
 }
 
-/// Applies a delivery attempt's outcome. An id that is gone (another node delivered it first)
-/// changes nothing: the outcome no longer matters.
+/// Applies a delivery attempt's outcome. An id that is gone or already delivered (another node
+/// delivered it first) changes nothing: the outcome no longer matters. A delivery also prunes a
+/// few rows delivered longer ago than `DELIVERED_KEPT`, so kept rows do not pile up.
 pub(super) fn delivery_update(conn: &Connection, id: i64, outcome: &DeliveryOutcome) -> Result<()> {
     match outcome {
-        DeliveryOutcome::Delivered => conn
-            .prepare_cached("DELETE FROM deliveries WHERE id = ?1")
+        DeliveryOutcome::Delivered { at } => {
+            conn.prepare_cached(
+                "UPDATE deliveries SET attempts = attempts + 1, delivered_at = ?2, \
+                 last_error = NULL WHERE id = ?1 AND delivered_at IS NULL AND dead = 0",
+            )
             .db()?
-            .execute([id]),
+            .execute(params![id, at.as_millis()])
+            .db()?;
+            let before = at.as_millis() - crate::DELIVERED_KEPT.as_millis_i64();
+            conn.prepare_cached(
+                "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries \
+                 INDEXED BY deliveries_delivered WHERE delivered_at < ?1 LIMIT 16)",
+            )
+            .db()?
+            .execute([before])
+        }
         DeliveryOutcome::Retry {
             next_attempt_at,
             error,
         } => conn
             .prepare_cached(
                 "UPDATE deliveries SET attempts = attempts + 1, next_attempt_at = ?2, \
-                 last_error = ?3 WHERE id = ?1",
+                 last_error = ?3 WHERE id = ?1 AND delivered_at IS NULL",
             )
             .db()?
             .execute(params![id, next_attempt_at.as_millis(), error]),
         DeliveryOutcome::GiveUp { error } => conn
             .prepare_cached(
                 "UPDATE deliveries SET attempts = attempts + 1, dead = 1, last_error = ?2 \
-                 WHERE id = ?1",
+                 WHERE id = ?1 AND delivered_at IS NULL",
             )
             .db()?
             .execute(params![id, error]),
@@ -761,11 +783,35 @@ pub(super) fn delivery_update(conn: &Connection, id: i64, outcome: &DeliveryOutc
     Ok(())
 }
 
+/// The newest `limit` alert deliveries, whatever became of them.
+pub(super) fn alerts_recent(conn: &Connection, limit: usize) -> Result<Vec<DeliveryRecord>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, kind, job_id, url, idempotency_key, body, attempts, created_at, \
+             next_attempt_at, last_error, delivered_at, dead FROM deliveries \
+             INDEXED BY deliveries_kind WHERE kind = 'alert' ORDER BY id DESC LIMIT ?1",
+        )
+        .db()?;
+    let mut rows = stmt.query([limit_param(limit)]).db()?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().db()? {
+        let delivered_at: Option<i64> = row.get(10).db()?;
+        let dead: i64 = row.get(11).db()?;
+        out.push(DeliveryRecord {
+            delivery: delivery_from_row(row)?,
+            delivered_at: delivered_at.map(Timestamp::from_millis),
+            dead: dead != 0,
+        });
+    }
+    Ok(out)
+}
+
 /// Deliveries waiting (live) and given up (dead).
 pub(super) fn deliveries_counts(conn: &Connection) -> Result<DeliveryCounts> {
     let (waiting, dead): (i64, i64) = conn
         .prepare_cached(
-            "SELECT COALESCE(SUM(dead = 0), 0), COALESCE(SUM(dead <> 0), 0) FROM deliveries",
+            "SELECT COALESCE(SUM(dead = 0), 0), COALESCE(SUM(dead <> 0), 0) FROM deliveries \
+             WHERE delivered_at IS NULL",
         )
         .db()?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
