@@ -37,9 +37,12 @@ pub struct Settings {
     pub concurrency: usize,
     pub breaker: BreakerSettings,
     pub signer: Option<Signer>,
-    /// How often to look for ready HTTP steps that no wake-up announced (other nodes' work
-    /// without store signals, retries whose backoff ended, breakers whose cool-down ended).
+    /// How often to look for ready HTTP steps that no wake-up announced (breakers whose
+    /// cool-down ended, rate-limited hosts, a missed signal) while HTTP work was seen lately.
     pub poll: Span,
+    /// How often to look when no HTTP work was seen for a while: a node of a cluster that has
+    /// no HTTP targets pays one `agents_ready_now` per this.
+    pub poll_idle: Span,
     /// How long in-flight requests may finish after shutdown before they are dropped (their
     /// leases then expire and are healed like any agent's).
     pub grace: Span,
@@ -58,6 +61,7 @@ impl Settings {
                 .as_deref()
                 .and_then(|s| Signer::new(s).ok()),
             poll: Span::from_secs(1),
+            poll_idle: Span::from_secs(30),
             grace: Span::from_secs(10),
         }
     }
@@ -101,13 +105,28 @@ impl Pusher {
         let this = Arc::new(self);
         let mut tasks = JoinSet::new();
         let mut next_scan = Instant::now();
+        let idle_after = this.settings.poll_idle.as_std();
+        let mut last_work: Option<Instant> = None;
         loop {
             let scan = Instant::now() >= next_scan;
-            if scan {
-                next_scan = Instant::now() + this.settings.poll.as_std();
+            match this.claim_round(scan, &mut tasks).await {
+                Ok(true) => {
+                    // Work is about: look every `poll` from now on (a breaker's cool-down or a
+                    // rate limit may hold some of it), not only when the idle scan comes.
+                    last_work = Some(Instant::now());
+                    next_scan = next_scan.min(Instant::now() + this.settings.poll.as_std());
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "http targets: cannot claim; will retry"),
             }
-            if let Err(e) = this.claim_round(scan, &mut tasks).await {
-                tracing::warn!(error = %e, "http targets: cannot claim; will retry");
+            if scan {
+                let busy = last_work.is_some_and(|t| t.elapsed() < idle_after);
+                let poll = if busy {
+                    this.settings.poll
+                } else {
+                    this.settings.poll_idle
+                };
+                next_scan = Instant::now() + poll.as_std();
             }
             while tasks.try_join_next().is_some() {}
             tokio::select! {
@@ -130,12 +149,12 @@ impl Pusher {
     }
 
     /// Claims what it can for the HTTP agent names that have ready work: those woken since the
-    /// last round, and on `scan` every one the store knows of.
+    /// last round, and on `scan` every one the store knows of. Answers whether there were any.
     async fn claim_round(
         self: &Arc<Self>,
         scan: bool,
         tasks: &mut JoinSet<()>,
-    ) -> Result<(), overseer_store::Error> {
+    ) -> Result<bool, overseer_store::Error> {
         let mut names: BTreeSet<String> = self.app.notifier().take_push_names();
         if scan {
             let ready = self.app.store().agents_ready_now(self.app.now()).await?;
@@ -146,6 +165,7 @@ impl Pusher {
                     .filter(|a| a.starts_with(push::AGENT_PREFIX)),
             );
         }
+        let any = !names.is_empty();
         for agent in names {
             let free = self.slots.available_permits();
             if free == 0 {
@@ -159,7 +179,7 @@ impl Pusher {
                 self.app.notifier().wake_agent(&agent);
             }
         }
-        Ok(())
+        Ok(any)
     }
 
     /// Claims up to `free` leases of one host and starts their requests. Returns whether it got
