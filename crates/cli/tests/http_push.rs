@@ -719,3 +719,82 @@ async fn shutdown_lets_a_request_in_flight_finish_and_report() {
     );
     assert_eq!(target.seen("/deploy").len(), 1);
 }
+
+// Proves HTTP steps on a cluster: two nodes on one PostgreSQL database both run the push agent;
+// the node whose request is in flight is killed (SIGKILL), and the other node leases the step
+// again once its lease expires (taking over as leader if needed) and calls the target with the
+// same idempotency key; ten more jobs then run exactly once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_another_node_heals_a_killed_nodes_request() {
+    let (target, port) = Target::start().await;
+    target.plan("/slow", &[Reply::Hang(Duration::from_secs(60), json!({}))]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = overseer_store::pgtest::PgCluster::shared().database().await;
+    let config = dir.path().join("overseer.toml");
+    std::fs::write(
+        &config,
+        format!("outbound_allow = [\"127.0.0.1\"]\nleader_ttl = \"2s\"\nwebhook_secret = \"{SECRET}\"\n"),
+    )
+    .unwrap();
+    let mut nodes: Vec<Server> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let node_dir = dir.path().join(n);
+            std::fs::create_dir_all(&node_dir).unwrap();
+            Server::start_with_db(&node_dir, db.url(), &["--config", config.to_str().unwrap()])
+        })
+        .collect();
+    let api = nodes[0].api();
+    let id = api
+        .submit(&json!({"steps": [{"name": "s", "timeout": "2s",
+            "http": {"url": format!("http://127.0.0.1:{port}/slow")}}]}))
+        .await;
+    wait_for("the first request", || {
+        let t = target.clone();
+        async move { (!t.seen("/slow").is_empty()).then_some(()) }
+    })
+    .await;
+    let worker = step(&api.job(&id).await, "s")["worker"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let holder = nodes
+        .iter()
+        .position(|n| worker.ends_with(&format!(":{}/http", n.port)))
+        .unwrap_or_else(|| panic!("no node made the request: {worker}"));
+    nodes[holder].kill();
+    let other = nodes[1 - holder].api();
+    let job = other.wait_terminal(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let seen = target.seen("/slow");
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(
+        seen[0].header("idempotency-key"),
+        seen[1].header("idempotency-key")
+    );
+    assert_eq!(seen[1].header("overseer-attempt"), "2");
+    let healer = step(&job, "s")["worker"].as_str().unwrap().to_string();
+    assert_ne!(healer, worker, "the other node ran attempt 2");
+
+    let url = format!("http://127.0.0.1:{port}/each");
+    let specs: Vec<Value> = (0..10)
+        .map(|i| json!({"steps": [{"name": format!("s{i}"), "http": {"url": url}}]}))
+        .collect();
+    let (status, batch) = other
+        .post("/v1/jobs:batch", &json!({ "jobs": specs }))
+        .await;
+    assert_eq!(status, 202, "{batch}");
+    for job in batch["jobs"].as_array().unwrap() {
+        let done = other.wait_terminal(job["id"].as_str().unwrap()).await;
+        assert_eq!(done["state"], "succeeded", "{done}");
+    }
+    let mut keys: Vec<String> = target
+        .seen("/each")
+        .iter()
+        .map(|s| s.header("idempotency-key"))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(target.seen("/each").len(), 10, "each step called once");
+    assert_eq!(keys.len(), 10);
+}
