@@ -515,6 +515,11 @@ async fn internal_targets_are_refused_unless_allowed() {
         (400, Some("agent")),
         "{problem}"
     );
+    let schedule = json!({"name": "nightly", "cron": "0 3 * * *",
+        "job": {"steps": [{"name": "s", "http": {"url": url}}]}});
+    let (status, problem) = api.post("/v1/schedules", &schedule).await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["field"], "job.steps[0].http.url", "{problem}");
     let id = api
         .submit(&json!({"steps": [{"name": "s", "max_attempts": 1,
             "http": {"url": format!("http://localhost:{port}/x")}}]}))
@@ -797,4 +802,33 @@ async fn on_a_cluster_another_node_heals_a_killed_nodes_request() {
     keys.dedup();
     assert_eq!(target.seen("/each").len(), 10, "each step called once");
     assert_eq!(keys.len(), 10);
+}
+
+// Proves the guard is applied at every attempt, not only at submit: a job accepted while
+// 127.0.0.1 was allowed, and due after a restart without that allowance, is refused before any
+// request is sent (the step fails for good, naming why) and the target sees nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_is_applied_when_calling_not_only_at_submit() {
+    let (target, port) = Target::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = server(dir.path(), "");
+    let api = server.api();
+    let run_at = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let id = api
+        .submit(
+            &json!({"run_at": run_at.to_rfc3339(), "steps": [{"name": "s",
+            "http": {"url": format!("http://127.0.0.1:{port}/later")}}]}),
+        )
+        .await;
+    std::fs::write(dir.path().join("overseer.toml"), "").unwrap();
+    server.restart();
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    let s = step(&job, "s");
+    assert_eq!(s["attempt"], 1, "a refusal is not retried: {s}");
+    assert!(
+        s["last_error"].as_str().unwrap().contains("outbound_allow"),
+        "{s}"
+    );
+    assert!(target.seen("/later").is_empty());
 }

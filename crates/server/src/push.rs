@@ -82,7 +82,7 @@ struct Outcome {
     result: serde_json::Value,
     error: String,
     retry_after: Option<Span>,
-    /// `success`, `accepted`, `fatal`, `retryable`, `timeout` or `error`.
+    /// `success`, `accepted`, `fatal`, `retryable`, `timeout`, `error` or `refused`.
     label: &'static str,
 }
 
@@ -271,9 +271,12 @@ impl Pusher {
             outcome.verdict,
             Verdict::Success | Verdict::Accepted | Verdict::Fatal
         );
-        self.breaker(&work.lease.agent, |b, now| {
-            b.record(healthy, now, &self.settings.breaker)
-        });
+        if outcome.label != "refused" {
+            // A refusal by the outbound policy says nothing about the host.
+            self.breaker(&work.lease.agent, |b, now| {
+                b.record(healthy, now, &self.settings.breaker)
+            });
+        }
         self.app
             .metrics()
             .http_requests
@@ -296,6 +299,13 @@ impl Pusher {
     /// Sends the request and maps the answer; the request is cut at its timeout or just before
     /// the lease's deadline, whichever comes first.
     async fn call(&self, work: &Work) -> Outcome {
+        let target = &work.target;
+        let what = format!("{} {}", target.method.as_str(), target.url);
+        // IP literals never reach the filtering resolver: judge them here, every time (the
+        // allow list may have changed since the job was accepted).
+        if let Err(refused) = self.app.outbound().check_url(&target.url) {
+            return failure(Verdict::Fatal, format!("{what}: {refused}"), "refused");
+        }
         let budget = work.request_budget();
         let request = self.request(work);
         let answer = tokio::time::timeout(budget, async {
@@ -310,8 +320,6 @@ impl Pusher {
             Ok::<_, reqwest::Error>((status, retry_after, body))
         })
         .await;
-        let target = &work.target;
-        let what = format!("{} {}", target.method.as_str(), target.url);
         match answer {
             Err(_) => failure(
                 Verdict::Retryable,
