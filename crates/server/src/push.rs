@@ -256,7 +256,7 @@ impl Pusher {
                 })
                 .set(i64::from(breaker.is_open()));
             tracing::warn!(
-                target = agent,
+                host = agent,
                 open = breaker.is_open(),
                 "http target circuit breaker"
             );
