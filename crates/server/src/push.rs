@@ -550,3 +550,41 @@ fn causes(e: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves how an answer's body becomes the result or the error: JSON as sent, an empty body
+    // as null, other text as a string, a body over the limit fails a success for good; errors
+    // name the request and status (and say redirects are not followed), and `Retry-After` is
+    // kept only for retryable answers.
+    #[test]
+    fn answers_become_results_and_errors() {
+        let what = "POST https://b/c";
+        let ok = |body: &[u8]| answer_outcome(what, 200, None, Ok(body.to_vec()), false);
+        assert_eq!(ok(b"{\"a\":1}").result, serde_json::json!({"a": 1}));
+        assert_eq!(ok(b"").result, serde_json::Value::Null);
+        assert_eq!(ok(b"done").result, serde_json::json!("done"));
+        let big = answer_outcome(what, 200, None, Err(10), false);
+        assert_eq!((big.verdict, big.label), (Verdict::Fatal, "fatal"));
+        assert!(big.error.contains("result limit"), "{}", big.error);
+        let wait = Some(Span::from_secs(3));
+        let busy = answer_outcome(what, 503, wait, Ok(b"later".to_vec()), false);
+        assert_eq!((busy.verdict, busy.retry_after), (Verdict::Retryable, wait));
+        assert_eq!(busy.error, "POST https://b/c answered 503: later");
+        let bad = answer_outcome(what, 400, wait, Ok(Vec::new()), false);
+        assert_eq!((bad.verdict, bad.retry_after), (Verdict::Fatal, None));
+        let moved = answer_outcome(what, 302, None, Ok(Vec::new()), false);
+        assert!(
+            moved.error.contains("redirects are not followed"),
+            "{}",
+            moved.error
+        );
+        let taken = answer_outcome(what, 202, None, Ok(Vec::new()), true);
+        assert_eq!(
+            (taken.verdict, taken.label),
+            (Verdict::Accepted, "accepted")
+        );
+    }
+}
