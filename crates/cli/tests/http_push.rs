@@ -357,6 +357,11 @@ async fn a_client_error_fails_for_good_and_compensates() {
     let undo = target.seen("/release");
     assert_eq!(undo.len(), 1);
     assert_eq!(undo[0].header("overseer-kind"), "compensate");
+    assert_eq!(
+        undo[0].header("idempotency-key"),
+        format!("{id}/reserve/compensate")
+    );
+    assert!(verifies(&undo[0]), "the undo request is signed");
     assert_eq!(undo[0].json()["payload"], json!({"undo": true}));
     assert_eq!(undo[0].json()["inputs"]["reserve"], json!({"attempt": "1"}));
     assert_eq!(
