@@ -395,7 +395,7 @@ async fn a_silent_target_times_out_and_its_late_answer_is_ignored() {
     let seen = target.seen("/slow");
     let cut_after = seen[1].at - seen[0].at;
     assert!(
-        cut_after < Duration::from_millis(2_500),
+        cut_after < Duration::from_millis(2_900),
         "the first request was cut at its timeout, not answered: {cut_after:?}"
     );
     // Past the moment the first request would have answered, the job is unchanged.
