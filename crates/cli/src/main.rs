@@ -153,6 +153,13 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Print the key deliveries are signed with, when the server generated it (admin).
+    WebhookSecret {
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Ask for a job to be cancelled.
     Cancel {
         job: String,
@@ -187,6 +194,24 @@ enum Cmd {
         /// Resume this paused agent name instead of a job.
         #[arg(long, conflicts_with = "job")]
         agent: Option<String>,
+        #[command(flatten)]
+        action: client_cmd::Action,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Move a pending job (`--at TIME|now` or `--in 10m`) and/or set a job's priority
+    /// (`--priority N`, pending or running jobs).
+    Reschedule {
+        job: String,
+        /// When the job may start: an RFC 3339 time, or `now`.
+        #[arg(long, conflicts_with = "in_")]
+        at: Option<String>,
+        /// When the job may start, from now: `90s`, `10m`, `2h`.
+        #[arg(long = "in")]
+        in_: Option<String>,
+        /// The job's new priority (higher is claimed first).
+        #[arg(long, allow_hyphen_values = true)]
+        priority: Option<i32>,
         #[command(flatten)]
         action: client_cmd::Action,
         #[command(flatten)]
@@ -275,6 +300,9 @@ fn main() -> ExitCode {
                 output,
                 remote,
             } => tokens_cmd::run(&remote, command, output).await,
+            Cmd::WebhookSecret { output, remote } => {
+                tokens_cmd::webhook_secret(&remote, output).await
+            }
             Cmd::Cancel {
                 job,
                 output,
@@ -305,6 +333,17 @@ fn main() -> ExitCode {
             } => {
                 let job = job.unwrap_or_default();
                 client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await
+            }
+            Cmd::Reschedule {
+                job,
+                at,
+                in_,
+                priority,
+                action,
+                remote,
+            } => {
+                let when = client_cmd::When { at, in_ };
+                client_cmd::reschedule(&remote, &job, when, priority, action).await
             }
             Cmd::Schedules {
                 command,

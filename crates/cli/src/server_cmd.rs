@@ -65,6 +65,15 @@ pub struct ServerArgs {
     /// The key deliveries are signed with (`whsec_` + base64); prefer the environment variable.
     #[arg(long, env = "OVERSEER_WEBHOOK_SECRET", hide_env_values = true)]
     webhook_secret: Option<String>,
+    /// More keys that sign every delivery too (rotation: the new key here and the old one, or
+    /// the other way round); comma-separated.
+    #[arg(
+        long,
+        env = "OVERSEER_WEBHOOK_SECRETS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    webhook_secrets: Vec<String>,
     /// HTTP connections open at once at most (default 10000).
     #[arg(long, env = "OVERSEER_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
@@ -132,6 +141,9 @@ pub fn build_config(args: &ServerArgs) -> anyhow::Result<Config> {
     }
     if let Some(secret) = &args.webhook_secret {
         config.webhook_secret = Some(secret.clone());
+    }
+    if !args.webhook_secrets.is_empty() {
+        config.webhook_secrets = args.webhook_secrets.clone();
     }
     if let Some(n) = args.max_connections {
         config.max_connections = n;

@@ -1,5 +1,6 @@
 //! `overseer tokens create|list|revoke`: API tokens, through the API (an admin token), or with
 //! `--bootstrap` straight into the store, for the first admin token before any exists.
+//! Also `overseer webhook-secret`: the webhook key the server generated, for admins.
 
 use std::process::ExitCode;
 
@@ -140,4 +141,20 @@ async fn bootstrap_token(db: &str, req: &CreateToken) -> anyhow::Result<Value> {
     let mut shown = serde_json::to_value(TokenView::from(&record))?;
     shown["secret"] = Value::String(secret);
     Ok(shown)
+}
+
+/// `overseer webhook-secret`: the generated webhook key on stdout (nothing else there, so it
+/// can be piped into a receiver's configuration); a configured key is never shown.
+pub async fn webhook_secret(remote: &Remote, output: Output) -> anyhow::Result<ExitCode> {
+    let client = crate::client_cmd::connect(remote)?;
+    let shown = client.webhook_secret().await?;
+    match (output, shown["secret"].as_str()) {
+        (Output::Json, _) => outln!("{}", serde_json::to_string_pretty(&shown)?),
+        (Output::Human, Some(secret)) => outln!("{secret}"),
+        (Output::Human, None) => eprintln!(
+            "the webhook key is configured (webhook_secret / webhook_secrets): the server does \
+             not return it"
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
 }

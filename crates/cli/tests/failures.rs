@@ -534,3 +534,100 @@ async fn callbacks_to_internal_addresses_are_refused() {
         "nothing reached the receiver"
     );
 }
+
+/// Two more webhook keys for the rotation test (base64 of 32 bytes each).
+const NEW_KEY: &str = "whsec_bmV3LWtleS1uZXcta2V5LW5ldy1rZXktbmV3LWtleSE=";
+const OTHER_KEY: &str = "whsec_b3RoZXIta2V5LW90aGVyLWtleS1vdGhlci1rZXkhISE=";
+
+/// Submits a one-step job with a callback to the receiver on `port`, runs it with an agent on
+/// `agent_server`, and returns the callback's headers and raw body once it arrived.
+async fn one_callback(submit_to: &Server, agent_server: &Server, port: u16) -> Raw {
+    let got = Received::default();
+    let signed = Signed::default();
+    tokio::spawn(receive(port, got, signed.clone()));
+    let _agent = Agent::start(agent_server, "quick", "cat >/dev/null; echo '{}'");
+    let id = submit_to
+        .api()
+        .submit(
+            &json!({"callback_url": format!("http://127.0.0.1:{port}/callback"),
+                        "steps": [{"name": "x", "agent": "quick"}]}),
+        )
+        .await;
+    assert_eq!(
+        submit_to.api().wait_terminal(&id).await["state"],
+        "succeeded"
+    );
+    wait_for("the callback", || {
+        let signed = signed.clone();
+        async move { signed.0.lock().unwrap().first().cloned() }
+    })
+    .await
+}
+
+// Proves webhook key rotation: with `webhook_secrets = [new, old]` every delivery carries two
+// signatures, and the README's recipe accepts it with either key (not with a third); the API
+// never returns a configured key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_keys_rotate_with_two_signatures() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = dir.path().join("overseer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "outbound_allow = [\"127.0.0.1\"]\nwebhook_secrets = [\"{NEW_KEY}\", \"{WEBHOOK_SECRET}\"]\n"
+        ),
+    )
+    .unwrap();
+    let server = Server::start_with(dir.path(), &["--config", config.to_str().unwrap()]);
+    let (headers, body) = one_callback(&server, &server, port).await;
+    let signatures = headers["webhook-signature"].to_str().unwrap();
+    assert_eq!(signatures.split(' ').count(), 2, "{signatures}");
+    assert!(verifies(&headers, &body, NEW_KEY), "the new key verifies");
+    assert!(
+        verifies(&headers, &body, WEBHOOK_SECRET),
+        "the old key verifies"
+    );
+    assert!(
+        !verifies(&headers, &body, OTHER_KEY),
+        "another key does not"
+    );
+    let (status, shown) = server.api().get("/v1/settings/webhook-secret").await;
+    assert_eq!(status, 200);
+    assert_eq!(shown, json!({"source": "configured", "secret": null}));
+}
+
+// Proves the generated key: two nodes on one PostgreSQL database with no key configured sign
+// with the same generated 256-bit key, which `GET /v1/settings/webhook-secret` and `overseer
+// webhook-secret` show on either node; a delivery made by one node verifies with it, and
+// neither node's log holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_webhook_key_is_shared_by_the_cluster() {
+    let db = overseer_store::pgtest::PgCluster::shared()
+        .fresh_database()
+        .await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let flags = ["--outbound-allow", "127.0.0.1"];
+    let a = Server::start_with_db(dir_a.path(), &db, &flags);
+    let b = Server::start_with_db(dir_b.path(), &db, &flags);
+    let (_, shown_a) = a.api().get("/v1/settings/webhook-secret").await;
+    let (_, shown_b) = b.api().get("/v1/settings/webhook-secret").await;
+    assert_eq!(shown_a["source"], "generated", "{shown_a}");
+    assert_eq!(shown_a, shown_b, "both nodes use one key");
+    let secret = shown_a["secret"].as_str().unwrap().to_string();
+    let key = secret.strip_prefix("whsec_").expect("whsec_ prefix");
+    assert_eq!(key.len(), 44, "base64 of 32 bytes: {secret}");
+    let cli = std::process::Command::new(BIN)
+        .args(["webhook-secret", "--server", &b.url])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cli.stdout).trim(), secret);
+    let (headers, body) = one_callback(&b, &a, free_port()).await;
+    assert!(verifies(&headers, &body, &secret), "{headers:?}");
+    assert!(!verifies(&headers, &body, WEBHOOK_SECRET));
+    for node in [&a, &b] {
+        let logs = node.logs();
+        assert!(logs.contains("generated webhook secret"), "{logs}");
+        assert!(!logs.contains(key), "the key leaked into a log");
+    }
+}

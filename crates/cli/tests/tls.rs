@@ -203,3 +203,50 @@ async fn faktory_over_tls() {
         "{listed}"
     );
 }
+
+// Proves the Faktory Python client works over TLS: scripts/test-faktory-python-tls.sh installs
+// the published `faktory` package (pinned) into a venv and runs a producer and a worker against
+// `--faktory-listen` with `--tls-cert/--tls-key` over tcp+tls://, once as published (encrypted,
+// the package checks no certificate) and once with the certificate verified against the CA
+// file; a CA that did not sign the certificate is refused. Both jobs must end succeeded here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faktory_python_client_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let other = tempfile::tempdir().unwrap();
+    let (wrong_ca, _) = self_signed(other.path());
+    let faktory = format!("127.0.0.1:{}", free_port());
+    let tls = ["--tls-cert", &cert, "--tls-key", &key];
+    let server = Server::start_with(
+        dir.path(),
+        &[&tls[..], &["--faktory-listen", &faktory]].concat(),
+    );
+    let out = Command::new("bash")
+        .arg(workspace_root().join("scripts/test-faktory-python-tls.sh"))
+        .env("FAKTORY_URL", format!("tcp+tls://{faktory}"))
+        .env("FAKTORY_CA", &cert)
+        .env("FAKTORY_WRONG_CA", &wrong_ca)
+        .output()
+        .expect("run scripts/test-faktory-python-tls.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the Python client failed (see above)");
+    assert!(stdout.contains("wrong CA: refused"), "{stdout}");
+    let https = server.url.replace("http://", "https://");
+    let mut jids = vec!["py-tls-verified-0001"];
+    if stdout.contains("stock (encrypted") {
+        jids.push("py-tls-stock-0001");
+    }
+    for jid in jids {
+        let out = Command::new(BIN)
+            .args(["jobs", "--label", &format!("faktory_jid:{jid}")])
+            .args(["--output", "json", "--server", &https, "--ca-cert", &cert])
+            .output()
+            .unwrap();
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        let jobs = listed["jobs"].as_array().expect("a job list");
+        assert_eq!(jobs.len(), 1, "{jid}: {listed}");
+        assert_eq!(jobs[0]["state"], "succeeded", "{jid}: {listed}");
+    }
+}

@@ -11,12 +11,16 @@
 //! `compensate` action, in reverse dependency order, each undo being its own leased, fenced and
 //! retried unit of work. A cancel compensates the same way once no step is running.
 //!
+//! An operator may move a job (`Reschedule`): its `run_at` while it is pending, its priority
+//! until it finishes. Neither is a state change of its own; a move of `run_at` to now starts an
+//! unkeyed job at once (the job moves from pending to running).
+//!
 //! ```mermaid
 //! stateDiagram-v2
 //!     state "Job" as job {
 //!         [*] --> pending: submit (run_at ahead)
 //!         [*] --> running: submit
-//!         pending --> running: run_at reached
+//!         pending --> running: run_at reached (or rescheduled to now)
 //!         pending --> cancelled: cancel
 //!         running --> succeeded: every step succeeded or skipped
 //!         running --> failed: a step failed for good (fail, or compensate with nothing to undo)
@@ -152,6 +156,15 @@ pub enum Command {
     /// The supervisor re-derives what the job's steps call for (ready dependants, the job's own
     /// state), healing a job left inconsistent by a fault. A no-op on a consistent job.
     Repair,
+    /// An operator moves a job: a new `run_at` (only while it is pending) and/or a new priority
+    /// (while it is not finished). A pending job without an ordering key whose new `run_at` has
+    /// come starts at once; a keyed one still waits for its turn in its key.
+    Reschedule {
+        run_at: Option<Timestamp>,
+        priority: Option<i32>,
+        by: Option<String>,
+        reason: Option<String>,
+    },
 }
 
 impl Command {
@@ -168,6 +181,7 @@ impl Command {
             Command::Skip { .. } => "skip",
             Command::Resume { .. } => "resume",
             Command::Repair => "repair",
+            Command::Reschedule { .. } => "reschedule",
         }
     }
 }
@@ -178,7 +192,7 @@ pub enum Rejection {
     /// The report's attempt is not the step's live lease (expired, superseded, or settled).
     #[error("lease is no longer live: {reason}")]
     LeaseLost { reason: String },
-    /// The job is already finished; there is nothing to cancel.
+    /// The job is already finished; there is nothing to cancel or move.
     #[error("job is already {state}")]
     JobTerminal { state: JobState },
     /// An operator action that does not fit the job or step as they are.
@@ -219,6 +233,8 @@ pub enum Effect {
     ReadyAt { agent: String, at: Timestamp },
     /// The job reached a terminal state: wake its waiters.
     Finished { state: JobState },
+    /// A pending job becomes due at `at` (it was rescheduled): the supervisor must look no later.
+    Due { at: Timestamp },
     /// Something needs a human's attention. Backends record it durably for delivery.
     Alert {
         kind: &'static str,
@@ -514,6 +530,15 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             w.unblock(unwinding);
             Reply::Done
         }
+        Command::Reschedule {
+            run_at,
+            priority,
+            by,
+            reason,
+        } => {
+            w.reschedule(run_at, priority, json!({ "by": by, "reason": reason }))?;
+            Reply::Done
+        }
         Command::Repair => {
             let before = w.events.len();
             w.promote();
@@ -690,6 +715,51 @@ impl Work {
         self.event("job_started", None, None, None);
         self.promote();
         self.settle();
+    }
+
+    /// Moves the job's `run_at` and/or priority (see [`Command::Reschedule`]). Recorded as one
+    /// `job_rescheduled` event with what changed, from and to; changing nothing records nothing.
+    fn reschedule(
+        &mut self,
+        run_at: Option<Timestamp>,
+        priority: Option<i32>,
+        mut detail: Value,
+    ) -> Result<(), Rejection> {
+        let state = self.job.state;
+        if state.is_terminal() {
+            return Err(Rejection::JobTerminal { state });
+        }
+        if run_at.is_some() && state != JobState::Pending {
+            return Err(Rejection::NotAllowed {
+                reason: format!("the job is {state}; only a pending job's run_at can be changed"),
+            });
+        }
+        let new_run_at = run_at.filter(|&t| Some(t) != self.job.run_at);
+        let new_priority = priority.filter(|&p| p != self.job.priority);
+        if new_run_at.is_none() && new_priority.is_none() {
+            return Ok(());
+        }
+        if let Some(t) = new_run_at {
+            detail["run_at"] = json!({ "from": self.job.run_at, "to": t });
+            self.job.run_at = Some(t);
+        }
+        if let Some(p) = new_priority {
+            detail["priority"] = json!({ "from": self.job.priority, "to": p });
+            self.job.priority = p;
+        }
+        self.event("job_rescheduled", None, None, Some(detail));
+        if let Some(t) = new_run_at {
+            // A keyed job starts only when it heads its key, which the store decides: the
+            // supervisor looks at the new time (at once when it has come).
+            if t <= self.now && self.job.ordering_key.is_none() {
+                self.start();
+            } else {
+                self.effects.push(Effect::Due {
+                    at: t.max(self.now),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Makes every waiting step whose dependencies are all done ready, if the job still runs.

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use overseer_core::machine::{admit, Reply as CoreReply};
 use overseer_core::{Command, Job, JobId, JobState, Timestamp};
-use overseer_store::{Claim, Claimed, JobQuery, NewJob, Submitted};
+use overseer_store::{
+    Apply, Claim, Claimed, JobQuery, NewJob, Removal, Replacement, SettingsUpdate, Submitted,
+};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -591,7 +593,11 @@ impl Connection {
     async fn apply(&self, held: &Held, command: Command) -> overseer_store::Result<bool> {
         let app = self.fk.app();
         let name = command.name();
-        match app.store().job_apply(held.job_id, command, app.now()).await {
+        match app
+            .store()
+            .job_apply(Apply::new(held.job_id, command, app.now()))
+            .await
+        {
             Ok(t) => {
                 app.committed(&t);
                 if let Some(s) = t.job.steps.get(held.step) {
@@ -653,10 +659,10 @@ impl Connection {
             .into_iter()
             .map(|q| (q, json!(0)))
             .collect();
-        for (agent, n) in &ready {
-            queues.insert(agent.clone(), json!(n));
+        for r in &ready {
+            queues.insert(r.agent.clone(), json!(r.ready));
         }
-        let total: u64 = ready.iter().map(|(_, n)| n).sum();
+        let total: u64 = ready.iter().map(|r| r.ready).sum();
         let st = self.fk.stats();
         let day_secs = now.as_millis().div_euclid(1000).rem_euclid(86_400);
         let utc = format!(
@@ -734,7 +740,7 @@ impl Connection {
                 .agent_settings_list()
                 .await?
                 .into_iter()
-                .map(|(a, _)| a),
+                .map(|limits| limits.agent),
         );
         all.sort();
         all.dedup();
@@ -748,7 +754,11 @@ impl Connection {
             if settings.paused != paused {
                 settings.paused = paused;
                 app.store()
-                    .agent_settings_put(name, settings, app.now())
+                    .agent_settings_put(SettingsUpdate {
+                        agent: name.to_string(),
+                        settings,
+                        now: app.now(),
+                    })
                     .await?;
                 tracing::info!(queue = name, paused, "faktory queue pause changed");
             }
@@ -774,7 +784,10 @@ impl Connection {
                 .collect();
             let deleted = app
                 .store()
-                .jobs_delete(ids, vec![JobState::Running])
+                .jobs_delete(Removal {
+                    ids,
+                    states: vec![JobState::Running],
+                })
                 .await?;
             self.fk.queue_forget(name);
             tracing::info!(queue = name, jobs = deleted.len(), "faktory queue removed");
@@ -892,7 +905,10 @@ impl Connection {
                 self.fk
                     .app()
                     .store()
-                    .jobs_delete(ids, set.states())
+                    .jobs_delete(Removal {
+                        ids,
+                        states: set.states(),
+                    })
                     .await
                     .map(|d| d.len())
             }
@@ -968,7 +984,15 @@ impl Connection {
             let new = NewJob {
                 transition: admit(record, now),
             };
-            if let Some(t) = app.store().job_replace(old.id, set.states(), new).await? {
+            if let Some(t) = app
+                .store()
+                .job_replace(Replacement {
+                    old: old.id,
+                    states: set.states(),
+                    new,
+                })
+                .await?
+            {
                 app.committed(&t);
                 self.fk.forget_failure(&jid);
                 self.fk.queue_known(&t.job.steps[0].agent);
@@ -1030,7 +1054,11 @@ impl Connection {
 
     async fn cancel(&self, id: JobId) -> overseer_store::Result<()> {
         let app = self.fk.app();
-        match app.store().job_apply(id, Command::Cancel, app.now()).await {
+        match app
+            .store()
+            .job_apply(Apply::new(id, Command::Cancel, app.now()))
+            .await
+        {
             Ok(t) => {
                 app.committed(&t);
                 Ok(())

@@ -140,9 +140,10 @@ pub fn need_of(method: &Method, path: &str, agent: Option<&str>) -> Need {
         }
         "/v1/agents/{agent}/leases" => Need::Agent(agent.map(str::to_string)),
         p if p.starts_with("/v1/leases") => Need::Agent(None),
-        p if p.starts_with("/v1/tokens") => Need::Admin,
+        p if p.starts_with("/v1/tokens") || p.starts_with("/v1/settings") => Need::Admin,
         _ if read => Need::Read,
-        "/v1/jobs/{id}/cancel"
+        "/v1/jobs/{id}"
+        | "/v1/jobs/{id}/cancel"
         | "/v1/jobs/{id}/resume"
         | "/v1/jobs/{id}/steps/{name}/retry"
         | "/v1/jobs/{id}/steps/{name}/skip"
@@ -267,6 +268,12 @@ mod tests {
             ),
             (Method::GET, "/v1/agents/{agent}/limits", None, Need::Read),
             (Method::GET, "/v1/tokens", None, Need::Admin),
+            (
+                Method::GET,
+                "/v1/settings/webhook-secret",
+                None,
+                Need::Admin,
+            ),
             (Method::DELETE, "/v1/schedules/{name}", None, Need::Operate),
             (Method::POST, "/v1/something-new", None, Need::Admin),
         ];

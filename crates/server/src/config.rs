@@ -58,9 +58,13 @@ pub struct Config {
     /// webhooks may reach; everything internal is refused otherwise.
     pub outbound_allow: Vec<String>,
     /// The key deliveries are signed with: `whsec_` and base64 (24+ bytes). Every node of a
-    /// cluster needs the same one. Unset: deliveries go unsigned (a warning at start). Never
-    /// logged or returned.
+    /// cluster needs the same one. With neither this nor `webhook_secrets`, the server generates
+    /// a key once and keeps it in the store (an admin reads it with `overseer webhook-secret`).
+    /// Never logged; a configured key is never returned.
     pub webhook_secret: Option<String>,
+    /// More keys, each signing every delivery too (after `webhook_secret`): how a key is rotated
+    /// (`["whsec_new", "whsec_old"]`, then drop the old one once receivers moved).
+    pub webhook_secrets: Vec<String>,
     /// HTTP connections open at once at most; more are closed as they arrive.
     pub max_connections: usize,
     /// How long a client may take to send a request's headers (slow clients are cut off).
@@ -100,6 +104,7 @@ impl Default for Config {
             tls_key: None,
             outbound_allow: Vec::new(),
             webhook_secret: None,
+            webhook_secrets: Vec::new(),
             max_connections: 10_000,
             header_read_timeout: Span::from_secs(10),
             http_concurrency: 64,
@@ -136,6 +141,18 @@ impl Config {
         }
     }
 
+    /// The configured webhook keys, `webhook_secret` first, each once; empty: the server uses
+    /// the one it generated and stored.
+    pub fn configured_webhook_secrets(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.webhook_secret.iter().cloned().collect();
+        for s in &self.webhook_secrets {
+            if !all.contains(s) {
+                all.push(s.clone());
+            }
+        }
+        all
+    }
+
     pub fn validate(&self) -> Result<(), Error> {
         if self.auth == crate::auth::Mode::Off && !self.listen.ip().is_loopback() {
             return Err(invalid(
@@ -148,6 +165,10 @@ impl Config {
             .map_err(|m| invalid("outbound_allow", m))?;
         if let Some(secret) = &self.webhook_secret {
             crate::outbound::Signer::new(secret).map_err(|m| invalid("webhook_secret", m))?;
+        }
+        for (i, secret) in self.webhook_secrets.iter().enumerate() {
+            crate::outbound::Signer::new(secret)
+                .map_err(|m| invalid("webhook_secrets", format!("[{i}]: {m}")))?;
         }
         if let Some(url) = &self.alert_webhook {
             crate::outbound::Policy::new(&self.outbound_allow)

@@ -6,7 +6,7 @@
 use overseer_core::backoff::Backoff;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::Span;
-use overseer_store::{Delivery, DeliveryOutcome};
+use overseer_store::{Delivery, DeliveryOutcome, Due};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::DeliveryLabel;
@@ -28,10 +28,9 @@ impl Settings {
     pub fn from_config(config: &crate::Config) -> Self {
         Settings {
             alert_webhook: config.alert_webhook.clone(),
-            signer: config
-                .webhook_secret
-                .as_deref()
-                .and_then(|s| crate::outbound::Signer::new(s).ok()),
+            // Checked by `Config::validate`. With none configured, `serve` adds the generated one.
+            signer: crate::outbound::Signer::with_secrets(&config.configured_webhook_secrets())
+                .ok(),
             max_attempts: config.delivery_max_attempts,
             timeout: config.delivery_timeout,
             backoff: Backoff {
@@ -56,7 +55,7 @@ impl Deliverer {
     pub fn new(app: App, settings: Settings) -> anyhow::Result<Self> {
         let http = crate::outbound::client(app.outbound().clone(), settings.timeout.as_std())?;
         if settings.signer.is_none() {
-            tracing::warn!("webhook_secret is not set: callbacks and alert webhooks go unsigned");
+            tracing::warn!("no webhook secret: callbacks and alert webhooks go unsigned");
         }
         Ok(Deliverer {
             app,
@@ -85,7 +84,10 @@ impl Deliverer {
         let due = self
             .app
             .store()
-            .deliveries_due(self.app.now(), BATCH)
+            .deliveries_due(Due {
+                now: self.app.now(),
+                limit: BATCH,
+            })
             .await?;
         let n = due.len();
         let attempts = due.into_iter().map(|d| async move {

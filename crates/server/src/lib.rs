@@ -20,12 +20,14 @@ pub mod push;
 pub mod stream;
 pub mod supervisor;
 pub mod tokens;
+pub mod webhook;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use overseer_core::{Effect, Job, Limits, Span, Timestamp, Transition};
-use overseer_store::{SqliteStore, Store};
+use overseer_store::prelude::*;
+use overseer_store::SqliteStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
@@ -87,6 +89,8 @@ struct Inner {
     outbound: Arc<outbound::Policy>,
     /// Single submits waiting to be committed together.
     submits: coalesce::Submits,
+    /// Whether deliveries are signed with configured keys (else with the generated one).
+    webhook_secret_configured: bool,
     /// This node's circuit breakers of HTTP targets, by `http:` agent name.
     http_breakers: Mutex<HashMap<String, overseer_core::push::Breaker>>,
 }
@@ -133,6 +137,7 @@ impl App {
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
                 ),
                 submits: coalesce::Submits::new(config.limits.jobs_per_batch),
+                webhook_secret_configured: !config.configured_webhook_secrets().is_empty(),
                 http_breakers: Mutex::new(HashMap::new()),
             }),
         }
@@ -233,6 +238,11 @@ impl App {
 
     pub fn outbound(&self) -> &Arc<outbound::Policy> {
         &self.inner.outbound
+    }
+
+    /// Whether the webhook keys come from the settings (else the generated one is used).
+    pub fn webhook_secret_configured(&self) -> bool {
+        self.inner.webhook_secret_configured
     }
 
     pub fn auth(&self) -> &auth::Auth {
@@ -482,7 +492,14 @@ pub async fn serve_with(
         });
     }
     let sweeper = tokio::spawn(supervisor.run(shutdown.clone()));
-    let deliverer = deliver::Deliverer::new(app.clone(), deliver::Settings::from_config(config))?;
+    let mut delivery = deliver::Settings::from_config(config);
+    if delivery.signer.is_none() {
+        // No key configured: the one generated for the cluster (made now by the first node).
+        let secret = webhook::shared_secret(&app).await?;
+        delivery.signer = Some(outbound::Signer::new(&secret).map_err(anyhow::Error::msg)?);
+        tracing::info!("deliveries are signed with the generated webhook secret (`overseer webhook-secret` shows it)");
+    }
+    let deliverer = deliver::Deliverer::new(app.clone(), delivery)?;
     let delivering = tokio::spawn(deliverer.run(shutdown.clone()));
     let pusher = push::Pusher::new(app.clone(), push::Settings::from_config(config))?;
     let pushing = tokio::spawn(pusher.run(shutdown.clone()));

@@ -121,7 +121,7 @@ impl Notifier {
         for effect in effects {
             match effect {
                 Effect::Ready { agent } => self.wake_agent(agent),
-                Effect::ReadyAt { at, .. } => self.due_at(*at),
+                Effect::ReadyAt { at, .. } | Effect::Due { at } => self.due_at(*at),
                 Effect::Finished { .. } => {
                     // No receivers is fine: nobody is waiting.
                     let _ = self.finished.send(job);

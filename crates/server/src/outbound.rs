@@ -194,10 +194,19 @@ pub fn client(
         .build()
 }
 
-/// Signs deliveries with the `webhook_secret` setting (`whsec_` and the base64 of the key).
+/// Signs deliveries with every key of the `webhook_secret` / `webhook_secrets` settings
+/// (`whsec_` and the base64 of the key), so receivers can move from one key to the next.
 #[derive(Clone)]
 pub struct Signer {
-    key: Vec<u8>,
+    keys: Vec<Vec<u8>>,
+}
+
+/// A new webhook secret from 32 random bytes the caller drew (256 bits).
+pub fn generated_secret(random: [u8; 32]) -> String {
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(random)
+    )
 }
 
 impl std::fmt::Debug for Signer {
@@ -207,25 +216,48 @@ impl std::fmt::Debug for Signer {
 }
 
 impl Signer {
+    /// A signer with one key.
     pub fn new(secret: &str) -> Result<Signer, String> {
-        let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
-        let key = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|_| "must be `whsec_` followed by base64".to_string())?;
-        if key.len() < 24 {
-            return Err("the key must be at least 24 bytes (32 recommended)".into());
-        }
-        Ok(Signer { key })
+        Signer::with_secrets(&[secret.to_string()])
     }
 
-    /// The `webhook-signature` value for a delivery.
-    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key size");
-        mac.update(format!("{id}.{timestamp}.").as_bytes());
-        mac.update(body);
-        let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
-        format!("v1,{sig}")
+    /// A signer with every key of `secrets`, in order (at least one).
+    pub fn with_secrets(secrets: &[String]) -> Result<Signer, String> {
+        if secrets.is_empty() {
+            return Err("no secret given".into());
+        }
+        let keys = secrets
+            .iter()
+            .map(|s| key_of(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Signer { keys })
     }
+
+    /// The `webhook-signature` value for a delivery: one `v1,<signature>` per key, separated by
+    /// spaces (Standard Webhooks), so a receiver holding any one of the keys can verify.
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        let one = |key: &[u8]| {
+            let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key size");
+            mac.update(format!("{id}.{timestamp}.").as_bytes());
+            mac.update(body);
+            let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+            format!("v1,{sig}")
+        };
+        let all: Vec<String> = self.keys.iter().map(|k| one(k)).collect();
+        all.join(" ")
+    }
+}
+
+/// The key inside a `whsec_<base64>` secret.
+fn key_of(secret: &str) -> Result<Vec<u8>, String> {
+    let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|_| "must be `whsec_` followed by base64".to_string())?;
+    if key.len() < 24 {
+        return Err("the key must be at least 24 bytes (32 recommended)".into());
+    }
+    Ok(key)
 }
 
 #[cfg(test)]
@@ -316,5 +348,32 @@ mod tests {
         assert_eq!(sig, format!("v1,{expected}"));
         assert!(Signer::new("whsec_short").is_err());
         assert!(!format!("{signer:?}").contains(&key));
+    }
+
+    // Proves rotation: with two keys every delivery carries two space-separated signatures, the
+    // first by the first key and the second by the second, each what a one-key signer makes; a
+    // generated secret is a valid 32-byte key, different each time.
+    #[test]
+    fn several_keys_sign_side_by_side() {
+        let (new, old) = (generated_secret([1; 32]), generated_secret([2; 32]));
+        assert_ne!(new, old);
+        let both = Signer::with_secrets(&[new.clone(), old.clone()]).unwrap();
+        let header = both.sign("msg_2", 1_700_000_001, b"{}");
+        let parts: Vec<&str> = header.split(' ').collect();
+        assert_eq!(parts.len(), 2, "{header}");
+        assert_eq!(
+            parts[0],
+            Signer::new(&new)
+                .unwrap()
+                .sign("msg_2", 1_700_000_001, b"{}")
+        );
+        assert_eq!(
+            parts[1],
+            Signer::new(&old)
+                .unwrap()
+                .sign("msg_2", 1_700_000_001, b"{}")
+        );
+        assert!(Signer::with_secrets(&[]).is_err());
+        assert!(Signer::with_secrets(&[new, "whsec_short".into()]).is_err());
     }
 }

@@ -161,7 +161,7 @@ impl Pusher {
             names.extend(
                 ready
                     .into_iter()
-                    .map(|(agent, _)| agent)
+                    .map(|ready| ready.agent)
                     .filter(|a| a.starts_with(push::AGENT_PREFIX)),
             );
         }
@@ -402,7 +402,11 @@ impl Pusher {
         let applied = self
             .app
             .store()
-            .job_apply(work.lease.job_id, command, self.app.now())
+            .job_apply(overseer_store::Apply::new(
+                work.lease.job_id,
+                command,
+                self.app.now(),
+            ))
             .await;
         match applied {
             Ok(t) => crate::api::reported(&self.app, name, step, &t),

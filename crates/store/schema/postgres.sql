@@ -112,6 +112,12 @@ CREATE TABLE public.schema_migrations (
     applied_at bigint NOT NULL
 );
 
+CREATE TABLE public.settings (
+    key text NOT NULL,
+    value text NOT NULL,
+    created_at bigint NOT NULL
+);
+
 CREATE TABLE public.steps (
     job_id uuid NOT NULL,
     idx integer NOT NULL,
@@ -196,6 +202,9 @@ ALTER TABLE ONLY public.schedules
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.settings
+    ADD CONSTRAINT settings_pkey PRIMARY KEY (key);
 
 ALTER TABLE ONLY public.steps
     ADD CONSTRAINT steps_pkey PRIMARY KEY (job_id, idx);

@@ -96,6 +96,12 @@ CREATE TABLE schedules (
     updated_at   INTEGER NOT NULL
 );
 
+CREATE TABLE settings (
+    key        TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+
 CREATE TABLE steps (
     job_id             TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     idx                INTEGER NOT NULL,

@@ -270,18 +270,9 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
     let mut job = job_from_row(&row)?;
     for row in &rows {
         let (idx, step) = step_from_row(row)?;
-        if usize::try_from(idx).ok() != Some(job.steps.len()) {
-            return Err(corrupt(
-                "steps.idx",
-                format!("job {id} has step index {idx} out of order"),
-            ));
-        }
-        job.steps.push(step);
+        crate::decide::push_step(&mut job, i64::from(idx), step)?;
     }
-    if job.steps.is_empty() {
-        return Err(corrupt("steps", format!("job {id} has no steps")));
-    }
-    Ok(Some(job))
+    Ok(Some(crate::decide::loaded(job)?))
 }
 
 const STEPS_OF_JOB: &str = concat!(
@@ -537,15 +528,15 @@ pub(super) async fn delivery_update(
 }
 
 /// Deliveries waiting (live) and given up (dead).
-pub(super) async fn deliveries_counts(tx: &Transaction<'_>) -> Res<(u64, u64)> {
+pub(super) async fn deliveries_counts(tx: &Transaction<'_>) -> Res<crate::DeliveryCounts> {
     let row = query_one(
         tx,
         "SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM deliveries",
         &[],
     )
     .await?;
-    Ok((
-        to_u64("deliveries waiting", get(&row, 0, "deliveries waiting")?)?,
-        to_u64("deliveries dead", get(&row, 1, "deliveries dead")?)?,
-    ))
+    Ok(crate::DeliveryCounts {
+        waiting: to_u64("deliveries waiting", get(&row, 0, "deliveries waiting")?)?,
+        dead: to_u64("deliveries dead", get(&row, 1, "deliveries dead")?)?,
+    })
 }

@@ -18,7 +18,7 @@ use overseer_core::{
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use crate::{Delivery, DeliveryOutcome, Error, LeaseRef, Result};
+use crate::{Delivery, DeliveryCounts, DeliveryOutcome, Error, LeaseRef, Result};
 
 /// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
 /// database being unable to serve right now.
@@ -294,18 +294,9 @@ pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     let mut rows = stmt.query([&id_text]).db()?;
     while let Some(row) = rows.next().db()? {
         let (idx, step) = step_from_row(row)?;
-        if idx != job.steps.len() as i64 {
-            return Err(corrupt(
-                "steps.idx",
-                format!("job {id} has step index {idx} out of order"),
-            ));
-        }
-        job.steps.push(step);
+        crate::decide::push_step(&mut job, idx, step)?;
     }
-    if job.steps.is_empty() {
-        return Err(corrupt("steps", format!("job {id} has no steps")));
-    }
-    Ok(Some(job))
+    Ok(Some(crate::decide::loaded(job)?))
 }
 
 /// Inserts a new job, its labels and its steps. Answers the job's submission sequence number:
@@ -771,7 +762,7 @@ pub(super) fn delivery_update(conn: &Connection, id: i64, outcome: &DeliveryOutc
 }
 
 /// Deliveries waiting (live) and given up (dead).
-pub(super) fn deliveries_counts(conn: &Connection) -> Result<(u64, u64)> {
+pub(super) fn deliveries_counts(conn: &Connection) -> Result<DeliveryCounts> {
     let (waiting, dead): (i64, i64) = conn
         .prepare_cached(
             "SELECT COALESCE(SUM(dead = 0), 0), COALESCE(SUM(dead <> 0), 0) FROM deliveries",
@@ -779,10 +770,10 @@ pub(super) fn deliveries_counts(conn: &Connection) -> Result<(u64, u64)> {
         .db()?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
         .db()?;
-    Ok((
-        to_u64("deliveries waiting", waiting)?,
-        to_u64("deliveries dead", dead)?,
-    ))
+    Ok(DeliveryCounts {
+        waiting: to_u64("deliveries waiting", waiting)?,
+        dead: to_u64("deliveries dead", dead)?,
+    })
 }
 
 /// SQLite takes `LIMIT` as a signed integer; anything past `i64::MAX` means no limit anyway.

@@ -15,5 +15,6 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0004_backoff_formula.sql"),
     include_str!("../../migrations/sqlite/0005_tokens.sql"),
     include_str!("../../migrations/sqlite/0006_index_names.sql"),
-    include_str!("../../migrations/sqlite/0007_http_targets.sql"),
+    include_str!("../../migrations/sqlite/0007_settings.sql"),
+    include_str!("../../migrations/sqlite/0008_http_targets.sql"),
 ];
