@@ -357,6 +357,11 @@ async fn a_client_error_fails_for_good_and_compensates() {
     let undo = target.seen("/release");
     assert_eq!(undo.len(), 1);
     assert_eq!(undo[0].header("overseer-kind"), "compensate");
+    assert_eq!(
+        undo[0].header("idempotency-key"),
+        format!("{id}/reserve/compensate")
+    );
+    assert!(verifies(&undo[0]), "the undo request is signed");
     assert_eq!(undo[0].json()["payload"], json!({"undo": true}));
     assert_eq!(undo[0].json()["inputs"]["reserve"], json!({"attempt": "1"}));
     assert_eq!(
@@ -390,7 +395,7 @@ async fn a_silent_target_times_out_and_its_late_answer_is_ignored() {
     let seen = target.seen("/slow");
     let cut_after = seen[1].at - seen[0].at;
     assert!(
-        cut_after < Duration::from_millis(2_500),
+        cut_after < Duration::from_millis(2_900),
         "the first request was cut at its timeout, not answered: {cut_after:?}"
     );
     // Past the moment the first request would have answered, the job is unchanged.
@@ -515,6 +520,11 @@ async fn internal_targets_are_refused_unless_allowed() {
         (400, Some("agent")),
         "{problem}"
     );
+    let schedule = json!({"name": "nightly", "cron": "0 3 * * *",
+        "job": {"steps": [{"name": "s", "http": {"url": url}}]}});
+    let (status, problem) = api.post("/v1/schedules", &schedule).await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["field"], "job.steps[0].http.url", "{problem}");
     let id = api
         .submit(&json!({"steps": [{"name": "s", "max_attempts": 1,
             "http": {"url": format!("http://localhost:{port}/x")}}]}))
@@ -718,4 +728,112 @@ async fn shutdown_lets_a_request_in_flight_finish_and_report() {
         (Some(1), &json!({"deployed": true}))
     );
     assert_eq!(target.seen("/deploy").len(), 1);
+}
+
+// Proves HTTP steps on a cluster: two nodes on one PostgreSQL database both run the push agent;
+// the node whose request is in flight is killed (SIGKILL), and the other node leases the step
+// again once its lease expires (taking over as leader if needed) and calls the target with the
+// same idempotency key; ten more jobs then run exactly once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_another_node_heals_a_killed_nodes_request() {
+    let (target, port) = Target::start().await;
+    target.plan("/slow", &[Reply::Hang(Duration::from_secs(60), json!({}))]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = overseer_store::pgtest::PgCluster::shared().database().await;
+    let config = dir.path().join("overseer.toml");
+    std::fs::write(
+        &config,
+        format!("outbound_allow = [\"127.0.0.1\"]\nleader_ttl = \"2s\"\nwebhook_secret = \"{SECRET}\"\n"),
+    )
+    .unwrap();
+    let mut nodes: Vec<Server> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let node_dir = dir.path().join(n);
+            std::fs::create_dir_all(&node_dir).unwrap();
+            Server::start_with_db(&node_dir, db.url(), &["--config", config.to_str().unwrap()])
+        })
+        .collect();
+    let api = nodes[0].api();
+    let id = api
+        .submit(&json!({"steps": [{"name": "s", "timeout": "2s",
+            "http": {"url": format!("http://127.0.0.1:{port}/slow")}}]}))
+        .await;
+    wait_for("the first request", || {
+        let t = target.clone();
+        async move { (!t.seen("/slow").is_empty()).then_some(()) }
+    })
+    .await;
+    let worker = step(&api.job(&id).await, "s")["worker"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let holder = nodes
+        .iter()
+        .position(|n| worker.ends_with(&format!(":{}/http", n.port)))
+        .unwrap_or_else(|| panic!("no node made the request: {worker}"));
+    nodes[holder].kill();
+    let other = nodes[1 - holder].api();
+    let job = other.wait_terminal(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let seen = target.seen("/slow");
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(
+        seen[0].header("idempotency-key"),
+        seen[1].header("idempotency-key")
+    );
+    assert_eq!(seen[1].header("overseer-attempt"), "2");
+    let healer = step(&job, "s")["worker"].as_str().unwrap().to_string();
+    assert_ne!(healer, worker, "the other node ran attempt 2");
+
+    let url = format!("http://127.0.0.1:{port}/each");
+    let specs: Vec<Value> = (0..10)
+        .map(|i| json!({"steps": [{"name": format!("s{i}"), "http": {"url": url}}]}))
+        .collect();
+    let (status, batch) = other
+        .post("/v1/jobs:batch", &json!({ "jobs": specs }))
+        .await;
+    assert_eq!(status, 202, "{batch}");
+    for job in batch["jobs"].as_array().unwrap() {
+        let done = other.wait_terminal(job["id"].as_str().unwrap()).await;
+        assert_eq!(done["state"], "succeeded", "{done}");
+    }
+    let mut keys: Vec<String> = target
+        .seen("/each")
+        .iter()
+        .map(|s| s.header("idempotency-key"))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(target.seen("/each").len(), 10, "each step called once");
+    assert_eq!(keys.len(), 10);
+}
+
+// Proves the guard is applied at every attempt, not only at submit: a job accepted while
+// 127.0.0.1 was allowed, and due after a restart without that allowance, is refused before any
+// request is sent (the step fails for good, naming why) and the target sees nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_is_applied_when_calling_not_only_at_submit() {
+    let (target, port) = Target::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = server(dir.path(), "");
+    let api = server.api();
+    let run_at = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let id = api
+        .submit(
+            &json!({"run_at": run_at.to_rfc3339(), "steps": [{"name": "s",
+            "http": {"url": format!("http://127.0.0.1:{port}/later")}}]}),
+        )
+        .await;
+    std::fs::write(dir.path().join("overseer.toml"), "").unwrap();
+    server.restart();
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    let s = step(&job, "s");
+    assert_eq!(s["attempt"], 1, "a refusal is not retried: {s}");
+    assert!(
+        s["last_error"].as_str().unwrap().contains("outbound_allow"),
+        "{s}"
+    );
+    assert!(target.seen("/later").is_empty());
 }

@@ -419,8 +419,14 @@ impl JobSpec {
                 }
             }
             if let Some(c) = &step.compensate {
-                let lease = c.timeout.or(step.timeout);
-                check_runner(&at("compensate."), &c.agent, c.http.as_ref(), lease, limits)?;
+                // An undo's lease is its own `timeout`, else its target's, else the step's.
+                check_runner(
+                    &at("compensate."),
+                    &c.agent,
+                    c.http.as_ref(),
+                    c.timeout,
+                    limits,
+                )?;
                 let len = serde_json::to_vec(&c.payload).map(|v| v.len()).unwrap_or(0);
                 if len > limits.payload_bytes {
                     return Err(SpecError::new(
@@ -733,7 +739,7 @@ mod tests {
     fn http_targets_replace_agents() {
         let s = spec(json!({"steps": [
             {"name": "a", "http": {"url": "https://billing.internal/charge", "timeout": "5s"},
-             "compensate": {"http": {"url": "http://billing.internal:8080/refund"}}}
+             "compensate": {"http": {"url": "http://billing.internal:8080/refund", "timeout": "9s"}}}
         ]}))
         .unwrap();
         let job = crate::Job::from_spec(crate::JobId(uuid::Uuid::nil()), &s, Timestamp(0));
@@ -741,6 +747,12 @@ mod tests {
         assert_eq!(job.steps[0].timeout, Span::from_secs(5));
         let undo = job.steps[0].compensate.as_ref().unwrap();
         assert_eq!(undo.agent, "http:billing.internal:8080");
+        assert_eq!(job.steps[0].lease_timeout(), Span::from_secs(5));
+        assert_eq!(
+            undo.timeout,
+            Some(Span::from_secs(9)),
+            "an undo's lease takes its target's"
+        );
         let text = serde_json::to_string(&s.steps[0]).unwrap();
         assert!(!text.contains("\"agent\""), "{text}");
         let cases = [
@@ -760,6 +772,11 @@ mod tests {
             (
                 json!({"steps": [{"name": "a", "timeout": "1s", "http": {"url": "https://b/", "timeout": "2s"}}]}),
                 "steps[0].http.timeout",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "compensate": {"timeout": "1s",
+                    "http": {"url": "https://b/", "timeout": "2s"}}}]}),
+                "steps[0].compensate.http.timeout",
             ),
             (
                 json!({"steps": [{"name": "a", "agent": "x", "compensate": {"agent": "http:b:1"}}]}),

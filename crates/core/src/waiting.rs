@@ -142,7 +142,8 @@ fn compensating_reason(step: &Step, agent: &AgentContext, now: Timestamp) -> Opt
 
 /// A ready step waits only for something about its agent name (or its own backoff).
 fn ready_reason(step: &Step, agent: &AgentContext, now: Timestamp) -> WaitingReason {
-    let name = &step.agent;
+    // An undo is claimed under its compensate agent name.
+    let name = step.claim_agent_of_lease();
     if let Some(at) = step.next_attempt_at.filter(|at| *at > now) {
         return WaitingReason::new(
             "backoff",

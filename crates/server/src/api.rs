@@ -1334,6 +1334,7 @@ async fn create_schedule(
     Body(spec): Body<ScheduleSpec>,
 ) -> Result<Response> {
     let cron = spec.validate(app.limits())?;
+    check_outbound(&app, &spec.job, "job.")?;
     let now = app.now();
     let schedule = Schedule {
         name: spec.name.clone(),

@@ -23,7 +23,10 @@ pub async fn job_with_reasons(app: &App, job: &Job) -> Result<Value> {
         let agents = agent_contexts(app, job).await?;
         view.waiting_reason = job_waiting(job, head.as_ref(), now);
         for (step, out) in job.steps.iter().zip(view.steps.iter_mut()) {
-            let ctx = agents.get(&step.agent).cloned().unwrap_or_default();
+            let ctx = agents
+                .get(step.claim_agent_of_lease())
+                .cloned()
+                .unwrap_or_default();
             out.waiting_reason = step_waiting(job, step, &ctx, head.as_ref(), now);
         }
     }
@@ -51,22 +54,24 @@ async fn agent_contexts(app: &App, job: &Job) -> Result<HashMap<String, AgentCon
     let counts = app.store().agents_counts().await?;
     let mut out = HashMap::new();
     for step in &job.steps {
-        if out.contains_key(&step.agent) || step.state.is_settled() {
+        // A step being undone waits on its undo's agent name.
+        let agent = step.claim_agent_of_lease();
+        if out.contains_key(agent) || step.state.is_settled() {
             continue;
         }
-        let settings = app.store().agent_settings_get(&step.agent).await?;
+        let settings = app.store().agent_settings_get(agent).await?;
         let running = counts
             .iter()
-            .find(|c| c.agent == step.agent)
+            .find(|c| c.agent == agent)
             .map_or(0, |c| c.running);
-        let last_poll = app.workers_of(&step.agent).into_iter().map(|w| w.1).max();
+        let last_poll = app.workers_of(agent).into_iter().map(|w| w.1).max();
         let circuit_open_until = {
             use overseer_core::push::BreakerState;
             let breakers = app
                 .http_breakers()
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            match breakers.get(&step.agent).map(|b| b.state) {
+            match breakers.get(agent).map(|b| b.state) {
                 Some(BreakerState::Open { until }) => Some(until),
                 Some(BreakerState::HalfOpen { .. }) => {
                     Some(overseer_core::Timestamp::from_millis(0))
@@ -75,7 +80,7 @@ async fn agent_contexts(app: &App, job: &Job) -> Result<HashMap<String, AgentCon
             }
         };
         out.insert(
-            step.agent.clone(),
+            agent.to_string(),
             AgentContext {
                 paused: settings.paused,
                 max_concurrency: settings.max_concurrency,

@@ -37,9 +37,12 @@ pub struct Settings {
     pub concurrency: usize,
     pub breaker: BreakerSettings,
     pub signer: Option<Signer>,
-    /// How often to look for ready HTTP steps that no wake-up announced (other nodes' work
-    /// without store signals, retries whose backoff ended, breakers whose cool-down ended).
+    /// How often to look for ready HTTP steps that no wake-up announced (breakers whose
+    /// cool-down ended, rate-limited hosts, a missed signal) while HTTP work was seen lately.
     pub poll: Span,
+    /// How often to look when no HTTP work was seen for a while: a node of a cluster that has
+    /// no HTTP targets pays one `agents_ready_now` per this.
+    pub poll_idle: Span,
     /// How long in-flight requests may finish after shutdown before they are dropped (their
     /// leases then expire and are healed like any agent's).
     pub grace: Span,
@@ -58,6 +61,7 @@ impl Settings {
                 .as_deref()
                 .and_then(|s| Signer::new(s).ok()),
             poll: Span::from_secs(1),
+            poll_idle: Span::from_secs(30),
             grace: Span::from_secs(10),
         }
     }
@@ -78,7 +82,7 @@ struct Outcome {
     result: serde_json::Value,
     error: String,
     retry_after: Option<Span>,
-    /// `success`, `accepted`, `fatal`, `retryable`, `timeout` or `error`.
+    /// `success`, `accepted`, `fatal`, `retryable`, `timeout`, `error` or `refused`.
     label: &'static str,
 }
 
@@ -101,13 +105,28 @@ impl Pusher {
         let this = Arc::new(self);
         let mut tasks = JoinSet::new();
         let mut next_scan = Instant::now();
+        let idle_after = this.settings.poll_idle.as_std();
+        let mut last_work: Option<Instant> = None;
         loop {
             let scan = Instant::now() >= next_scan;
-            if scan {
-                next_scan = Instant::now() + this.settings.poll.as_std();
+            match this.claim_round(scan, &mut tasks).await {
+                Ok(true) => {
+                    // Work is about: look every `poll` from now on (a breaker's cool-down or a
+                    // rate limit may hold some of it), not only when the idle scan comes.
+                    last_work = Some(Instant::now());
+                    next_scan = next_scan.min(Instant::now() + this.settings.poll.as_std());
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "http targets: cannot claim; will retry"),
             }
-            if let Err(e) = this.claim_round(scan, &mut tasks).await {
-                tracing::warn!(error = %e, "http targets: cannot claim; will retry");
+            if scan {
+                let busy = last_work.is_some_and(|t| t.elapsed() < idle_after);
+                let poll = if busy {
+                    this.settings.poll
+                } else {
+                    this.settings.poll_idle
+                };
+                next_scan = Instant::now() + poll.as_std();
             }
             while tasks.try_join_next().is_some() {}
             tokio::select! {
@@ -130,12 +149,12 @@ impl Pusher {
     }
 
     /// Claims what it can for the HTTP agent names that have ready work: those woken since the
-    /// last round, and on `scan` every one the store knows of.
+    /// last round, and on `scan` every one the store knows of. Answers whether there were any.
     async fn claim_round(
         self: &Arc<Self>,
         scan: bool,
         tasks: &mut JoinSet<()>,
-    ) -> Result<(), overseer_store::Error> {
+    ) -> Result<bool, overseer_store::Error> {
         let mut names: BTreeSet<String> = self.app.notifier().take_push_names();
         if scan {
             let ready = self.app.store().agents_ready_now(self.app.now()).await?;
@@ -146,6 +165,7 @@ impl Pusher {
                     .filter(|a| a.starts_with(push::AGENT_PREFIX)),
             );
         }
+        let any = !names.is_empty();
         for agent in names {
             let free = self.slots.available_permits();
             if free == 0 {
@@ -159,7 +179,7 @@ impl Pusher {
                 self.app.notifier().wake_agent(&agent);
             }
         }
-        Ok(())
+        Ok(any)
     }
 
     /// Claims up to `free` leases of one host and starts their requests. Returns whether it got
@@ -236,7 +256,7 @@ impl Pusher {
                 })
                 .set(i64::from(breaker.is_open()));
             tracing::warn!(
-                target = agent,
+                host = agent,
                 open = breaker.is_open(),
                 "http target circuit breaker"
             );
@@ -251,9 +271,12 @@ impl Pusher {
             outcome.verdict,
             Verdict::Success | Verdict::Accepted | Verdict::Fatal
         );
-        self.breaker(&work.lease.agent, |b, now| {
-            b.record(healthy, now, &self.settings.breaker)
-        });
+        if outcome.label != "refused" {
+            // A refusal by the outbound policy says nothing about the host.
+            self.breaker(&work.lease.agent, |b, now| {
+                b.record(healthy, now, &self.settings.breaker)
+            });
+        }
         self.app
             .metrics()
             .http_requests
@@ -276,6 +299,13 @@ impl Pusher {
     /// Sends the request and maps the answer; the request is cut at its timeout or just before
     /// the lease's deadline, whichever comes first.
     async fn call(&self, work: &Work) -> Outcome {
+        let target = &work.target;
+        let what = format!("{} {}", target.method.as_str(), target.url);
+        // IP literals never reach the filtering resolver: judge them here, every time (the
+        // allow list may have changed since the job was accepted).
+        if let Err(refused) = self.app.outbound().check_url(&target.url) {
+            return failure(Verdict::Fatal, format!("{what}: {refused}"), "refused");
+        }
         let budget = work.request_budget();
         let request = self.request(work);
         let answer = tokio::time::timeout(budget, async {
@@ -290,8 +320,6 @@ impl Pusher {
             Ok::<_, reqwest::Error>((status, retry_after, body))
         })
         .await;
-        let target = &work.target;
-        let what = format!("{} {}", target.method.as_str(), target.url);
         match answer {
             Err(_) => failure(
                 Verdict::Retryable,
@@ -525,4 +553,42 @@ fn causes(e: &dyn std::error::Error) -> String {
         cause = next.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves how an answer's body becomes the result or the error: JSON as sent, an empty body
+    // as null, other text as a string, a body over the limit fails a success for good; errors
+    // name the request and status (and say redirects are not followed), and `Retry-After` is
+    // kept only for retryable answers.
+    #[test]
+    fn answers_become_results_and_errors() {
+        let what = "POST https://b/c";
+        let ok = |body: &[u8]| answer_outcome(what, 200, None, Ok(body.to_vec()), false);
+        assert_eq!(ok(b"{\"a\":1}").result, serde_json::json!({"a": 1}));
+        assert_eq!(ok(b"").result, serde_json::Value::Null);
+        assert_eq!(ok(b"done").result, serde_json::json!("done"));
+        let big = answer_outcome(what, 200, None, Err(10), false);
+        assert_eq!((big.verdict, big.label), (Verdict::Fatal, "fatal"));
+        assert!(big.error.contains("result limit"), "{}", big.error);
+        let wait = Some(Span::from_secs(3));
+        let busy = answer_outcome(what, 503, wait, Ok(b"later".to_vec()), false);
+        assert_eq!((busy.verdict, busy.retry_after), (Verdict::Retryable, wait));
+        assert_eq!(busy.error, "POST https://b/c answered 503: later");
+        let bad = answer_outcome(what, 400, wait, Ok(Vec::new()), false);
+        assert_eq!((bad.verdict, bad.retry_after), (Verdict::Fatal, None));
+        let moved = answer_outcome(what, 302, None, Ok(Vec::new()), false);
+        assert!(
+            moved.error.contains("redirects are not followed"),
+            "{}",
+            moved.error
+        );
+        let taken = answer_outcome(what, 202, None, Ok(Vec::new()), true);
+        assert_eq!(
+            (taken.verdict, taken.label),
+            (Verdict::Accepted, "accepted")
+        );
+    }
 }

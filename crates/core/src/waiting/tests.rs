@@ -212,3 +212,25 @@ fn http_target_waits_only_for_its_circuit_breaker() {
     };
     assert!(reason(&job, 0, &half).text.contains("half-open"));
 }
+
+#[test]
+fn a_ready_undo_is_explained_by_its_own_agent_name() {
+    // Proves a step whose undo is ready waits on the undo's agent name (here an HTTP target,
+    // which never waits for a worker), not on the agent that ran the step.
+    let spec: JobSpec = serde_json::from_value(serde_json::json!({"steps": [
+        {"name": "a", "agent": "dns",
+         "compensate": {"http": {"url": "https://dns.internal/undo"}}}
+    ]}))
+    .unwrap();
+    let mut job = admit(
+        Job::from_spec(JobId(Uuid::from_u128(9)), &spec, now()),
+        now(),
+    )
+    .job;
+    job.steps[0].state = StepState::Compensating;
+    job.steps[0].comp_phase = Some(CompPhase::Ready);
+    job.state = JobState::Compensating;
+    let r = reason(&job, 0, &AgentContext::default());
+    assert_eq!(r.code, "ready", "{}", r.text);
+    assert!(r.text.contains("http:dns.internal:443"), "{}", r.text);
+}
