@@ -46,6 +46,10 @@ pub struct JobView {
     pub compensated: Vec<String>,
     #[serde(default)]
     pub callback_url: Option<String>,
+    /// The name of the token that submitted the job (none without auth, for the admin
+    /// setting, and for jobs of schedules and Faktory).
+    #[serde(default)]
+    pub submitted_by: Option<String>,
     /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -105,6 +109,7 @@ impl From<&Job> for JobView {
             blocked_reason: job.blocked_reason.clone(),
             compensated: job.compensated_steps(),
             callback_url: job.callback_url.clone(),
+            submitted_by: job.submitted_by.clone(),
             waiting_reason: None,
             steps: job
                 .steps

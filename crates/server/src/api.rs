@@ -246,12 +246,45 @@ fn parse_lease_id(raw: &str) -> Result<LeaseId> {
     })
 }
 
-/// Builds the job a spec describes, in its admitted state.
-fn admit_spec(app: &App, spec: &JobSpec) -> NewJob {
+/// Builds the job a spec describes, in its admitted state, recording who submitted it.
+fn admit_spec(app: &App, spec: &JobSpec, caller: &CallerExt) -> NewJob {
     let now = app.now();
-    let job = Job::from_spec(app.new_job_id(), spec, now);
+    let mut job = Job::from_spec(app.new_job_id(), spec, now);
+    job.submitted_by = caller.as_ref().and_then(|c| c.0.submitter());
     NewJob {
         transition: admit(job, now),
+    }
+}
+
+/// The caller's name, when auth is on.
+type CallerExt = Option<Extension<crate::auth::Caller>>;
+/// Present when the caller reads only its own jobs.
+type OwnExt = Option<Extension<crate::auth::OwnJobsOnly>>;
+
+/// Whether a caller limited to its own jobs may not see `job`.
+fn hidden(job: &Job, own: &OwnExt) -> bool {
+    own.as_ref()
+        .is_some_and(|o| job.submitted_by.as_deref() != Some(o.0 .0.as_str()))
+}
+
+/// The job, when the caller may see it; one it may not is answered exactly as a missing one.
+async fn visible_job(app: &App, id: JobId, own: &OwnExt) -> Result<Job> {
+    let job = app.job(id).await?;
+    match hidden(&job, own) {
+        true => Err(ApiError::not_found(format!("job {id} not found"))),
+        false => Ok(job),
+    }
+}
+
+/// A resubmission that matched someone else's job: the key is taken, and that is all the
+/// caller learns (not the job).
+fn key_taken(field: String) -> ApiError {
+    ApiError {
+        field: Some(field),
+        ..ApiError::conflict(
+            "idempotency-conflict",
+            "this idempotency key is already used by another job",
+        )
     }
 }
 
@@ -282,10 +315,15 @@ fn check_callback(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
 }
 
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec, responses((status = 202, description = "Accepted and committed; `Location` names the job", body = JobView), (status = 200, description = "A job with this idempotency key and body already exists", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Response> {
+async fn submit(
+    State(app): State<App>,
+    caller: CallerExt,
+    own: OwnExt,
+    Body(spec): Body<JobSpec>,
+) -> Result<Response> {
     spec.validate_submitted(app.limits())?;
     check_callback(&app, &spec, "")?;
-    let new = admit_spec(&app, &spec);
+    let new = admit_spec(&app, &spec, &caller);
     match app.submit_one(new).await? {
         Submitted::Created(t) => {
             tracing::info!(job = %t.job.id, steps = t.job.steps.len(), "job accepted");
@@ -293,12 +331,18 @@ async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Res
             app.committed(&t);
             Ok(job_created(&t.job, true))
         }
+        Submitted::Existing(job) if hidden(&job, &own) => Err(key_taken("idempotency_key".into())),
         Submitted::Existing(job) => Ok(job_created(&job, false)),
     }
 }
 
 #[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest, responses((status = 202, description = "All committed, in request order", body = BatchResponse), (status = 200, description = "Every job already existed", body = BatchResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -> Result<Response> {
+async fn submit_batch(
+    State(app): State<App>,
+    caller: CallerExt,
+    own: OwnExt,
+    Body(batch): Body<BatchRequest>,
+) -> Result<Response> {
     let max = app.limits().jobs_per_batch;
     if batch.jobs.is_empty() {
         return Err(ApiError::bad_request(
@@ -317,7 +361,11 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
             .map_err(|e| e.within(&format!("jobs[{i}].")))?;
         check_callback(&app, spec, &format!("jobs[{i}]."))?;
     }
-    let new: Vec<NewJob> = batch.jobs.iter().map(|s| admit_spec(&app, s)).collect();
+    let new: Vec<NewJob> = batch
+        .jobs
+        .iter()
+        .map(|s| admit_spec(&app, s, &caller))
+        .collect();
     let submitted = app.store().jobs_submit(new).await.map_err(|e| match e {
         overseer_store::Error::IdempotencyConflict { index, .. } => ApiError {
             field: Some(format!("jobs[{index}].idempotency_key")),
@@ -325,6 +373,13 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
         },
         other => other.into(),
     })?;
+    // The others of the batch are committed; the answer says which key is taken, nothing more.
+    if let Some(i) = submitted
+        .iter()
+        .position(|s| matches!(s, Submitted::Existing(job) if hidden(job, &own)))
+    {
+        return Err(key_taken(format!("jobs[{i}].idempotency_key")));
+    }
     let mut created_any = false;
     let mut jobs = Vec::with_capacity(submitted.len());
     for s in &submitted {
@@ -347,15 +402,23 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job, with a `waiting_reason` on the job and each step that waits", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<Value>> {
-    let job = app.job(parse_job_id(&id)?).await?;
+async fn get_job(
+    State(app): State<App>,
+    own: OwnExt,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let job = visible_job(&app, parse_job_id(&id)?, &own).await?;
     Ok(Json(crate::explain::job_with_reasons(&app, &job).await?))
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn job_events(State(app): State<App>, Path(id): Path<String>) -> Result<Json<EventList>> {
+async fn job_events(
+    State(app): State<App>,
+    own: OwnExt,
+    Path(id): Path<String>,
+) -> Result<Json<EventList>> {
     let id = parse_job_id(&id)?;
-    app.job(id).await?;
+    visible_job(&app, id, &own).await?;
     let events = app
         .store()
         .job_events(id, 0, app.limits().history_per_job)
@@ -386,9 +449,14 @@ const LIST_LIMIT_DEFAULT: usize = 50;
 const LIST_LIMIT_MAX: usize = 500;
 
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("state" = Option<JobState>, Query, description = "Only jobs in this state"), ("label" = Option<String>, Query, description = "key:value; repeat to require several"), ("agent" = Option<String>, Query, description = "Only jobs with a step of this agent name"), ("since" = Option<String>, Query, description = "Created at or after (RFC 3339)"), ("until" = Option<String>, Query, description = "Created before (RFC 3339)"), ("id_prefix" = Option<String>, Query, description = "Ids starting with this (4+ characters)"), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50"), ("cursor" = Option<String>, Query, description = "A next_cursor from an earlier page")), responses((status = 200, description = "Newest first", body = JobList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn list_jobs(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Json<JobList>> {
+async fn list_jobs(
+    State(app): State<App>,
+    own: OwnExt,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<JobList>> {
     let mut query = JobQuery {
         limit: LIST_LIMIT_DEFAULT,
+        submitted_by: own.map(|o| o.0 .0),
         ..JobQuery::default()
     };
     for (key, value) in query_pairs(raw)? {
@@ -467,6 +535,7 @@ fn query_time(name: &str, value: &str) -> Result<overseer_core::Timestamp> {
 async fn wait_job(
     State(app): State<App>,
     caller: Option<Extension<crate::auth::Caller>>,
+    own: OwnExt,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<JobView>> {
@@ -488,7 +557,7 @@ async fn wait_job(
     // Subscribe before reading, so a finish between the read and the wait is not missed.
     let mut finished = app.notifier().subscribe_finished();
     loop {
-        let job = app.job(id).await?;
+        let job = visible_job(&app, id, &own).await?;
         if job.state.is_terminal() {
             return Ok(Json(JobView::from(&job)));
         }

@@ -67,7 +67,8 @@ CREATE TABLE public.jobs (
     updated_at bigint NOT NULL,
     finished_at bigint,
     blocked_reason text,
-    last_event_seq bigint DEFAULT 0 NOT NULL
+    last_event_seq bigint DEFAULT 0 NOT NULL,
+    submitted_by text
 );
 
 ALTER TABLE public.jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (

@@ -98,6 +98,8 @@ pub struct JobQuery {
     pub created_from: Option<Timestamp>,
     /// Only jobs created before this instant.
     pub created_before: Option<Timestamp>,
+    /// Only jobs submitted with the token of this name.
+    pub submitted_by: Option<String>,
 }
 
 /// A claim for up to `lease_ids.len()` ready steps of one agent name.

@@ -90,6 +90,8 @@ export interface Job {
   blocked_reason: string | null;
   compensated: string[];
   callback_url: string | null;
+  /** The name of the token that submitted the job (null without auth or for server-made jobs). */
+  submitted_by: string | null;
   steps: Step[];
 }
 

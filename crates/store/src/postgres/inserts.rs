@@ -30,16 +30,17 @@ pub(super) async fn insert_job_rows(
         tx,
         "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
            ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
-           finished_at, blocked_reason, last_event_seq) \
+           finished_at, blocked_reason, last_event_seq, submitted_by) \
          SELECT id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
            callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-           blocked_reason, last_event_seq \
+           blocked_reason, last_event_seq, submitted_by \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], \
            $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
-           $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[]) \
+           $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[], \
+           $17::text[]) \
            WITH ORDINALITY AS v (id, idempotency_key, fingerprint, labels, priority, run_at, \
              ordering_key, callback_url, on_failure, state, desired_state, created_at, \
-             updated_at, finished_at, blocked_reason, last_event_seq, n) \
+             updated_at, finished_at, blocked_reason, last_event_seq, submitted_by, n) \
          ORDER BY n \
          ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, seq",
         &[
@@ -59,6 +60,7 @@ pub(super) async fn insert_job_rows(
             &c.finished_at,
             &c.blocked_reason,
             &c.last_event_seq,
+            &c.submitted_by,
         ],
     )
     .await?;
@@ -96,6 +98,7 @@ struct JobRows<'a> {
     finished_at: Vec<Option<i64>>,
     blocked_reason: Vec<Option<std::borrow::Cow<'a, str>>>,
     last_event_seq: Vec<i64>,
+    submitted_by: Vec<Option<&'a str>>,
 }
 
 impl<'a> JobRows<'a> {
@@ -119,6 +122,7 @@ impl<'a> JobRows<'a> {
         self.blocked_reason
             .push(job.blocked_reason.as_deref().map(text));
         self.last_event_seq.push(events);
+        self.submitted_by.push(job.submitted_by.as_deref());
         Ok(())
     }
 }

@@ -113,7 +113,7 @@ macro_rules! job_columns {
     () => {
         "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
          callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-         blocked_reason"
+         blocked_reason, submitted_by"
     };
 }
 
@@ -163,6 +163,7 @@ fn job_from_row(row: &Row) -> Res<Job> {
         updated_at: Timestamp::from_millis(get(row, 12, "jobs.updated_at")?),
         finished_at: ts(get(row, 13, "jobs.finished_at")?),
         blocked_reason: get(row, 14, "jobs.blocked_reason")?,
+        submitted_by: get(row, 15, "jobs.submitted_by")?,
         steps: Vec::new(),
     })
 }

@@ -23,6 +23,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0004_no_foreign_keys.sql"),
     include_str!("../../migrations/postgres/0005_index_names.sql"),
     include_str!("../../migrations/postgres/0006_settings.sql"),
+    include_str!("../../migrations/postgres/0007_submitted_by.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

@@ -91,7 +91,7 @@ pub(super) fn job_id_text(id: JobId) -> String {
 const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
      callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-     blocked_reason";
+     blocked_reason, submitted_by";
 
 const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
@@ -209,6 +209,7 @@ fn job_from_row(row: &Row<'_>) -> Result<Job> {
         updated_at: Timestamp::from_millis(row.get(12).db()?),
         finished_at: ts(row.get(13).db()?),
         blocked_reason: row.get(14).db()?,
+        submitted_by: row.get(15).db()?,
         steps: Vec::new(),
     })
 }
@@ -316,7 +317,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         .ok_or_else(|| corrupt("job_seq", "the submission counter row is missing"))?;
     conn.prepare_cached(&format!(
         "INSERT INTO jobs ({JOB_COLUMNS}, seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
     ))
     .db()?
     .execute(params![
@@ -335,6 +336,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         job.updated_at.as_millis(),
         ms(job.finished_at),
         job.blocked_reason,
+        job.submitted_by,
         seq,
     ])
     .db()?;
