@@ -16,6 +16,7 @@ VENV="$TARGET/venv-schemathesis"
 VERSION="4.32.5"
 BIN="${OVERSEER_BIN:-$TARGET/debug/overseer}"
 EXAMPLES="${SCHEMATHESIS_MAX_EXAMPLES:-10}"
+CHECKS="${SCHEMATHESIS_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,positive_data_acceptance,negative_data_rejection}"
 
 if [ ! -x "$VENV/bin/schemathesis" ] || ! "$VENV/bin/schemathesis" --version | grep -q "$VERSION"; then
   python3 -m venv "$VENV"
@@ -45,9 +46,9 @@ ADDR="$(cat "$WORK/ready")"
 
 cd "$WORK"
 status=0
-"$VENV/bin/schemathesis" run "http://$ADDR/openapi.json" \
+"$VENV/bin/schemathesis" --config-file "$ROOT/scripts/schemathesis.toml" run "http://$ADDR/openapi.json" \
   --header "Authorization: Bearer $ADMIN" \
-  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
+  --checks "$CHECKS" \
   --exclude-path /v1/events/stream \
   --max-examples "$EXAMPLES" --request-timeout 10 --seed 1 --no-color > "$WORK/report.txt" 2>&1 || status=$?
 # The summary: operations, cases, failures, errors.

@@ -161,8 +161,11 @@ pub struct EventList {
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
+    #[schema(min_length = 1, max_length = 200)]
     pub worker: String,
+    /// 1 to `limits.leases_per_call` (100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 100)]
     pub max: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<Span>,
@@ -269,6 +272,8 @@ fn yes() -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportBatch {
+    /// 1 to `limits.leases_per_call` (100).
+    #[schema(min_items = 1, max_items = 100)]
     pub reports: Vec<LeaseOutcome>,
 }
 

@@ -166,7 +166,7 @@ impl<T: DeserializeOwned> FromRequest<App> for Body<T> {
         if bytes.is_empty() {
             return Err(ApiError::bad_request("", "the request needs a JSON body"));
         }
-        Ok(Body(decode_bytes(&bytes)?))
+        Ok(Body(decode_object(&bytes)?))
     }
 }
 
@@ -181,11 +181,26 @@ impl<T: DeserializeOwned + Default> FromRequest<App> for OptionalBody<T> {
         let bytes = axum::body::to_bytes(req.into_body(), limit)
             .await
             .map_err(|_| too_large_body(limit))?;
-        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        // No body, or JSON `null`, says nothing: the defaults.
+        if bytes.trim_ascii().is_empty() || bytes.trim_ascii() == b"null" {
             return Ok(OptionalBody(T::default()));
         }
-        Ok(OptionalBody(decode_bytes(&bytes)?))
+        Ok(OptionalBody(decode_object(&bytes)?))
     }
+}
+
+/// Decodes a request body, which is always a JSON object: serde would also build a struct from
+/// an array of its fields in order (`[1, null]`), which no client means.
+fn decode_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        let malformed = serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err();
+        let message = match malformed {
+            true => "malformed JSON: the body must be a JSON object",
+            false => "the body must be a JSON object",
+        };
+        return Err(ApiError::bad_request("", message));
+    }
+    Ok(decode_bytes(bytes)?)
 }
 
 fn too_large_body(limit: usize) -> ApiError {
@@ -401,7 +416,7 @@ async fn submit_batch(
     Ok((status, Json(BatchResponse { jobs })).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job, with a `waiting_reason` on the job and each step that waits", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), responses((status = 200, description = "The job, with a `waiting_reason` on the job and each step that waits", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn get_job(
     State(app): State<App>,
     own: OwnExt,
@@ -411,7 +426,7 @@ async fn get_job(
     Ok(Json(crate::explain::job_with_reasons(&app, &job).await?))
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn job_events(
     State(app): State<App>,
     own: OwnExt,
@@ -448,7 +463,7 @@ fn parse_span(field: &str, raw: &str, max: Span) -> Result<Span> {
 const LIST_LIMIT_DEFAULT: usize = 50;
 const LIST_LIMIT_MAX: usize = 500;
 
-#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("state" = Option<JobState>, Query, description = "Only jobs in this state"), ("label" = Option<String>, Query, description = "key:value; repeat to require several"), ("agent" = Option<String>, Query, description = "Only jobs with a step of this agent name"), ("since" = Option<String>, Query, description = "Created at or after (RFC 3339)"), ("until" = Option<String>, Query, description = "Created before (RFC 3339)"), ("id_prefix" = Option<String>, Query, description = "Ids starting with this (4+ characters)"), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50"), ("cursor" = Option<String>, Query, description = "A next_cursor from an earlier page")), responses((status = 200, description = "Newest first", body = JobList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("state" = Option<JobState>, Query, description = "Only jobs in this state"), ("label" = Option<String>, Query, description = "key:value; repeat to require several", pattern = "^[^:]*:"), ("agent" = Option<String>, Query, description = "Only jobs with a step of this agent name"), ("since" = Option<overseer_core::Timestamp>, Query, description = "Created at or after (RFC 3339)"), ("until" = Option<overseer_core::Timestamp>, Query, description = "Created before (RFC 3339)"), ("id_prefix" = Option<String>, Query, description = "Ids starting with this (4+ hex digits, dashes where a job id has them)", pattern = "^([0-9a-fA-F]{4,8}|[0-9a-fA-F]{8}-[0-9a-fA-F]{0,4}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{0,4}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{0,4}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{0,12})$"), ("limit" = Option<u32>, Query, description = "1 to 500, default 50", minimum = 1, maximum = 500), ("cursor" = Option<JobId>, Query, description = "A next_cursor from an earlier page")), responses((status = 200, description = "Newest first", body = JobList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn list_jobs(
     State(app): State<App>,
     own: OwnExt,
@@ -531,7 +546,7 @@ fn query_time(name: &str, value: &str) -> Result<overseer_core::Timestamp> {
         .map_err(|e| ApiError::bad_request(name, format!("{name}: {e}")))
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}/wait", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("timeout" = Option<String>, Query, description = "How long to wait, e.g. 30s (at most limits.wait_max)")), responses((status = 200, description = "The job, terminal or as it is when the timeout passed", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/jobs/{id}/wait", tag = "jobs", params(("id" = JobId, Path, description = "A job id"), ("timeout" = Option<Span>, Query, description = "How long to wait, e.g. 30s (at most limits.wait_max, 60s)")), responses((status = 200, description = "The job, terminal or as it is when the timeout passed", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn wait_job(
     State(app): State<App>,
     caller: Option<Extension<crate::auth::Caller>>,
@@ -540,7 +555,8 @@ async fn wait_job(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<JobView>> {
     let id = parse_job_id(&id)?;
-    let mut timeout = Span::from_secs(30);
+    // 30 s unless the node allows less (a default must obey the node's own bound).
+    let mut timeout = Span::from_secs(30).min(app.limits().wait_max);
     for (key, value) in query_pairs(raw)? {
         match key.as_str() {
             "timeout" => timeout = parse_span("timeout", &value, app.limits().wait_max)?,
@@ -573,7 +589,7 @@ async fn wait_job(
     }
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
     let id = parse_job_id(&id)?;
     let t = app
@@ -645,13 +661,14 @@ fn lease_of(claimed: &Transition, step: usize, now: overseer_core::Timestamp) ->
     })
 }
 
-#[utoipa::path(post, path = "/v1/agents/{agent}/leases", tag = "agents", params(("agent" = String, Path, description = "An agent name")), request_body = LeaseRequest, responses((status = 200, description = "Leases, possibly none when nothing came in time", body = LeaseResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/agents/{agent}/leases", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), request_body = LeaseRequest, responses((status = 200, description = "Leases, possibly none when nothing came in time", body = LeaseResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn take_leases(
     State(app): State<App>,
     caller: Option<Extension<crate::auth::Caller>>,
     Path(agent): Path<String>,
     Body(req): Body<LeaseRequest>,
 ) -> Result<Json<LeaseResponse>> {
+    check_agent(&app, &agent)?;
     let limits = app.limits();
     if req.worker.is_empty() || req.worker.len() > limits.name_bytes {
         return Err(ApiError::bad_request(
@@ -814,7 +831,7 @@ fn report_refused(app: &App, name: &'static str, e: &overseer_store::Error) {
     app.metrics().report(name, outcome);
 }
 
-#[utoipa::path(post, path = "/v1/leases/{lease_id}/heartbeat", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = Option<HeartbeatRequest>, responses((status = 200, description = "The lease extended; `cancel` says to stop", body = HeartbeatResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/heartbeat", tag = "leases", params(("lease_id" = LeaseId, Path, description = "A lease id")), request_body = Option<HeartbeatRequest>, responses((status = 200, description = "The lease extended; `cancel` says to stop", body = HeartbeatResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn heartbeat(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -852,7 +869,7 @@ fn report_answer(t: &Transition, lease_id: &str) -> Result<Json<Value>> {
     }
 }
 
-#[utoipa::path(post, path = "/v1/leases/{lease_id}/complete", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = Option<CompleteRequest>, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/complete", tag = "leases", params(("lease_id" = LeaseId, Path, description = "A lease id")), request_body = Option<CompleteRequest>, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn complete(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -987,7 +1004,7 @@ fn report_problem(lease_id: LeaseId, e: ApiError) -> ReportResult {
     }
 }
 
-#[utoipa::path(post, path = "/v1/leases/{lease_id}/fail", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = FailRequest, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/fail", tag = "leases", params(("lease_id" = LeaseId, Path, description = "A lease id")), request_body = FailRequest, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn fail(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -1019,7 +1036,7 @@ fn step_index(job: &Job, name: &str) -> Result<usize> {
         .ok_or_else(|| ApiError::not_found(format!("job {} has no step `{name}`", job.id)))
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/retry", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("name" = String, Path, description = "A step name")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/retry", tag = "jobs", params(("id" = JobId, Path, description = "A job id"), ("name" = String, Path, description = "A step name", min_length = 1, max_length = 200)), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn retry_step(
     State(app): State<App>,
     Path((id, name)): Path<(String, String)>,
@@ -1039,7 +1056,7 @@ async fn retry_step(
     .await
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/skip", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("name" = String, Path, description = "A step name")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/skip", tag = "jobs", params(("id" = JobId, Path, description = "A job id"), ("name" = String, Path, description = "A step name", min_length = 1, max_length = 200)), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn skip_step(
     State(app): State<App>,
     Path((id, name)): Path<(String, String)>,
@@ -1059,7 +1076,7 @@ async fn skip_step(
     .await
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "jobs", params(("id" = String, Path, description = "A job id")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_job(
     State(app): State<App>,
     Path(id): Path<String>,
@@ -1120,24 +1137,45 @@ fn check_agent(app: &App, agent: &str) -> Result<()> {
 #[derive(serde::Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LimitsRequest {
-    #[serde(default)]
+    /// Leases in flight at most, from 1 (pause the agent to stop it).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(minimum = 1, maximum = 4294967295_u64, format = Int64)]
     max_concurrency: Option<u32>,
+    /// Leases started per second at most: more than 0, at most 1000000.
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 1000000)]
     rate: Option<f64>,
+}
+
+/// A count given as a JSON number: `377` or, as JSON Schema also counts it an integer, `377.0`.
+fn whole_number<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u32>, D::Error> {
+    use serde::de::Error;
+    let Some(n) = <Option<f64> as serde::Deserialize>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if n.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&n) {
+        return Err(D::Error::custom(format!(
+            "`{n}` is not a whole number from 0 to {}",
+            u32::MAX
+        )));
+    }
+    Ok(Some(n as u32))
 }
 
 fn settings_view(agent: &str, s: &AgentSettings) -> Value {
     json!({ "agent": agent, "max_concurrency": s.max_concurrency, "rate": s.rate, "paused": s.paused })
 }
 
-#[utoipa::path(get, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn get_limits(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     check_agent(&app, &agent)?;
     let s = app.store().agent_settings_get(&agent).await?;
     Ok(Json(settings_view(&agent, &s)))
 }
 
-#[utoipa::path(put, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name")), request_body = LimitsRequest, responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(put, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), request_body = LimitsRequest, responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn put_limits(
     State(app): State<App>,
     Path(agent): Path<String>,
@@ -1182,18 +1220,24 @@ async fn set_paused(app: &App, agent: &str, paused: bool) -> Result<Json<Value>>
     Ok(Json(settings_view(agent, &s)))
 }
 
-#[utoipa::path(post, path = "/v1/agents/{agent}/pause", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/agents/{agent}/pause", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn pause_agent(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     set_paused(&app, &agent, true).await
 }
 
-#[utoipa::path(post, path = "/v1/agents/{agent}/resume", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/agents/{agent}/resume", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_agent(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     set_paused(&app, &agent, false).await
 }
 
-#[utoipa::path(get, path = "/v1/ordering-keys/{key}", tag = "jobs", params(("key" = String, Path, description = "An ordering key")), responses((status = 200, description = "`{key, head, waiting}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/ordering-keys/{key}", tag = "jobs", params(("key" = String, Path, description = "An ordering key", min_length = 1, max_length = 200)), responses((status = 200, description = "`{key, head, waiting}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn ordering_key(State(app): State<App>, Path(key): Path<String>) -> Result<Json<Value>> {
+    if key.is_empty() || key.len() > app.limits().name_bytes {
+        return Err(ApiError::bad_request(
+            "key",
+            format!("ordering keys are 1 to {} bytes", app.limits().name_bytes),
+        ));
+    }
     let status = app.store().ordering_key_status(&key).await?;
     Ok(Json(json!({
         "key": status.key,
@@ -1277,12 +1321,12 @@ async fn find_schedule(app: &App, name: &str) -> Result<Schedule> {
         .ok_or_else(|| ApiError::not_found(format!("schedule `{name}` not found")))
 }
 
-#[utoipa::path(get, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn get_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     Ok(Json(schedule_view(&find_schedule(&app, &name).await?)))
 }
 
-#[utoipa::path(delete, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 204, description = "Deleted"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(delete, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 204, description = "Deleted"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<StatusCode> {
     if app.store().schedule_delete(&name).await? {
         Ok(StatusCode::NO_CONTENT)
@@ -1291,7 +1335,7 @@ async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Re
     }
 }
 
-#[utoipa::path(post, path = "/v1/schedules/{name}/pause", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/schedules/{name}/pause", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     find_schedule(&app, &name).await?;
     let s = app
@@ -1301,7 +1345,7 @@ async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Res
     Ok(Json(schedule_view(&s)))
 }
 
-#[utoipa::path(post, path = "/v1/schedules/{name}/resume", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/schedules/{name}/resume", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     let s = find_schedule(&app, &name).await?;
     let cron = CronSchedule::parse(&s.spec.cron, &s.spec.timezone)?;

@@ -85,7 +85,7 @@ struct Watch {
     _slot: OwnedSemaphorePermit,
 }
 
-#[utoipa::path(get, path = "/v1/events/stream", tag = "jobs", params(("job" = Option<String>, Query, description = "Only changes of this job")), responses((status = 200, description = "Server-sent events: a small JSON per job or step change; `resync` when the client fell behind", body = String, content_type = "text/event-stream"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = overseer_core::wire::Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/events/stream", tag = "jobs", params(("job" = Option<overseer_core::JobId>, Query, description = "Only changes of this job")), responses((status = 200, description = "Server-sent events: a small JSON per job or step change; `resync` when the client fell behind", body = String, content_type = "text/event-stream"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = overseer_core::wire::Problem, content_type = "application/problem+json")))]
 pub async fn events_stream(
     State(app): State<App>,
     own: Option<axum::Extension<crate::auth::OwnJobsOnly>>,
