@@ -51,7 +51,9 @@ status=0
   --checks "$CHECKS" \
   --exclude-path /v1/events/stream \
   --max-examples "$EXAMPLES" --request-timeout 10 --seed 1 --no-color > "$WORK/report.txt" 2>&1 || status=$?
-# The summary: operations, cases, failures, errors.
+# The warnings (operations the run could not reach far into) and the summary: operations,
+# cases, failures, errors.
+sed -n '/= WARNINGS =/,/= SUMMARY =/p' "$WORK/report.txt" | sed '$d'
 sed -n '/SUMMARY/,$p' "$WORK/report.txt"
 if [ "$status" -ne 0 ]; then
   cat "$WORK/report.txt"

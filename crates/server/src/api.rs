@@ -68,7 +68,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
     use utoipa::OpenApi;
     use utoipa_axum::router::OpenApiRouter;
     use utoipa_axum::routes;
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let documented = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(submit, list_jobs))
@@ -100,7 +100,89 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(crate::webhook::get_secret))
         .routes(routes!(crate::console::validate))
         .routes(routes!(crate::stream::events_stream))
-        .split_for_parts()
+        .split_for_parts();
+    let (router, mut doc) = documented;
+    add_links(&mut doc);
+    (router, doc)
+}
+
+/// The document as served. utoipa 5.5 writes a link's fields in snake case (`operation_id`),
+/// where OpenAPI says `operationId`, `operationRef` and `requestBody`: renamed here.
+pub fn document_json(doc: &utoipa::openapi::OpenApi) -> Value {
+    let mut value = serde_json::to_value(doc).unwrap_or_default();
+    let responses = value["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .flat_map(|item| {
+            item.as_object_mut()
+                .into_iter()
+                .flat_map(|i| i.values_mut())
+        })
+        .flat_map(|op| op.get_mut("responses").and_then(Value::as_object_mut))
+        .flat_map(|r| r.values_mut());
+    for response in responses {
+        let links = response.get_mut("links").and_then(Value::as_object_mut);
+        for link in links.into_iter().flat_map(|l| l.values_mut()) {
+            let Some(link) = link.as_object_mut() else {
+                continue;
+            };
+            for (from, to) in [
+                ("operation_id", "operationId"),
+                ("operation_ref", "operationRef"),
+                ("request_body", "requestBody"),
+            ] {
+                if let Some(v) = link.remove(from) {
+                    link.insert(to.to_string(), v);
+                }
+            }
+        }
+    }
+    value
+}
+
+/// OpenAPI links from the operations that make something to those that take its id, so tools
+/// (client generators, the schemathesis run's stateful phase) can follow a job, a lease, a
+/// schedule or a token from where it was made.
+fn add_links(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::link::LinkBuilder;
+    let job = ("id", "$response.body#/id");
+    let step = ("name", "$response.body#/steps/0/name");
+    let lease = ("lease_id", "$response.body#/leases/0/lease_id");
+    let named = ("name", "$response.body#/name");
+    let links: [(&str, &str, &str, &[(&str, &str)]); 15] = [
+        ("/v1/jobs", "202", "get_job", &[job]),
+        ("/v1/jobs", "202", "job_events", &[job]),
+        ("/v1/jobs", "202", "wait_job", &[job]),
+        ("/v1/jobs", "202", "cancel_job", &[job]),
+        ("/v1/jobs", "202", "resume_job", &[job]),
+        ("/v1/jobs", "202", "retry_step", &[job, step]),
+        ("/v1/jobs", "202", "skip_step", &[job, step]),
+        ("/v1/agents/{agent}/leases", "200", "heartbeat", &[lease]),
+        ("/v1/agents/{agent}/leases", "200", "complete", &[lease]),
+        ("/v1/agents/{agent}/leases", "200", "fail", &[lease]),
+        ("/v1/schedules", "201", "get_schedule", &[named]),
+        ("/v1/schedules", "201", "pause_schedule", &[named]),
+        ("/v1/schedules", "201", "resume_schedule", &[named]),
+        ("/v1/schedules", "201", "delete_schedule", &[named]),
+        ("/v1/tokens", "201", "revoke", &[named]),
+    ];
+    for (path, status, target, params) in links {
+        let Some(op) = doc.paths.paths.get_mut(path).and_then(|p| p.post.as_mut()) else {
+            continue;
+        };
+        let Some(utoipa::openapi::RefOr::T(response)) = op.responses.responses.get_mut(status)
+        else {
+            continue;
+        };
+        let link = params
+            .iter()
+            .fold(LinkBuilder::new().operation_id(target), |l, (k, v)| {
+                l.parameter(*k, *v)
+            })
+            .build();
+        response.links.insert(target.to_string(), link.into());
+    }
 }
 
 /// The OpenAPI 3.1 document of every route, as `GET /openapi.json` serves it.
@@ -111,7 +193,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 pub fn router(app: App) -> Router {
     let body_limit = app.limits().body_bytes;
     let (routes, doc) = documented();
-    let doc = std::sync::Arc::new(doc);
+    let doc = std::sync::Arc::new(document_json(&doc));
     routes
         // Every route (and only routes: an unknown path is a plain 404) is checked here.
         .route_layer(axum::middleware::from_fn_with_state(

@@ -674,3 +674,41 @@ async fn bodies_are_objects_and_path_names_are_bounded() {
         (StatusCode::BAD_REQUEST, &json!("agent"))
     );
 }
+
+// Proves the document's links lead somewhere: every operation that makes a job, lease, schedule
+// or token links to the operations taking its id (15 links), and each link names an
+// operationId that the document has.
+#[tokio::test]
+async fn links_name_documented_operations() {
+    let h = harness();
+    let (_, doc) = h.call("GET", "/openapi.json", None).await;
+    let mut ids = std::collections::HashSet::new();
+    let mut links = Vec::new();
+    for item in doc["paths"].as_object().unwrap().values() {
+        for op in item.as_object().unwrap().values() {
+            if let Some(id) = op["operationId"].as_str() {
+                ids.insert(id.to_string());
+            }
+            for response in op["responses"]
+                .as_object()
+                .into_iter()
+                .flat_map(|r| r.values())
+            {
+                for link in response["links"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|l| l.values())
+                {
+                    links.push(link["operationId"].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+    assert_eq!(links.len(), 15, "{links:?}");
+    for target in &links {
+        assert!(
+            ids.contains(target),
+            "a link to `{target}`, which is no operation"
+        );
+    }
+}
