@@ -141,6 +141,10 @@ pub fn document_json(doc: &utoipa::openapi::OpenApi) -> Value {
     value
 }
 
+/// A link: from the response `status` of `POST path` to the operation `target`, with its
+/// parameters taken from that response.
+type Linked<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 /// OpenAPI links from the operations that make something to those that take its id, so tools
 /// (client generators, the schemathesis run's stateful phase) can follow a job, a lease, a
 /// schedule or a token from where it was made.
@@ -150,7 +154,7 @@ fn add_links(doc: &mut utoipa::openapi::OpenApi) {
     let step = ("name", "$response.body#/steps/0/name");
     let lease = ("lease_id", "$response.body#/leases/0/lease_id");
     let named = ("name", "$response.body#/name");
-    let links: [(&str, &str, &str, &[(&str, &str)]); 15] = [
+    let links: [Linked; 15] = [
         ("/v1/jobs", "202", "get_job", &[job]),
         ("/v1/jobs", "202", "job_events", &[job]),
         ("/v1/jobs", "202", "wait_job", &[job]),
