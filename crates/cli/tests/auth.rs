@@ -553,7 +553,8 @@ async fn stream_text(
 // Proves a `submit` token reads only the jobs it submitted: jobs record the submitting token's
 // name (none for the admin setting); another submit token gets exactly the 404 of a job that
 // does not exist on the job, its events and its wait, its list holds only its own jobs, its
-// event stream carries only its own jobs' changes, and resubmitting another's idempotency key
+// event stream carries only its own jobs' changes, an ordering key's head is shown only when it
+// is its own, and resubmitting another's idempotency key
 // is a 409 that shows nothing of that job; `read`, and `submit` with `read`, see everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_tokens_read_only_their_own_jobs() {
@@ -667,6 +668,25 @@ async fn submit_tokens_read_only_their_own_jobs() {
         (200, &json!(a_id)),
         "her own resubmission"
     );
+
+    let ordered = json!({"ordering_key": "line", "steps": [{"name": "s", "agent": "none"}]});
+    let (status, _) = call(&server, Some(&alice), "POST", "/v1/jobs", Some(&ordered)).await;
+    assert_eq!(status, 202);
+    let key = |token: String| {
+        let server = &server;
+        async move {
+            call(server, Some(&token), "GET", "/v1/ordering-keys/line", None)
+                .await
+                .1
+        }
+    };
+    assert_eq!(key(alice.clone()).await["head"]["submitted_by"], "alice");
+    assert_eq!(
+        key(bob.clone()).await["head"],
+        Value::Null,
+        "not alice's job to bob"
+    );
+    assert_eq!(key(reader.clone()).await["head"]["submitted_by"], "alice");
 
     let seen_by_bob = stream_text(&server, &bob, async {
         submit(alice.clone(), "k-alice-2").await;

@@ -1317,7 +1317,11 @@ async fn resume_agent(State(app): State<App>, Path(agent): Path<String>) -> Resu
 }
 
 #[utoipa::path(get, path = "/v1/ordering-keys/{key}", tag = "jobs", params(("key" = String, Path, description = "An ordering key", min_length = 1, max_length = 200)), responses((status = 200, description = "`{key, head, waiting}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn ordering_key(State(app): State<App>, Path(key): Path<String>) -> Result<Json<Value>> {
+async fn ordering_key(
+    State(app): State<App>,
+    own: OwnExt,
+    Path(key): Path<String>,
+) -> Result<Json<Value>> {
     if key.is_empty() || key.len() > app.limits().name_bytes {
         return Err(ApiError::bad_request(
             "key",
@@ -1327,7 +1331,8 @@ async fn ordering_key(State(app): State<App>, Path(key): Path<String>) -> Result
     let status = app.store().ordering_key_status(&key).await?;
     Ok(Json(json!({
         "key": status.key,
-        "head": status.head.as_ref().map(JobView::from),
+        // Someone else's job is not shown to a caller limited to its own (the count stays).
+        "head": status.head.as_ref().filter(|j| !hidden(j, &own)).map(JobView::from),
         "waiting": status.waiting,
     })))
 }
