@@ -83,3 +83,44 @@ test("a cancelled job shows its undos", async () => {
   await page.waitForSelector("h1 .badge.s-cancelled");
   assert.ok(await page.locator("text=↶ undo a").count() >= 1, "the timeline shows the undo attempt");
 });
+
+test("a delayed job runs now from its page", async () => {
+  // Due in an hour; "Run now" (a PATCH of run_at with the confirmation's by/reason) must start
+  // it at once, and the history must say who moved it.
+  const runAt = new Date(Date.now() + 3600e3).toISOString();
+  const job = await env.api("/v1/jobs", { run_at: runAt, steps: [{ name: "a", agent: "accounts" }] });
+  const page = await env.page(`#/job/${job.id}`);
+  await page.waitForSelector("h1 .badge.s-pending");
+  await page.click("button[data-run-now]");
+  await page.fill("#confirm-by", "console-test");
+  await page.fill("#confirm-reason", "customer is waiting");
+  await page.click("#confirm-ok");
+  await page.waitForSelector("h1 .badge.s-succeeded", { timeout: 20000 });
+  const events = (await env.api(`/v1/jobs/${job.id}/events`)).events;
+  const moved = events.find((e) => e.kind === "job_rescheduled");
+  assert.ok(moved, "the move is in the history");
+  assert.equal(moved.detail.by, "console-test");
+  assert.equal(Date.parse(moved.detail.run_at.from), Date.parse(runAt));
+  assert.ok(Date.parse(moved.detail.run_at.to) < Date.parse(runAt), "moved earlier");
+  assert.equal(await page.locator("button[data-run-now]").count(), 0, "no run-now on a started job");
+});
+
+test("bulk retry resumes the selected blocked jobs", async () => {
+  // Two jobs block on their first attempt (hold); selecting both in the filtered list and
+  // "Retry selected" must resume each, and both then succeed on attempt 2.
+  env.agent("picky2", env.script("picky2", 'if [ "$OVERSEER_ATTEMPT" = 1 ]; then echo "boom" >&2; exit 1; fi\necho \'{"ok":true}\''));
+  const spec = { on_failure: "hold", labels: { bulk: "retry" }, steps: [{ name: "once", agent: "picky2", max_attempts: 1 }] };
+  const jobs = [await env.api("/v1/jobs", spec), await env.api("/v1/jobs", spec)];
+  for (const j of jobs) await until(`job ${j.id} to block`, async () => (await env.api(`/v1/jobs/${j.id}`)).state === "blocked");
+  const page = await env.page("#/jobs?state=blocked&label=bulk:retry");
+  for (const j of jobs) await page.check(`tr[data-job="${j.id}"] input[type=checkbox]`);
+  await page.click('button[data-bulk="retry"]');
+  await page.fill("#confirm-by", "console-test");
+  await page.click("#confirm-ok");
+  for (const j of jobs) await until(`job ${j.id} to succeed`, async () => (await env.api(`/v1/jobs/${j.id}`)).state === "succeeded");
+  for (const j of jobs) {
+    const events = (await env.api(`/v1/jobs/${j.id}/events`)).events;
+    assert.ok(events.some((e) => e.kind === "job_resumed" && e.detail?.by === "console-test"), "each resume records who did it");
+  }
+  assert.deepEqual(env.pageErrors || [], []);
+});

@@ -11,7 +11,7 @@ use std::time::Duration;
 use overseer_core::wire::{
     AgentList, BatchResponse, CompleteRequest, EventList, FailRequest, HeartbeatRequest,
     HeartbeatResponse, JobList, JobView, LeaseOutcome, LeaseRequest, LeaseResponse,
-    OperatorRequest, Problem, ReportBatch, ReportBatchResponse, ReportResult,
+    OperatorRequest, Problem, ReportBatch, ReportBatchResponse, ReportResult, RescheduleRequest,
 };
 use overseer_core::{JobId, JobSpec, LeaseId, Span};
 use reqwest::{Method, StatusCode, Url};
@@ -381,6 +381,13 @@ impl Client {
     pub async fn cancel(&self, id: JobId) -> Result<JobView> {
         let url = self.url(&["v1", "jobs", &id.to_string(), "cancel"]);
         self.call_ok(Method::POST, url, &[], None::<&()>, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `PATCH /v1/jobs/{id}`: a pending job's new `run_at` and/or a job's new priority.
+    pub async fn reschedule(&self, id: JobId, change: &RescheduleRequest) -> Result<JobView> {
+        let url = self.url(&["v1", "jobs", &id.to_string()]);
+        self.call_ok(Method::PATCH, url, &[], Some(change), REQUEST_TIMEOUT)
             .await
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use overseer_agent::Client;
 use overseer_core::wire::JobView;
-use overseer_core::{CompPhase, JobId, JobState, Span, StepState};
+use overseer_core::{CompPhase, JobId, JobState, Span, StepState, Timestamp};
 use serde_json::Value;
 
 use crate::{Output, Remote};
@@ -547,6 +547,70 @@ pub async fn operator(
     match action.output {
         Output::Json => print_json(&job)?,
         Output::Human => out!("{}", render_job(&job)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A new start time as given on the command line: `--at TIME|now` or `--in SPAN`.
+pub struct When {
+    pub at: Option<String>,
+    pub in_: Option<String>,
+}
+
+impl When {
+    /// The instant asked for, if any, counting `--in` and `now` from `now`.
+    fn resolve(&self, now: std::time::SystemTime) -> anyhow::Result<Option<Timestamp>> {
+        let now_ms = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        match (&self.at, &self.in_) {
+            (Some(at), _) if at == "now" => Ok(Some(Timestamp::from_millis(now_ms))),
+            (Some(at), _) => Timestamp::parse_rfc3339(at)
+                .map(Some)
+                .map_err(|e| anyhow::anyhow!("--at `{at}` is not a time (RFC 3339) or `now`: {e}")),
+            (None, Some(span)) => {
+                let span: Span = span.parse().map_err(|e| {
+                    anyhow::anyhow!("--in `{span}` is not a duration like 10m: {e}")
+                })?;
+                Ok(Some(Timestamp::from_millis(now_ms).plus(span)))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+pub async fn reschedule(
+    remote: &Remote,
+    raw: &str,
+    when: When,
+    priority: Option<i32>,
+    action: Action,
+) -> anyhow::Result<ExitCode> {
+    let run_at = when.resolve(std::time::SystemTime::now())?;
+    if run_at.is_none() && priority.is_none() {
+        anyhow::bail!("say what to change: --at, --in and/or --priority");
+    }
+    let client = connect(remote)?;
+    let id = resolve_job(&client, raw).await?;
+    let change = overseer_core::wire::RescheduleRequest {
+        run_at,
+        priority,
+        by: action.by,
+        reason: action.reason,
+    };
+    let job = client.reschedule(id, &change).await?;
+    match action.output {
+        Output::Json => print_json(&job)?,
+        Output::Human => {
+            let run_at = job.run_at.map_or("-".to_string(), |t| t.to_string());
+            outln!(
+                "job {} is {}: run_at {run_at}, priority {}",
+                job.id,
+                job.state,
+                job.priority
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

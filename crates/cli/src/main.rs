@@ -199,6 +199,24 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Move a pending job (`--at TIME|now` or `--in 10m`) and/or set a job's priority
+    /// (`--priority N`, pending or running jobs).
+    Reschedule {
+        job: String,
+        /// When the job may start: an RFC 3339 time, or `now`.
+        #[arg(long, conflicts_with = "in_")]
+        at: Option<String>,
+        /// When the job may start, from now: `90s`, `10m`, `2h`.
+        #[arg(long = "in")]
+        in_: Option<String>,
+        /// The job's new priority (higher is claimed first).
+        #[arg(long, allow_hyphen_values = true)]
+        priority: Option<i32>,
+        #[command(flatten)]
+        action: client_cmd::Action,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Manage cron schedules.
     Schedules {
         #[command(subcommand)]
@@ -315,6 +333,17 @@ fn main() -> ExitCode {
             } => {
                 let job = job.unwrap_or_default();
                 client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await
+            }
+            Cmd::Reschedule {
+                job,
+                at,
+                in_,
+                priority,
+                action,
+                remote,
+            } => {
+                let when = client_cmd::When { at, in_ };
+                client_cmd::reschedule(&remote, &job, when, priority, action).await
             }
             Cmd::Schedules {
                 command,

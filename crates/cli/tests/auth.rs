@@ -427,6 +427,7 @@ const MATRIX: &[(&str, &str, &[&str])] = &[
     ("GET", "/v1/events/stream", ALL_READERS),
     ("GET", "/v1/jobs", ALL_READERS),
     ("GET", "/v1/jobs/{id}", ALL_READERS),
+    ("PATCH", "/v1/jobs/{id}", OPERATORS),
     ("GET", "/v1/jobs/{id}/events", ALL_READERS),
     ("GET", "/v1/jobs/{id}/wait", ALL_READERS),
     ("POST", "/v1/jobs/{id}/resume", OPERATORS),
@@ -469,6 +470,7 @@ fn body_for(method: &str, template: &str) -> Value {
         ("POST", "/v1/leases:report") => json!({"reports": []}),
         ("POST", "/v1/schedules") => json!({"name": "x", "cron": "0 3 * * *", "job": spec}),
         ("POST", "/v1/tokens") => json!({"name": "made-by-matrix", "scopes": ["read"]}),
+        ("PATCH", "/v1/jobs/{id}") => json!({"priority": 1}),
         _ => json!({}),
     }
 }

@@ -123,6 +123,137 @@ async fn delayed_jobs_start_on_time_not_before() {
     }
 }
 
+fn overseer_at(server: &Server, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(args)
+        .args(["--server", &server.url])
+        .current_dir(workspace_root())
+        .output()
+        .expect("run overseer")
+}
+
+// Proves `overseer reschedule` through a real server whose sweep runs only every 30 s: a job
+// delayed by an hour and moved to `--in 2s` (priority 3) starts at its new run_at and not
+// before, well before the next regular sweep (the move wakes the supervisor); `--at now` starts
+// another at once; the history records who moved it and why; a finished job answers 409 and the
+// CLI exits 2; bad values answer 400 naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reschedule_moves_delayed_jobs_and_wakes_the_supervisor() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("overseer.toml");
+    std::fs::write(&config, "leader_ttl = \"90s\"\n").unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &[
+            "--sweep-interval",
+            "30s",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let api = server.api();
+    let _agent = Agent::start_with(
+        &server,
+        "later",
+        &["--concurrency", "4"],
+        &["sh", "-c", "cat >/dev/null; echo 1"],
+    );
+    let hour = chrono::Utc::now() + chrono::Duration::hours(1);
+    let hour = hour.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let spec = json!({"run_at": hour, "steps": [{"name": "a", "agent": "later"}]});
+    let (moved, now) = (api.submit(&spec).await, api.submit(&spec).await);
+    // Let the supervisor go to sleep for its 30 s before anything moves.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let out = overseer_at(
+        &server,
+        &[
+            "reschedule",
+            &moved,
+            "--in",
+            "2s",
+            "--priority",
+            "3",
+            "--by",
+            "ops",
+            "--reason",
+            "customer asked",
+            "--output",
+            "json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (shown["state"].as_str(), shown["priority"].as_i64()),
+        (Some("pending"), Some(3))
+    );
+    let due = millis(&shown["run_at"]);
+
+    let job = api.wait_terminal(&moved).await;
+    assert_eq!(job["state"], "succeeded");
+    let started = millis(&step(&job, "a")["started_at"]);
+    assert!(
+        started >= due,
+        "started {} ms before its new run_at",
+        due - started
+    );
+    assert!(
+        started - due < 5_000,
+        "started {} ms after its new run_at: the move did not wake the supervisor",
+        started - due
+    );
+    let out = overseer_at(&server, &["reschedule", &now, "--at", "now"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("is running"),
+        "{text}"
+    );
+    assert_eq!(api.wait_terminal(&now).await["state"], "succeeded");
+
+    let events = api.events(&moved).await;
+    let e = events
+        .iter()
+        .find(|e| e["kind"] == "job_rescheduled")
+        .expect("recorded");
+    assert_eq!(
+        (e["detail"]["by"].as_str(), e["detail"]["reason"].as_str()),
+        (Some("ops"), Some("customer asked"))
+    );
+    assert_eq!(e["detail"]["priority"], json!({"from": 0, "to": 3}));
+
+    let out = overseer_at(&server, &["reschedule", &moved, "--priority", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("already succeeded"), "{stderr}");
+    let (status, problem) = api
+        .patch(&format!("/v1/jobs/{moved}"), &json!({"priority": 1}))
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("job-terminal")),
+        "{problem}"
+    );
+    for (body, field) in [
+        (json!({"priority": 10_001}), "priority"),
+        (json!({"run_at": "tomorrow"}), "run_at"),
+        (json!({"priority": 1, "when": 2}), "when"),
+        (json!({}), ""),
+    ] {
+        let (status, problem) = api.patch(&format!("/v1/jobs/{moved}"), &body).await;
+        assert_eq!(status, 400, "{body}: {problem}");
+        assert_eq!(
+            problem["field"].as_str().unwrap_or(""),
+            field,
+            "{body}: {problem}"
+        );
+    }
+}
+
 // Proves ordered keys: jobs on one key run one at a time in submission order even with
 // failures and retries injected, while a blocked head of another key holds only that key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

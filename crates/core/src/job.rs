@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::backoff::{Backoff, Formula};
 use crate::id::{JobId, LeaseId};
+use crate::push::HttpTarget;
 use crate::spec::{CompensateSpec, JobSpec, OnFailure, DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT};
 use crate::time::{Span, Timestamp};
 
@@ -152,6 +153,9 @@ pub struct Step {
     /// Which curve retry delays follow (`backoff` is its parameters when exponential).
     pub backoff_formula: Formula,
     pub compensate: Option<CompensateSpec>,
+    /// The HTTP target the server calls for this step's work (`agent` is then its reserved
+    /// `http:` name).
+    pub http: Option<HttpTarget>,
     pub state: StepState,
     /// Leases handed out so far, for the step's work and its compensation alike: the current
     /// lease's fencing token.
@@ -177,6 +181,15 @@ pub struct Step {
     pub last_error: Option<String>,
 }
 
+/// The agent name a step or undo is claimed under: its own, or its HTTP target's reserved one.
+/// A spec that passed validation always has one of them.
+fn runner_name(agent: &str, http: Option<&HttpTarget>) -> String {
+    match http.map(HttpTarget::agent_name) {
+        Some(Ok(name)) => name,
+        _ => agent.to_string(),
+    }
+}
+
 impl Job {
     /// Builds a freshly accepted job in its first state. Nothing is started yet: pass it through
     /// [`crate::machine::admit`] to get its initial transition (ready steps, events).
@@ -186,14 +199,22 @@ impl Job {
             .iter()
             .map(|s| Step {
                 name: s.name.clone(),
-                agent: s.agent.clone(),
+                agent: runner_name(&s.agent, s.http.as_ref()),
                 payload: s.payload.clone(),
                 depends_on: s.depends_on.clone(),
-                timeout: s.timeout.unwrap_or(DEFAULT_TIMEOUT),
+                timeout: s
+                    .timeout
+                    .or(s.http.as_ref().and_then(|h| h.timeout))
+                    .unwrap_or(DEFAULT_TIMEOUT),
                 max_attempts: s.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS),
                 backoff: s.backoff.unwrap_or_default(),
                 backoff_formula: s.backoff_formula.unwrap_or_default(),
-                compensate: s.compensate.clone(),
+                compensate: s.compensate.as_ref().map(|c| CompensateSpec {
+                    agent: runner_name(&c.agent, c.http.as_ref()),
+                    timeout: c.timeout.or(c.http.as_ref().and_then(|h| h.timeout)),
+                    ..c.clone()
+                }),
+                http: s.http.clone(),
                 state: StepState::Waiting,
                 attempt: 0,
                 failures: 0,
@@ -378,6 +399,7 @@ impl Step {
             && self.backoff == other.backoff
             && self.backoff_formula == other.backoff_formula
             && self.compensate == other.compensate
+            && self.http == other.http
             && self.created_at == other.created_at
     }
 
@@ -418,6 +440,14 @@ impl Step {
         match (&self.compensate, self.is_compensating()) {
             (Some(c), true) => &c.payload,
             _ => &self.payload,
+        }
+    }
+
+    /// The HTTP target of the current or next lease, when the server runs it itself.
+    pub fn lease_http(&self) -> Option<&HttpTarget> {
+        match (&self.compensate, self.is_compensating()) {
+            (Some(c), true) => c.http.as_ref(),
+            _ => self.http.as_ref(),
         }
     }
 

@@ -11,6 +11,7 @@ pub mod id;
 pub mod job;
 pub mod machine;
 pub mod outbox;
+pub mod push;
 pub mod schedule;
 pub mod spec;
 pub mod time;

@@ -11,12 +11,16 @@
 //! `compensate` action, in reverse dependency order, each undo being its own leased, fenced and
 //! retried unit of work. A cancel compensates the same way once no step is running.
 //!
+//! An operator may move a job (`Reschedule`): its `run_at` while it is pending, its priority
+//! until it finishes. Neither is a state change of its own; a move of `run_at` to now starts an
+//! unkeyed job at once (the job moves from pending to running).
+//!
 //! ```mermaid
 //! stateDiagram-v2
 //!     state "Job" as job {
 //!         [*] --> pending: submit (run_at ahead)
 //!         [*] --> running: submit
-//!         pending --> running: run_at reached
+//!         pending --> running: run_at reached (or rescheduled to now)
 //!         pending --> cancelled: cancel
 //!         running --> succeeded: every step succeeded or skipped
 //!         running --> failed: a step failed for good (fail, or compensate with nothing to undo)
@@ -70,6 +74,24 @@ use crate::time::{Span, Timestamp};
 /// A step that has failed this many times raises a "poisoned" alert, even if it may retry more.
 pub const POISON_FAILURES: u32 = 3;
 
+/// How long a failed attempt waits before its retry.
+#[derive(Clone, Copy, Debug)]
+enum Delay {
+    /// The step's backoff curve, spread by the caller's jitter in `[0, 1)`.
+    Backoff(f64),
+    /// What the one who failed asked for, kept within the step's backoff bounds.
+    After(Span),
+}
+
+impl Delay {
+    fn of(self, step: &crate::job::Step, failures: u32) -> Span {
+        match self {
+            Delay::Backoff(jitter) => step.retry_delay(failures, jitter),
+            Delay::After(asked) => crate::push::bounded_retry_after(&step.backoff, asked),
+        }
+    }
+}
+
 /// Something that happens to a job.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
@@ -96,6 +118,15 @@ pub enum Command {
         error: String,
         retryable: bool,
         jitter: f64,
+    },
+    /// The holder of a lease reports a retryable failure and when to try again: an HTTP
+    /// target's `Retry-After`, kept within the step's backoff bounds
+    /// ([`crate::push::bounded_retry_after`]) instead of the backoff curve.
+    FailRetryAfter {
+        step: usize,
+        attempt: u32,
+        error: String,
+        retry_after: Span,
     },
     /// The supervisor found the lease past its expiry with no report.
     Expire {
@@ -125,6 +156,15 @@ pub enum Command {
     /// The supervisor re-derives what the job's steps call for (ready dependants, the job's own
     /// state), healing a job left inconsistent by a fault. A no-op on a consistent job.
     Repair,
+    /// An operator moves a job: a new `run_at` (only while it is pending) and/or a new priority
+    /// (while it is not finished). A pending job without an ordering key whose new `run_at` has
+    /// come starts at once; a keyed one still waits for its turn in its key.
+    Reschedule {
+        run_at: Option<Timestamp>,
+        priority: Option<i32>,
+        by: Option<String>,
+        reason: Option<String>,
+    },
 }
 
 impl Command {
@@ -134,13 +174,14 @@ impl Command {
             Command::Claim { .. } => "claim",
             Command::Heartbeat { .. } => "heartbeat",
             Command::Complete { .. } => "complete",
-            Command::Fail { .. } => "fail",
+            Command::Fail { .. } | Command::FailRetryAfter { .. } => "fail",
             Command::Expire { .. } => "expire",
             Command::Cancel => "cancel",
             Command::Retry { .. } => "retry",
             Command::Skip { .. } => "skip",
             Command::Resume { .. } => "resume",
             Command::Repair => "repair",
+            Command::Reschedule { .. } => "reschedule",
         }
     }
 }
@@ -151,7 +192,7 @@ pub enum Rejection {
     /// The report's attempt is not the step's live lease (expired, superseded, or settled).
     #[error("lease is no longer live: {reason}")]
     LeaseLost { reason: String },
-    /// The job is already finished; there is nothing to cancel.
+    /// The job is already finished; there is nothing to cancel or move.
     #[error("job is already {state}")]
     JobTerminal { state: JobState },
     /// An operator action that does not fit the job or step as they are.
@@ -192,6 +233,8 @@ pub enum Effect {
     ReadyAt { agent: String, at: Timestamp },
     /// The job reached a terminal state: wake its waiters.
     Finished { state: JobState },
+    /// A pending job becomes due at `at` (it was rescheduled): the supervisor must look no later.
+    Due { at: Timestamp },
     /// Something needs a human's attention. Backends record it durably for delivery.
     Alert {
         kind: &'static str,
@@ -363,7 +406,17 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             jitter,
         } => {
             w.check_live(step, attempt)?;
-            w.report_failure(step, attempt, &error, retryable, jitter, "");
+            w.report_failure(step, attempt, &error, retryable, Delay::Backoff(jitter), "");
+            Reply::Done
+        }
+        Command::FailRetryAfter {
+            step,
+            attempt,
+            error,
+            retry_after,
+        } => {
+            w.check_live(step, attempt)?;
+            w.report_failure(step, attempt, &error, true, Delay::After(retry_after), "");
             Reply::Done
         }
         Command::Expire {
@@ -385,7 +438,14 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             };
             w.event(kind, Some(step), Some(attempt), None);
             let error = "lease expired: no report before complete_by";
-            w.report_failure(step, attempt, error, true, jitter, "expired");
+            w.report_failure(
+                step,
+                attempt,
+                error,
+                true,
+                Delay::Backoff(jitter),
+                "expired",
+            );
             Reply::Done
         }
         Command::Cancel => {
@@ -468,6 +528,15 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
                 }
             }
             w.unblock(unwinding);
+            Reply::Done
+        }
+        Command::Reschedule {
+            run_at,
+            priority,
+            by,
+            reason,
+        } => {
+            w.reschedule(run_at, priority, json!({ "by": by, "reason": reason }))?;
             Reply::Done
         }
         Command::Repair => {
@@ -648,6 +717,51 @@ impl Work {
         self.settle();
     }
 
+    /// Moves the job's `run_at` and/or priority (see [`Command::Reschedule`]). Recorded as one
+    /// `job_rescheduled` event with what changed, from and to; changing nothing records nothing.
+    fn reschedule(
+        &mut self,
+        run_at: Option<Timestamp>,
+        priority: Option<i32>,
+        mut detail: Value,
+    ) -> Result<(), Rejection> {
+        let state = self.job.state;
+        if state.is_terminal() {
+            return Err(Rejection::JobTerminal { state });
+        }
+        if run_at.is_some() && state != JobState::Pending {
+            return Err(Rejection::NotAllowed {
+                reason: format!("the job is {state}; only a pending job's run_at can be changed"),
+            });
+        }
+        let new_run_at = run_at.filter(|&t| Some(t) != self.job.run_at);
+        let new_priority = priority.filter(|&p| p != self.job.priority);
+        if new_run_at.is_none() && new_priority.is_none() {
+            return Ok(());
+        }
+        if let Some(t) = new_run_at {
+            detail["run_at"] = json!({ "from": self.job.run_at, "to": t });
+            self.job.run_at = Some(t);
+        }
+        if let Some(p) = new_priority {
+            detail["priority"] = json!({ "from": self.job.priority, "to": p });
+            self.job.priority = p;
+        }
+        self.event("job_rescheduled", None, None, Some(detail));
+        if let Some(t) = new_run_at {
+            // A keyed job starts only when it heads its key, which the store decides: the
+            // supervisor looks at the new time (at once when it has come).
+            if t <= self.now && self.job.ordering_key.is_none() {
+                self.start();
+            } else {
+                self.effects.push(Effect::Due {
+                    at: t.max(self.now),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Makes every waiting step whose dependencies are all done ready, if the job still runs.
     fn promote(&mut self) {
         if self.job.state != JobState::Running || !self.wants_work() {
@@ -695,12 +809,12 @@ impl Work {
         attempt: u32,
         error: &str,
         retryable: bool,
-        jitter: f64,
+        delay: Delay,
         how: &str,
     ) {
         self.job.steps[step].last_error = Some(error.to_string());
         if self.job.steps[step].is_compensating() {
-            self.undo_failed(step, attempt, error, retryable, jitter);
+            self.undo_failed(step, attempt, error, retryable, delay);
         } else if !self.wants_work() {
             let why = if how == "expired" {
                 "its lease expired after the job stopped"
@@ -709,13 +823,13 @@ impl Work {
             };
             self.cancel_step(step, why);
         } else {
-            self.failed_attempt(step, error, retryable, jitter);
+            self.failed_attempt(step, error, retryable, delay);
         }
         self.settle();
     }
 
     /// Counts a failed attempt of a step's work and either schedules a retry or fails the step.
-    fn failed_attempt(&mut self, step: usize, error: &str, retryable: bool, jitter: f64) {
+    fn failed_attempt(&mut self, step: usize, error: &str, retryable: bool, delay: Delay) {
         let now = self.now;
         let s = &mut self.job.steps[step];
         s.failures += 1;
@@ -725,7 +839,7 @@ impl Work {
         let attempts_left = s.max_attempts == 0 || used < s.max_attempts;
         let failures = s.failures;
         if retryable && attempts_left {
-            let delay: Span = s.retry_delay(failures, jitter);
+            let delay: Span = delay.of(s, failures);
             let at = now.plus(delay);
             s.state = StepState::Ready;
             s.ready_at = Some(now);
@@ -1020,7 +1134,7 @@ impl Work {
         attempt: u32,
         error: &str,
         retryable: bool,
-        jitter: f64,
+        delay: Delay,
     ) {
         let now = self.now;
         let s = &mut self.job.steps[step];
@@ -1029,7 +1143,7 @@ impl Work {
         let max = s.comp_max_attempts();
         let used = s.comp_attempts - s.comp_budget_from.min(s.comp_attempts);
         if retryable && (max == 0 || used < max) {
-            let delay = s.retry_delay(s.comp_failures, jitter);
+            let delay = delay.of(s, s.comp_failures);
             let at = now.plus(delay);
             s.comp_phase = Some(CompPhase::Ready);
             s.next_attempt_at = Some(at);

@@ -7,6 +7,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::backoff::{Backoff, Formula};
+use crate::push::HttpTarget;
 use crate::time::{Span, Timestamp};
 
 /// A job as submitted. Unknown fields are rejected so typos never pass silently.
@@ -60,12 +61,13 @@ pub struct StepSpec {
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
     )]
     pub name: String,
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
-    )]
+    /// The agent pool that runs it; empty (left out) when `http` names a target instead.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schema(max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub agent: String,
+    /// An HTTP target the server calls itself, instead of an agent pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpTarget>,
     #[serde(default)]
     pub payload: Value,
     #[serde(default)]
@@ -92,12 +94,13 @@ pub struct StepSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompensateSpec {
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
-    )]
+    /// The agent pool that runs the undo; left out when `http` names a target instead (the
+    /// recorded job shows the derived `http:` name here).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schema(max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpTarget>,
     #[serde(default)]
     pub payload: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -371,7 +374,13 @@ impl JobSpec {
                     format!("duplicate step name `{}`", step.name),
                 ));
             }
-            check_name(&at("agent"), &step.agent, limits)?;
+            check_runner(
+                &at(""),
+                &step.agent,
+                step.http.as_ref(),
+                step.timeout,
+                limits,
+            )?;
             let payload_len = serde_json::to_vec(&step.payload)
                 .map(|v| v.len())
                 .unwrap_or(0);
@@ -427,7 +436,8 @@ impl JobSpec {
                 }
             }
             if let Some(c) = &step.compensate {
-                check_name(&at("compensate.agent"), &c.agent, limits)?;
+                let lease = c.timeout.or(step.timeout);
+                check_runner(&at("compensate."), &c.agent, c.http.as_ref(), lease, limits)?;
                 let len = serde_json::to_vec(&c.payload).map(|v| v.len()).unwrap_or(0);
                 if len > limits.payload_bytes {
                     return Err(SpecError::new(
@@ -507,6 +517,33 @@ fn check_url(field: &str, url: &str) -> Result<(), SpecError> {
         ));
     }
     Ok(())
+}
+
+/// A step or an undo names exactly one of an agent pool (outside the reserved `http:` names)
+/// and an HTTP target. `at` is the field prefix (`steps[0].`).
+fn check_runner(
+    at: &str,
+    agent: &str,
+    http: Option<&HttpTarget>,
+    lease: Option<Span>,
+    limits: &Limits,
+) -> Result<(), SpecError> {
+    match http {
+        Some(_) if !agent.is_empty() => Err(SpecError::new(
+            format!("{at}agent"),
+            "give either `agent` or `http`, not both",
+        )),
+        Some(target) => target.validate(&format!("{at}http"), lease, limits),
+        None if agent.is_empty() => Err(SpecError::new(
+            format!("{at}agent"),
+            "needs an `agent` (or an `http` target)",
+        )),
+        None if agent.starts_with(crate::push::AGENT_PREFIX) => Err(SpecError::new(
+            format!("{at}agent"),
+            "agent names starting with `http:` are reserved for HTTP targets; use `http`",
+        )),
+        None => check_name(&format!("{at}agent"), agent, limits),
+    }
 }
 
 fn check_name(field: &str, value: &str, limits: &Limits) -> Result<(), SpecError> {
@@ -703,6 +740,59 @@ mod tests {
                 got.starts_with(field),
                 "{body}: expected field {field:?}, got {got:?}"
             );
+        }
+    }
+
+    // Proves a step or undo names exactly one of `agent` and `http`, that `http:` agent names
+    // are reserved, that an HTTP step gets its per-host agent name and its lease timeout from
+    // the target's, and that the fields at fault are named.
+    #[test]
+    fn http_targets_replace_agents() {
+        let s = spec(json!({"steps": [
+            {"name": "a", "http": {"url": "https://billing.internal/charge", "timeout": "5s"},
+             "compensate": {"http": {"url": "http://billing.internal:8080/refund"}}}
+        ]}))
+        .unwrap();
+        let job = crate::Job::from_spec(crate::JobId(uuid::Uuid::nil()), &s, Timestamp(0));
+        assert_eq!(job.steps[0].agent, "http:billing.internal:443");
+        assert_eq!(job.steps[0].timeout, Span::from_secs(5));
+        let undo = job.steps[0].compensate.as_ref().unwrap();
+        assert_eq!(undo.agent, "http:billing.internal:8080");
+        let text = serde_json::to_string(&s.steps[0]).unwrap();
+        assert!(!text.contains("\"agent\""), "{text}");
+        let cases = [
+            (json!({"steps": [{"name": "a"}]}), "steps[0].agent"),
+            (
+                json!({"steps": [{"name": "a", "agent": "http:x:1"}]}),
+                "steps[0].agent",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "http": {"url": "https://b/"}}]}),
+                "steps[0].agent",
+            ),
+            (
+                json!({"steps": [{"name": "a", "http": {"url": "b/c"}}]}),
+                "steps[0].http.url",
+            ),
+            (
+                json!({"steps": [{"name": "a", "timeout": "1s", "http": {"url": "https://b/", "timeout": "2s"}}]}),
+                "steps[0].http.timeout",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "compensate": {"agent": "http:b:1"}}]}),
+                "steps[0].compensate.agent",
+            ),
+            (
+                json!({"steps": [{"name": "a", "agent": "x", "compensate": {"http": {"url": "ftp://b"}}}]}),
+                "steps[0].compensate.http.url",
+            ),
+            (
+                json!({"steps": [{"name": "a", "http": {"url": "https://b/", "method": "GET"}}]}),
+                "steps[0].http.method",
+            ),
+        ];
+        for (body, field) in cases {
+            assert_eq!(field_of(body.clone()), field, "{body}");
         }
     }
 

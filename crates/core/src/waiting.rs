@@ -37,6 +37,9 @@ pub struct AgentContext {
     pub rate: Option<f64>,
     /// The latest lease request seen from any worker of this agent name (this node's view).
     pub last_poll: Option<Timestamp>,
+    /// For an HTTP target (`http:` agent name): this node's circuit breaker for the host is
+    /// open; `Some(until)` while cooling down, `Some(now or earlier)` while a probe is due.
+    pub circuit_open_until: Option<Timestamp>,
 }
 
 /// The head of the job's ordering key, when the job has one.
@@ -162,6 +165,9 @@ fn ready_reason(step: &Step, agent: &AgentContext, now: Timestamp) -> WaitingRea
             format!("`{name}` at its concurrency limit {}/{max}", agent.running),
         );
     }
+    if name.starts_with(crate::push::AGENT_PREFIX) {
+        return http_ready_reason(name, agent, now);
+    }
     match agent.last_poll {
         None => {
             return WaitingReason::new(
@@ -188,6 +194,27 @@ fn ready_reason(step: &Step, agent: &AgentContext, now: Timestamp) -> WaitingRea
         "ready",
         format!("ready: the next lease request from a `{name}` worker takes it"),
     )
+}
+
+/// A ready HTTP step waits for nothing but the host's circuit breaker: the server runs it.
+fn http_ready_reason(name: &str, agent: &AgentContext, now: Timestamp) -> WaitingReason {
+    match agent.circuit_open_until {
+        Some(until) if until > now => WaitingReason::new(
+            "circuit_open",
+            format!(
+                "`{name}` circuit breaker open after repeated failures: one probe at {}",
+                clock_time(until)
+            ),
+        ),
+        Some(_) => WaitingReason::new(
+            "circuit_open",
+            format!("`{name}` circuit breaker half-open: waiting on its probe request"),
+        ),
+        None => WaitingReason::new(
+            "ready",
+            format!("ready: the server calls the `{name}` target next"),
+        ),
+    }
 }
 
 /// `12:03:04` (UTC) for today's instants is what an operator reads at a glance.

@@ -86,6 +86,9 @@ pub struct StepView {
     pub comp_attempts: u32,
     #[serde(default)]
     pub comp_failures: u32,
+    /// The HTTP target the server calls for this step (header values redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<crate::push::HttpTarget>,
     /// Why the step is neither running nor finished, in one sentence (`GET /v1/jobs/{id}` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -133,7 +136,11 @@ impl From<&Job> for JobView {
                     next_attempt_at: s.next_attempt_at,
                     result: s.result.clone(),
                     last_error: s.last_error.clone(),
-                    compensate: s.compensate.clone(),
+                    compensate: s.compensate.as_ref().map(|c| CompensateSpec {
+                        http: c.http.as_ref().map(|h| h.redacted()),
+                        ..c.clone()
+                    }),
+                    http: s.http.as_ref().map(|h| h.redacted()),
                     comp_phase: s.comp_phase,
                     comp_attempts: s.comp_attempts,
                     comp_failures: s.comp_failures,
@@ -226,6 +233,71 @@ pub struct OperatorRequest {
     /// Why, recorded in the job's history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// `PATCH /v1/jobs/{id}` body: move a job. At least one of `run_at` and `priority`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RescheduleRequest {
+    /// When a pending job may start (RFC 3339). A time that has come means now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<Timestamp>,
+    /// The job's new priority, for a pending or running job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Who acts, recorded in the job's history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// Why, recorded in the job's history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The longest `by` and `reason` an operator's request may record.
+pub const AUDIT_BY_MAX: usize = 200;
+pub const AUDIT_REASON_MAX: usize = 2_000;
+
+impl RescheduleRequest {
+    /// Checks the values with the same bounds as a submit; the error names the field.
+    pub fn validate(&self) -> Result<(), crate::SpecError> {
+        use crate::spec::{PRIORITY_MAX, RUN_AT_MAX, RUN_AT_MIN};
+        use crate::SpecError;
+        if self.run_at.is_none() && self.priority.is_none() {
+            return Err(SpecError::new("", "give run_at, priority or both"));
+        }
+        if self
+            .run_at
+            .is_some_and(|t| !(RUN_AT_MIN..=RUN_AT_MAX).contains(&t))
+        {
+            return Err(SpecError::new(
+                "run_at",
+                "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
+            ));
+        }
+        if self
+            .priority
+            .is_some_and(|p| !(-PRIORITY_MAX..=PRIORITY_MAX).contains(&p))
+        {
+            return Err(SpecError::new(
+                "priority",
+                format!("priority must be between -{PRIORITY_MAX} and {PRIORITY_MAX}"),
+            ));
+        }
+        let too_long = |v: &Option<String>, max: usize| v.as_ref().is_some_and(|v| v.len() > max);
+        if too_long(&self.by, AUDIT_BY_MAX) {
+            return Err(SpecError::new(
+                "by",
+                format!("at most {AUDIT_BY_MAX} bytes"),
+            ));
+        }
+        if too_long(&self.reason, AUDIT_REASON_MAX) {
+            return Err(SpecError::new(
+                "reason",
+                format!("at most {AUDIT_REASON_MAX} bytes"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// `POST /v1/leases/{id}/heartbeat` body.

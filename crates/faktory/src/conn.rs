@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use overseer_core::machine::{admit, Reply as CoreReply};
 use overseer_core::{Command, Job, JobId, JobState, Timestamp};
-use overseer_store::{Claim, Claimed, JobQuery, NewJob, Submitted};
+use overseer_store::{
+    Apply, Claim, Claimed, JobQuery, NewJob, Removal, Replacement, SettingsUpdate, Submitted,
+};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -353,12 +355,15 @@ impl Connection {
         if queues.is_empty() {
             queues.push("default");
         }
+        // Queues named like HTTP targets are the server's own push agent's to claim.
+        queues.retain(|q| !q.starts_with(overseer_core::push::AGENT_PREFIX));
         let quiet = self
             .wid
             .as_deref()
             .is_some_and(|w| self.fk.worker_state(w) != WorkerState::Running);
-        if quiet {
-            // Quiet or terminating workers get no new work (as in Faktory).
+        if quiet || queues.is_empty() {
+            // Quiet or terminating workers get no new work (as in Faktory), nor do fetches of
+            // only `http:` queues.
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.cancelled() => {}
@@ -588,7 +593,11 @@ impl Connection {
     async fn apply(&self, held: &Held, command: Command) -> overseer_store::Result<bool> {
         let app = self.fk.app();
         let name = command.name();
-        match app.store().job_apply(held.job_id, command, app.now()).await {
+        match app
+            .store()
+            .job_apply(Apply::new(held.job_id, command, app.now()))
+            .await
+        {
             Ok(t) => {
                 app.committed(&t);
                 if let Some(s) = t.job.steps.get(held.step) {
@@ -650,10 +659,10 @@ impl Connection {
             .into_iter()
             .map(|q| (q, json!(0)))
             .collect();
-        for (agent, n) in &ready {
-            queues.insert(agent.clone(), json!(n));
+        for r in &ready {
+            queues.insert(r.agent.clone(), json!(r.ready));
         }
-        let total: u64 = ready.iter().map(|(_, n)| n).sum();
+        let total: u64 = ready.iter().map(|r| r.ready).sum();
         let st = self.fk.stats();
         let day_secs = now.as_millis().div_euclid(1000).rem_euclid(86_400);
         let utc = format!(
@@ -731,7 +740,7 @@ impl Connection {
                 .agent_settings_list()
                 .await?
                 .into_iter()
-                .map(|(a, _)| a),
+                .map(|limits| limits.agent),
         );
         all.sort();
         all.dedup();
@@ -745,7 +754,11 @@ impl Connection {
             if settings.paused != paused {
                 settings.paused = paused;
                 app.store()
-                    .agent_settings_put(name, settings, app.now())
+                    .agent_settings_put(SettingsUpdate {
+                        agent: name.to_string(),
+                        settings,
+                        now: app.now(),
+                    })
                     .await?;
                 tracing::info!(queue = name, paused, "faktory queue pause changed");
             }
@@ -771,7 +784,10 @@ impl Connection {
                 .collect();
             let deleted = app
                 .store()
-                .jobs_delete(ids, vec![JobState::Running])
+                .jobs_delete(Removal {
+                    ids,
+                    states: vec![JobState::Running],
+                })
                 .await?;
             self.fk.queue_forget(name);
             tracing::info!(queue = name, jobs = deleted.len(), "faktory queue removed");
@@ -889,7 +905,10 @@ impl Connection {
                 self.fk
                     .app()
                     .store()
-                    .jobs_delete(ids, set.states())
+                    .jobs_delete(Removal {
+                        ids,
+                        states: set.states(),
+                    })
                     .await
                     .map(|d| d.len())
             }
@@ -965,7 +984,15 @@ impl Connection {
             let new = NewJob {
                 transition: admit(record, now),
             };
-            if let Some(t) = app.store().job_replace(old.id, set.states(), new).await? {
+            if let Some(t) = app
+                .store()
+                .job_replace(Replacement {
+                    old: old.id,
+                    states: set.states(),
+                    new,
+                })
+                .await?
+            {
                 app.committed(&t);
                 self.fk.forget_failure(&jid);
                 self.fk.queue_known(&t.job.steps[0].agent);
@@ -1027,7 +1054,11 @@ impl Connection {
 
     async fn cancel(&self, id: JobId) -> overseer_store::Result<()> {
         let app = self.fk.app();
-        match app.store().job_apply(id, Command::Cancel, app.now()).await {
+        match app
+            .store()
+            .job_apply(Apply::new(id, Command::Cancel, app.now()))
+            .await
+        {
             Ok(t) => {
                 app.committed(&t);
                 Ok(())

@@ -149,6 +149,7 @@ pub fn from_push(
             backoff: shape.backoff,
             backoff_formula: shape.backoff.is_none().then_some(Formula::Faktory),
             compensate: None,
+            http: None,
         }],
     };
     spec.validate(limits).map_err(|e| e.to_string())?;

@@ -3,7 +3,7 @@
 //!
 //! Started by `overseer server --faktory-listen ADDR`. Everything goes through the node's
 //! [`overseer_server::App`] and the [`overseer_store::Store`] trait: a pushed job is an
-//! ordinary one-step job (see [`job`] for the mapping), `FETCH` is `Store::steps_claim`, and
+//! ordinary one-step job (see [`job`] for the mapping), `FETCH` is `Leases::steps_claim`, and
 //! `ACK`/`FAIL` are `Command::Complete`/`Command::Fail` applied through the core, so leases,
 //! fencing, retries, expiry and the supervisor are the same as for HTTP agents.
 //!
@@ -334,7 +334,11 @@ impl Faktory {
             retryable: true,
             jitter: app.jitter(),
         };
-        match app.store().job_apply(h.job_id, command, app.now()).await {
+        match app
+            .store()
+            .job_apply(overseer_store::Apply::new(h.job_id, command, app.now()))
+            .await
+        {
             Ok(t) => {
                 app.committed(&t);
                 if let Some(s) = t.job.steps.get(h.step) {

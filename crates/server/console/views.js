@@ -131,6 +131,18 @@ async function jobs(root) {
     for (const id of selected) { try { await api(`/v1/jobs/${id}/cancel`, { method: "POST", body: ok }); done++; } catch { /* finished already */ } }
     selected.clear(); toast(`Cancelled ${done}`); load();
   };
+  // Retry = resume: every failed step (or failed undo) of each selected blocked job gets a
+  // fresh budget. Jobs that are not blocked are left alone and counted.
+  const bulkRetry = async () => {
+    const blocked = shown.filter((j) => selected.has(j.id) && j.state === "blocked");
+    if (!blocked.length) return toast("Select blocked jobs first");
+    const others = selected.size - blocked.length;
+    const ok = await confirmAction(`Retry ${blocked.length} blocked jobs`, "Every failed step and failed undo of each gets a fresh attempt budget." + (others ? ` ${others} selected job(s) are not blocked and are left alone.` : ""));
+    if (!ok) return;
+    let done = 0;
+    for (const j of blocked) { try { await api(`/v1/jobs/${j.id}/resume`, { method: "POST", body: ok }); done++; } catch { /* unblocked meanwhile */ } }
+    selected.clear(); toast(`Retried ${done}`); load();
+  };
   fill(root, h("h1", "Jobs"),
     h("div.filters", h("label", "State", stateSel), h("label", "Label (key:value)", input("label", { placeholder: "customer:acme" })),
       h("label", "Agent", input("agent")), h("label", "Ordering key", input("key")),
@@ -138,7 +150,8 @@ async function jobs(root) {
       h("label", "Search id / idempotency key (/)", input("q", { "data-search": true, placeholder: "press /" }))),
     h("div.actions", h("button", { type: "button", onclick: () => { if (page > 0) { page--; load(); } } }, "← Newer"),
       h("button", { type: "button", onclick: () => { if (cursors[page + 1]) { page++; load(); } } }, "Older →"), info,
-      h("span", { style: "flex:1" }), h("button", { type: "button", onclick: bulkCancel }, "Cancel selected"),
+      h("span", { style: "flex:1" }), h("button", { type: "button", "data-bulk": "retry", onclick: bulkRetry }, "Retry selected"),
+      h("button", { type: "button", "data-bulk": "cancel", onclick: bulkCancel }, "Cancel selected"),
       h("button", { type: "button", onclick: () => exportAs("csv") }, "Export CSV"), h("button", { type: "button", onclick: () => exportAs("json") }, "Export JSON")),
     table);
   await load();
@@ -188,15 +201,29 @@ function stepDetail(j, s) {
     jsonBlock("Compensate", s.compensate));
 }
 
-async function act(j, path, title, after) {
-  const ok = await confirmAction(title, `Job ${j.id}. This is recorded in the job's history with who and why.`);
+// An action on one job, after a confirmation whose by/reason go into the job's history.
+// `body(ok)` builds the request body from them (default: just by/reason).
+async function act(j, path, title, after, { method = "POST", body = (ok) => ok, text } = {}) {
+  const ok = await confirmAction(title, text || `Job ${j.id}. This is recorded in the job's history with who and why.`);
   if (!ok) return;
-  try { await api(`/v1/jobs/${j.id}/${path}`, { method: "POST", body: ok }); toast(`${title}: done`); after?.(); }
+  const url = path ? `/v1/jobs/${j.id}/${path}` : `/v1/jobs/${j.id}`;
+  try { await api(url, { method, body: body(ok) }); toast(`${title}: done`); after?.(); }
   catch (e) { toast(`${title} failed: ${e.message}`); }
 }
 
+// "Run now": a pending job's run_at moved to this moment (PATCH /v1/jobs/{id}). An unkeyed job
+// starts at once; a keyed one still waits for the jobs ahead of it in its key.
+const runNow = (j, redraw) => act(j, "", "Run now", redraw, {
+  method: "PATCH",
+  body: (ok) => ({ ...ok, run_at: new Date().toISOString() }),
+  text: `Job ${j.id} is due ${j.run_at ? ago(j.run_at) : "when its ordering key frees"}. Start it now` +
+    (j.ordering_key ? ` (it still waits for the jobs ahead of it in key ${j.ordering_key})` : "") + "? Recorded with who and why.",
+});
+
 function jobActions(j, redraw) {
   const out = [];
+  if (j.state === "pending")
+    out.push(h("button.primary", { type: "button", "data-run-now": "", onclick: () => runNow(j, redraw) }, "Run now"));
   if (!["succeeded", "failed", "cancelled"].includes(j.state))
     out.push(h("button.danger", { type: "button", onclick: () => act(j, "cancel", "Cancel job", redraw) }, "Cancel job"));
   if (j.state === "blocked") {

@@ -13,10 +13,13 @@ use overseer_core::wire::{
     AgentList, AgentView, BatchRequest, BatchResponse, CompleteRequest, EventList, FailRequest,
     HeartbeatRequest, HeartbeatResponse, JobList, JobView, Lease, LeaseKind, LeaseOutcome,
     LeaseRequest, LeaseResponse, OperatorRequest, Problem, ReportBatch, ReportBatchResponse,
-    ReportResult, WorkerView,
+    ReportResult, RescheduleRequest, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
-use overseer_store::{AgentSettings, Claim, JobQuery, LeaseReport, NewJob, Schedule, Submitted};
+use overseer_store::{
+    AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
+    ReportApplied, Reports, Schedule, ScheduleCreated, SchedulePause, SettingsUpdate, Submitted,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -73,7 +76,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(readyz))
         .routes(routes!(submit, list_jobs))
         .routes(routes!(submit_batch))
-        .routes(routes!(get_job))
+        .routes(routes!(get_job, reschedule_job))
         .routes(routes!(job_events))
         .routes(routes!(wait_job))
         .routes(routes!(cancel_job))
@@ -402,17 +405,28 @@ fn job_created(job: &Job, created: bool) -> Response {
     res
 }
 
-/// A `callback_url` the outbound policy refuses already (a bad scheme, an internal IP
-/// literal) is a 400 now rather than a delivery that can never succeed. `prefix` names the job
-/// within a batch.
-fn check_callback(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
-    match &spec.callback_url {
-        Some(url) => app
-            .outbound()
+/// A `callback_url` or HTTP target URL the outbound policy refuses already (a bad scheme, an
+/// internal IP literal) is a 400 now rather than a request that can never succeed. `prefix`
+/// names the job within a batch.
+fn check_outbound(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
+    let policy = app.outbound();
+    let check = |field: String, url: &str| {
+        policy
             .check_url(url)
-            .map_err(|why| ApiError::bad_request(format!("{prefix}callback_url"), why)),
-        None => Ok(()),
+            .map_err(|why| ApiError::bad_request(field, why))
+    };
+    if let Some(url) = &spec.callback_url {
+        check(format!("{prefix}callback_url"), url)?;
     }
+    for (i, step) in spec.steps.iter().enumerate() {
+        if let Some(h) = &step.http {
+            check(format!("{prefix}steps[{i}].http.url"), &h.url)?;
+        }
+        if let Some(h) = step.compensate.as_ref().and_then(|c| c.http.as_ref()) {
+            check(format!("{prefix}steps[{i}].compensate.http.url"), &h.url)?;
+        }
+    }
+    Ok(())
 }
 
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec, responses((status = 202, description = "Accepted and committed; `Location` names the job", body = JobView), (status = 200, description = "A job with this idempotency key and body already exists", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
@@ -423,7 +437,7 @@ async fn submit(
     Body(spec): Body<JobSpec>,
 ) -> Result<Response> {
     spec.validate_submitted(app.limits())?;
-    check_callback(&app, &spec, "")?;
+    check_outbound(&app, &spec, "")?;
     let new = admit_spec(&app, &spec, &caller);
     match app.submit_one(new).await? {
         Submitted::Created(t) => {
@@ -460,7 +474,7 @@ async fn submit_batch(
     for (i, spec) in batch.jobs.iter().enumerate() {
         spec.validate_submitted(app.limits())
             .map_err(|e| e.within(&format!("jobs[{i}].")))?;
-        check_callback(&app, spec, &format!("jobs[{i}]."))?;
+        check_outbound(&app, spec, &format!("jobs[{i}]."))?;
     }
     let new: Vec<NewJob> = batch
         .jobs
@@ -512,6 +526,32 @@ async fn get_job(
     Ok(Json(crate::explain::job_with_reasons(&app, &job).await?))
 }
 
+/// Moves a job: `run_at` of a pending job, `priority` of a pending or running one.
+#[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), request_body = RescheduleRequest, responses((status = 200, description = "The job after the move; a `run_at` that has come starts an unkeyed job at once", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is finished or (for `run_at`) no longer pending, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn reschedule_job(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Body(req): Body<RescheduleRequest>,
+) -> Result<Json<JobView>> {
+    let id = parse_job_id(&id)?;
+    req.validate()?;
+    let command = Command::Reschedule {
+        run_at: req.run_at,
+        priority: req.priority,
+        by: req.by,
+        reason: req.reason,
+    };
+    let t = app
+        .store()
+        .job_apply(Apply::new(id, command, app.now()))
+        .await?;
+    if !t.is_noop() {
+        tracing::info!(job = %id, run_at = ?t.job.run_at, priority = t.job.priority, "job rescheduled");
+    }
+    app.committed(&t);
+    Ok(Json(JobView::from(&t.job)))
+}
+
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn job_events(
     State(app): State<App>,
@@ -522,7 +562,11 @@ async fn job_events(
     visible_job(&app, id, &own).await?;
     let events = app
         .store()
-        .job_events(id, 0, app.limits().history_per_job)
+        .job_events(EventPage {
+            job: id,
+            after_seq: 0,
+            limit: app.limits().history_per_job,
+        })
         .await?;
     Ok(Json(EventList { events }))
 }
@@ -680,7 +724,7 @@ async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Js
     let id = parse_job_id(&id)?;
     let t = app
         .store()
-        .job_apply(id, Command::Cancel, app.now())
+        .job_apply(Apply::new(id, Command::Cancel, app.now()))
         .await?;
     if !t.is_noop() {
         tracing::info!(job = %id, state = %t.job.state, "cancel requested");
@@ -721,7 +765,11 @@ async fn list_agents(State(app): State<App>) -> Result<Json<AgentList>> {
     Ok(Json(AgentList { agents }))
 }
 
-fn lease_of(claimed: &Transition, step: usize, now: overseer_core::Timestamp) -> Option<Lease> {
+pub(crate) fn lease_of(
+    claimed: &Transition,
+    step: usize,
+    now: overseer_core::Timestamp,
+) -> Option<Lease> {
     let job = &claimed.job;
     let s = job.steps.get(step)?;
     let complete_by = s.lease_expires_at?;
@@ -760,6 +808,12 @@ async fn take_leases(
         return Err(ApiError::bad_request(
             "worker",
             format!("worker must be 1 to {} bytes", limits.name_bytes),
+        ));
+    }
+    if agent.starts_with(overseer_core::push::AGENT_PREFIX) {
+        return Err(ApiError::bad_request(
+            "agent",
+            "agent names starting with `http:` are HTTP targets the server calls itself",
         ));
     }
     let max = req.max.unwrap_or(1);
@@ -845,7 +899,7 @@ async fn report(
     let name = command.name();
     match app
         .store()
-        .job_apply(lease.job_id, command, app.now())
+        .job_apply(Apply::new(lease.job_id, command, app.now()))
         .await
     {
         Ok(t) => {
@@ -870,7 +924,10 @@ async fn report_one(app: &App, raw_lease: &str, report: LeaseReport) -> Result<T
     };
     let mut outcomes = app
         .store()
-        .leases_report(vec![(lease_id, report)], app.now())
+        .leases_report(Reports {
+            reports: vec![Report { lease_id, report }],
+            now: app.now(),
+        })
         .await?;
     let outcome = outcomes.pop().ok_or_else(|| {
         ApiError::new(
@@ -880,7 +937,10 @@ async fn report_one(app: &App, raw_lease: &str, report: LeaseReport) -> Result<T
         )
     })?;
     match outcome {
-        Ok((lease, t)) => {
+        Ok(ReportApplied {
+            lease,
+            transition: t,
+        }) => {
             reported(app, name, lease.step, &t);
             Ok(t)
         }
@@ -894,7 +954,7 @@ async fn report_one(app: &App, raw_lease: &str, report: LeaseReport) -> Result<T
 
 /// What follows a committed report: its metric, its effects, and a wake-up for the agent
 /// whose slot under `max_concurrency` the ended lease may have freed.
-fn reported(app: &App, name: &'static str, step: usize, t: &Transition) {
+pub(crate) fn reported(app: &App, name: &'static str, step: usize, t: &Transition) {
     let outcome = if matches!(t.reply, Reply::Refused(_)) {
         "lease_lost"
     } else {
@@ -909,7 +969,7 @@ fn reported(app: &App, name: &'static str, step: usize, t: &Transition) {
     }
 }
 
-fn report_refused(app: &App, name: &'static str, e: &overseer_store::Error) {
+pub(crate) fn report_refused(app: &App, name: &'static str, e: &overseer_store::Error) {
     let outcome = match e {
         overseer_store::Error::Rejected(_) => "lease_lost",
         _ => "error",
@@ -1037,16 +1097,24 @@ async fn report_batch(
             },
         };
         positions.push((i, command_name(&report), lease_id));
-        batch.push((lease_id, report));
+        batch.push(Report { lease_id, report });
     }
     let outcomes = if batch.is_empty() {
         Vec::new()
     } else {
-        app.store().leases_report(batch, app.now()).await?
+        app.store()
+            .leases_report(Reports {
+                reports: batch,
+                now: app.now(),
+            })
+            .await?
     };
     for ((i, name, lease_id), outcome) in positions.into_iter().zip(outcomes) {
         results[i] = Some(match outcome {
-            Ok((lease, t)) => {
+            Ok(ReportApplied {
+                lease,
+                transition: t,
+            }) => {
                 reported(&app, name, lease.step, &t);
                 match &t.reply {
                     Reply::Refused(r) => report_problem(lease_id, r.clone().into()),
@@ -1111,7 +1179,10 @@ async fn fail(
 async fn operator(app: &App, raw_id: &str, command: Command) -> Result<Json<JobView>> {
     let id = parse_job_id(raw_id)?;
     let what = command.name();
-    let t = app.store().job_apply(id, command, app.now()).await?;
+    let t = app
+        .store()
+        .job_apply(Apply::new(id, command, app.now()))
+        .await?;
     tracing::info!(job = %id, action = what, state = %t.job.state, "operator action");
     app.committed(&t);
     Ok(Json(JobView::from(&t.job)))
@@ -1191,7 +1262,7 @@ async fn metrics(State(app): State<App>) -> Result<Response> {
         m.steps_ready.get_or_create(&label).set(c.ready as i64);
         m.steps_running.get_or_create(&label).set(c.running as i64);
     }
-    let (waiting, dead) = app.store().deliveries_counts().await?;
+    let DeliveryCounts { waiting, dead } = app.store().deliveries_counts().await?;
     m.deliveries_waiting.set(waiting as i64);
     m.deliveries_dead.set(dead as i64);
     let text = m.encode().map_err(|_| {
@@ -1287,7 +1358,11 @@ async fn put_limits(
     settings.rate = req.rate;
     let s = app
         .store()
-        .agent_settings_put(&agent, settings, app.now())
+        .agent_settings_put(SettingsUpdate {
+            agent: agent.to_string(),
+            settings,
+            now: app.now(),
+        })
         .await?;
     app.notifier().wake_agent(&agent);
     Ok(Json(settings_view(&agent, &s)))
@@ -1299,7 +1374,11 @@ async fn set_paused(app: &App, agent: &str, paused: bool) -> Result<Json<Value>>
     settings.paused = paused;
     let s = app
         .store()
-        .agent_settings_put(agent, settings, app.now())
+        .agent_settings_put(SettingsUpdate {
+            agent: agent.to_string(),
+            settings,
+            now: app.now(),
+        })
         .await?;
     tracing::info!(agent, paused, "agent pause changed");
     app.notifier().wake_agent(agent);
@@ -1371,7 +1450,10 @@ async fn create_schedule(
         created_at: now,
         updated_at: now,
     };
-    let (stored, created) = app
+    let ScheduleCreated {
+        schedule: stored,
+        created,
+    } = app
         .store()
         .schedule_create(schedule)
         .await
@@ -1431,7 +1513,12 @@ async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Res
     find_schedule(&app, &name).await?;
     let s = app
         .store()
-        .schedule_set_paused(&name, true, None, app.now())
+        .schedule_set_paused(SchedulePause {
+            name: name.to_string(),
+            paused: true,
+            next_fire_at: None,
+            now: app.now(),
+        })
         .await?;
     Ok(Json(schedule_view(&s)))
 }
@@ -1444,7 +1531,12 @@ async fn resume_schedule(State(app): State<App>, Path(name): Path<String>) -> Re
     // Resuming starts from now: the paused window is not caught up.
     let s = app
         .store()
-        .schedule_set_paused(&name, false, cron.next_after(now), now)
+        .schedule_set_paused(SchedulePause {
+            name: name.to_string(),
+            paused: false,
+            next_fire_at: cron.next_after(now),
+            now,
+        })
         .await?;
     if let Some(at) = s.next_fire_at {
         app.notifier().due_at(at);

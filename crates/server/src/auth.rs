@@ -156,7 +156,8 @@ pub fn need_of(method: &Method, path: &str, agent: Option<&str>) -> Need {
         p if p.starts_with("/v1/leases") => Need::Agent(None),
         p if p.starts_with("/v1/tokens") || p.starts_with("/v1/settings") => Need::Admin,
         _ if read => Need::Read,
-        "/v1/jobs/{id}/cancel"
+        "/v1/jobs/{id}"
+        | "/v1/jobs/{id}/cancel"
         | "/v1/jobs/{id}/resume"
         | "/v1/jobs/{id}/steps/{name}/retry"
         | "/v1/jobs/{id}/steps/{name}/skip"

@@ -12,7 +12,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use overseer_store::{Error, NewJob, Store, Submitted};
+use overseer_store::prelude::*;
+use overseer_store::{Error, NewJob, Submitted};
 use tokio::sync::{oneshot, Semaphore};
 
 /// Commits running at once on a node; more requests wait and go in the next batches.
@@ -38,7 +39,7 @@ impl Submits {
     }
 
     /// Stores one job, possibly in one transaction with others queued beside it; answers exactly
-    /// what `Store::jobs_submit` would for it alone.
+    /// what `Jobs::jobs_submit` would for it alone.
     pub async fn submit(&self, store: &Arc<dyn Store>, job: NewJob) -> Result<Submitted, Error> {
         let (tx, mut rx) = oneshot::channel();
         self.lock().push((job, tx));

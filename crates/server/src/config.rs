@@ -69,6 +69,13 @@ pub struct Config {
     pub max_connections: usize,
     /// How long a client may take to send a request's headers (slow clients are cut off).
     pub header_read_timeout: Span,
+    /// Requests to HTTP targets in flight at once on this node; 0 turns the push agent off on
+    /// this node (other nodes still run its steps).
+    pub http_concurrency: usize,
+    /// Retryable failures in a row that open a target host's circuit breaker (0 = never).
+    pub http_breaker_failures: u32,
+    /// How long an open breaker waits before one probe request may go.
+    pub http_breaker_cool_down: Span,
     pub limits: Limits,
 }
 
@@ -100,6 +107,9 @@ impl Default for Config {
             webhook_secrets: Vec::new(),
             max_connections: 10_000,
             header_read_timeout: Span::from_secs(10),
+            http_concurrency: 64,
+            http_breaker_failures: 5,
+            http_breaker_cool_down: Span::from_secs(30),
             limits: Limits::default(),
         }
     }
@@ -183,6 +193,12 @@ impl Config {
         }
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
             return Err(invalid("max_connections", "must be between 1 and 1000000"));
+        }
+        if self.http_concurrency > 10_000 {
+            return Err(invalid("http_concurrency", "must be at most 10000"));
+        }
+        if self.http_breaker_cool_down < Span::from_millis(100) {
+            return Err(invalid("http_breaker_cool_down", "must be at least 100ms"));
         }
         if self.header_read_timeout < Span::from_millis(100) {
             return Err(invalid("header_read_timeout", "must be at least 100ms"));

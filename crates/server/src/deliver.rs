@@ -6,7 +6,7 @@
 use overseer_core::backoff::Backoff;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::Span;
-use overseer_store::{Delivery, DeliveryOutcome};
+use overseer_store::{Delivery, DeliveryOutcome, Due};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::DeliveryLabel;
@@ -84,7 +84,10 @@ impl Deliverer {
         let due = self
             .app
             .store()
-            .deliveries_due(self.app.now(), BATCH)
+            .deliveries_due(Due {
+                now: self.app.now(),
+                limit: BATCH,
+            })
             .await?;
         let n = due.len();
         let attempts = due.into_iter().map(|d| async move {

@@ -135,10 +135,9 @@ impl From<Rejection> for ApiError {
     fn from(r: Rejection) -> Self {
         match r {
             Rejection::LeaseLost { .. } => ApiError::conflict("lease-lost", r.to_string()),
-            Rejection::JobTerminal { state } => ApiError::conflict(
-                "job-terminal",
-                format!("the job is already {state}; there is nothing to cancel"),
-            ),
+            Rejection::JobTerminal { state } => {
+                ApiError::conflict("job-terminal", format!("the job is already {state}"))
+            }
             Rejection::UnknownStep => ApiError::not_found("no such step"),
             Rejection::NotAllowed { reason } => ApiError::conflict("not-allowed", reason),
             Rejection::NotClaimable | Rejection::NotExpired | Rejection::NotDue => {

@@ -59,6 +59,20 @@ async fn agent_contexts(app: &App, job: &Job) -> Result<HashMap<String, AgentCon
             .find(|c| c.agent == step.agent)
             .map_or(0, |c| c.running);
         let last_poll = app.workers_of(&step.agent).into_iter().map(|w| w.1).max();
+        let circuit_open_until = {
+            use overseer_core::push::BreakerState;
+            let breakers = app
+                .http_breakers()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match breakers.get(&step.agent).map(|b| b.state) {
+                Some(BreakerState::Open { until }) => Some(until),
+                Some(BreakerState::HalfOpen { .. }) => {
+                    Some(overseer_core::Timestamp::from_millis(0))
+                }
+                _ => None,
+            }
+        };
         out.insert(
             step.agent.clone(),
             AgentContext {
@@ -67,6 +81,7 @@ async fn agent_contexts(app: &App, job: &Job) -> Result<HashMap<String, AgentCon
                 running,
                 rate: settings.rate,
                 last_poll,
+                circuit_open_until,
             },
         );
     }

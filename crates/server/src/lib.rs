@@ -16,6 +16,7 @@ pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod outbound;
+pub mod push;
 pub mod stream;
 pub mod supervisor;
 pub mod tokens;
@@ -25,7 +26,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use overseer_core::{Effect, Job, Limits, Span, Timestamp, Transition};
-use overseer_store::{SqliteStore, Store};
+use overseer_store::prelude::*;
+use overseer_store::SqliteStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
@@ -89,6 +91,8 @@ struct Inner {
     submits: coalesce::Submits,
     /// Whether deliveries are signed with configured keys (else with the generated one).
     webhook_secret_configured: bool,
+    /// This node's circuit breakers of HTTP targets, by `http:` agent name.
+    http_breakers: Mutex<HashMap<String, overseer_core::push::Breaker>>,
 }
 
 impl App {
@@ -134,8 +138,14 @@ impl App {
                 ),
                 submits: coalesce::Submits::new(config.limits.jobs_per_batch),
                 webhook_secret_configured: !config.configured_webhook_secrets().is_empty(),
+                http_breakers: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// This node's circuit breakers of HTTP targets, by `http:` agent name.
+    pub fn http_breakers(&self) -> &Mutex<HashMap<String, overseer_core::push::Breaker>> {
+        &self.inner.http_breakers
     }
 
     /// This node's name in the leader lease.
@@ -493,6 +503,8 @@ pub async fn serve_with(
     }
     let deliverer = deliver::Deliverer::new(app.clone(), delivery)?;
     let delivering = tokio::spawn(deliverer.run(shutdown.clone()));
+    let pusher = push::Pusher::new(app.clone(), push::Settings::from_config(config))?;
+    let pushing = tokio::spawn(pusher.run(shutdown.clone()));
     let extras = extra(app.clone());
     let router = api::router(app);
     let tls = match (&config.tls_cert, &config.tls_key) {
@@ -507,6 +519,7 @@ pub async fn serve_with(
     shutdown.cancel();
     let _ = sweeper.await;
     let _ = delivering.await;
+    let _ = pushing.await;
     for task in extras {
         let _ = task.await;
     }

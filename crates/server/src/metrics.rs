@@ -32,6 +32,12 @@ pub struct ReportLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PushLabel {
+    pub agent: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DeliveryLabel {
     pub kind: String,
     pub outcome: String,
@@ -57,6 +63,10 @@ pub struct Metrics {
     pub deliveries_waiting: Gauge,
     pub deliveries_dead: Gauge,
     pub is_leader: Gauge,
+    /// Requests to HTTP targets by host and outcome.
+    pub http_requests: Family<PushLabel, Counter>,
+    /// 1 while a host's circuit breaker is open (or half-open) on this node.
+    pub http_breaker_open: Family<AgentLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -80,6 +90,8 @@ impl Default for Metrics {
             deliveries_waiting: Gauge::default(),
             deliveries_dead: Gauge::default(),
             is_leader: Gauge::default(),
+            http_requests: Family::default(),
+            http_breaker_open: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -162,6 +174,16 @@ impl Default for Metrics {
             "is_leader",
             "1 when this node runs the supervisor",
             m.is_leader.clone(),
+        );
+        registry.register(
+            "http_requests",
+            "Requests to HTTP targets by this node, by target and outcome",
+            m.http_requests.clone(),
+        );
+        registry.register(
+            "http_breaker_open",
+            "1 while an HTTP target's circuit breaker is open on this node",
+            m.http_breaker_open.clone(),
         );
         Metrics { registry, ..m }
     }

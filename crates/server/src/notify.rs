@@ -2,7 +2,7 @@
 //! the supervisor's timer. Notifications only wake loops early; every loop re-reads the store, so
 //! a lost or spurious wake-up costs latency, never correctness.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use overseer_core::{Effect, JobId, Timestamp};
@@ -17,6 +17,9 @@ pub struct Notifier {
     next_due: Mutex<Option<Timestamp>>,
     supervisor: Notify,
     delivery: Notify,
+    /// The HTTP push agent: wakes when an `http:` agent name has work, with the names.
+    push: Notify,
+    push_names: Mutex<BTreeSet<String>>,
     /// Job changes for `GET /v1/events/stream`.
     changes: crate::stream::Changes,
 }
@@ -30,6 +33,8 @@ impl Default for Notifier {
             next_due: Mutex::new(None),
             supervisor: Notify::new(),
             delivery: Notify::new(),
+            push: Notify::new(),
+            push_names: Mutex::new(BTreeSet::new()),
             changes: crate::stream::Changes::default(),
         }
     }
@@ -43,6 +48,14 @@ impl Notifier {
     }
 
     pub fn wake_agent(&self, agent: &str) {
+        if agent.starts_with(overseer_core::push::AGENT_PREFIX) {
+            self.push_names
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(agent.to_string());
+            // `notify_one` keeps a permit: a wake-up while the push agent is busy is not lost.
+            self.push.notify_one();
+        }
         let notify = {
             let map = self.agents.lock().unwrap_or_else(|p| p.into_inner());
             map.get(agent).cloned()
@@ -81,6 +94,24 @@ impl Notifier {
         &self.changes
     }
 
+    pub fn push_wake(&self) -> &Notify {
+        &self.push
+    }
+
+    /// Keeps `agent` for the push agent's next round without waking it now (it has no free
+    /// slot; a request that finishes wakes it).
+    pub fn keep_push_name(&self, agent: &str) {
+        self.push_names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(agent.to_string());
+    }
+
+    /// The `http:` agent names woken since the last call.
+    pub fn take_push_names(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.push_names.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     pub fn delivery_wake(&self) -> &Notify {
         &self.delivery
     }
@@ -90,7 +121,7 @@ impl Notifier {
         for effect in effects {
             match effect {
                 Effect::Ready { agent } => self.wake_agent(agent),
-                Effect::ReadyAt { at, .. } => self.due_at(*at),
+                Effect::ReadyAt { at, .. } | Effect::Due { at } => self.due_at(*at),
                 Effect::Finished { .. } => {
                     // No receivers is fine: nobody is waiting.
                     let _ = self.finished.send(job);

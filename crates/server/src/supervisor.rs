@@ -20,7 +20,10 @@
 use overseer_core::machine::admit;
 use overseer_core::schedule::{self, CronSchedule};
 use overseer_core::{Command, Job, JobId, Rejection, Span, Timestamp};
-use overseer_store::{Error as StoreError, Fence, Fire, FireOutcome, NewJob, Schedule, Submitted};
+use overseer_store::{
+    ActivePage, Apply, Due, DueBetween, Error as StoreError, Fence, Fire, FireOutcome, LeaderBid,
+    NewJob, Schedule, SchedulePause, Submitted,
+};
 use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
@@ -114,7 +117,14 @@ impl Supervisor {
                 }
                 let held = fence.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let Some(held) = held else { continue };
-                let renewed = app.store().leader_acquire(&node, ttl, app.now()).await;
+                let renewed = app
+                    .store()
+                    .leader_acquire(LeaderBid {
+                        node: node.to_string(),
+                        ttl,
+                        now: app.now(),
+                    })
+                    .await;
                 let mut current = fence.lock().unwrap_or_else(|p| p.into_inner());
                 if current.as_ref() != Some(&held) {
                     continue; // the sweep changed it meanwhile
@@ -165,7 +175,10 @@ impl Supervisor {
             if let Err(e) = self
                 .app
                 .store()
-                .leader_release(&fence.node, fence.epoch)
+                .leader_release(&Fence {
+                    node: fence.node.to_string(),
+                    epoch: fence.epoch,
+                })
                 .await
             {
                 tracing::warn!(error = %e, "cannot release the leader lease; it will expire");
@@ -179,7 +192,11 @@ impl Supervisor {
         let acquired = self
             .app
             .store()
-            .leader_acquire(&self.node, self.leader_ttl, now)
+            .leader_acquire(LeaderBid {
+                node: self.node.to_string(),
+                ttl: self.leader_ttl,
+                now,
+            })
             .await;
         match acquired {
             Ok(Some(lease)) => {
@@ -224,7 +241,13 @@ impl Supervisor {
         }
         let store = self.app.store();
         if now > self.announced_until {
-            for agent in store.agents_due(self.announced_until, now).await? {
+            for agent in store
+                .agents_due(DueBetween {
+                    after: self.announced_until,
+                    until: now,
+                })
+                .await?
+            {
                 done.woken_agents += 1;
                 self.app.notifier().wake_agent(&agent);
             }
@@ -241,14 +264,20 @@ impl Supervisor {
         done: &mut Sweep,
     ) -> Result<(), StoreError> {
         let store = self.app.store();
-        for lease in store.leases_expired(now, SWEEP_BATCH).await? {
+        for lease in store
+            .leases_expired(Due {
+                now,
+                limit: SWEEP_BATCH,
+            })
+            .await?
+        {
             let command = Command::Expire {
                 step: lease.step,
                 attempt: lease.attempt,
                 jitter: self.app.jitter(),
             };
             match store
-                .job_apply_fenced(lease.job_id, command, now, fence)
+                .job_apply(Apply::new(lease.job_id, command, now).fenced(fence))
                 .await
             {
                 Ok(t) => {
@@ -264,10 +293,15 @@ impl Supervisor {
         }
         // Issued together so the store can commit them as one group (one fsync), which is what
         // keeps a crowd of jobs due at the same instant on time.
-        let due = store.jobs_due(now, SWEEP_BATCH).await?;
+        let due = store
+            .jobs_due(Due {
+                now,
+                limit: SWEEP_BATCH,
+            })
+            .await?;
         let activations = due
             .into_iter()
-            .map(|job| store.job_apply_fenced(job, Command::Activate, now, fence));
+            .map(|job| store.job_apply(Apply::new(job, Command::Activate, now).fenced(fence)));
         for result in futures::future::join_all(activations).await {
             match result {
                 Ok(t) => {
@@ -278,7 +312,13 @@ impl Supervisor {
                 Err(e) => per_item(e, "job")?,
             }
         }
-        for s in store.schedules_due(now, SWEEP_BATCH).await? {
+        for s in store
+            .schedules_due(Due {
+                now,
+                limit: SWEEP_BATCH,
+            })
+            .await?
+        {
             let name = s.name.clone();
             match self.fire(s, now, fence).await {
                 Ok(n) => done.fired += n,
@@ -305,7 +345,14 @@ impl Supervisor {
             Err(e) => {
                 // Checked at creation; only a time zone database change could get here.
                 tracing::error!(schedule = %s.name, error = %e, "cannot evaluate schedule; pausing it");
-                store.schedule_set_paused(&s.name, true, None, now).await?;
+                store
+                    .schedule_set_paused(SchedulePause {
+                        name: s.name.to_string(),
+                        paused: true,
+                        next_fire_at: None,
+                        now,
+                    })
+                    .await?;
                 return Ok(0);
             }
         };
@@ -318,7 +365,12 @@ impl Supervisor {
             let Some(fire_at) = plan.fire else {
                 tracing::warn!(schedule = %s.name, due = %due, "misfire: skipping the missed window");
                 store
-                    .schedule_set_paused(&s.name, false, plan.next, now)
+                    .schedule_set_paused(SchedulePause {
+                        name: s.name.to_string(),
+                        paused: false,
+                        next_fire_at: plan.next,
+                        now,
+                    })
                     .await?;
                 s.next_fire_at = plan.next;
                 continue;
@@ -342,7 +394,12 @@ impl Supervisor {
                     tracing::error!(schedule = %s.name, due = %due, %key, %existing,
                         "this due time already fired with another job body; skipping it");
                     store
-                        .schedule_set_paused(&s.name, false, plan.next, now)
+                        .schedule_set_paused(SchedulePause {
+                            name: s.name.to_string(),
+                            paused: false,
+                            next_fire_at: plan.next,
+                            now,
+                        })
                         .await?;
                     s.next_fire_at = plan.next;
                     continue;
@@ -373,7 +430,10 @@ impl Supervisor {
     async fn repair_some(&mut self, now: Timestamp, fence: &Fence) -> Result<usize, StoreError> {
         let store = self.app.store();
         let page = store
-            .jobs_active(self.repair_cursor, self.repair_batch)
+            .jobs_active(ActivePage {
+                after: self.repair_cursor,
+                limit: self.repair_batch,
+            })
             .await?;
         self.repair_cursor = if page.len() < self.repair_batch {
             None
@@ -391,7 +451,7 @@ impl Supervisor {
                 continue;
             }
             match store
-                .job_apply_fenced(id, Command::Repair, now, fence)
+                .job_apply(Apply::new(id, Command::Repair, now).fenced(fence))
                 .await
             {
                 Ok(t) if !t.is_noop() => {

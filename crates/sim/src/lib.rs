@@ -84,6 +84,7 @@ fn replay_command(seed: u64, opts: &Options) -> String {
         Bug::None => {}
         Bug::StaleLeaseLookup => cmd.push_str(" --bug stale-lease"),
         Bug::LaggingReportClock => cmd.push_str(" --bug lagging-clock"),
+        Bug::RescheduleRunsNow => cmd.push_str(" --bug reschedule-runs-now"),
     }
     cmd
 }

@@ -491,6 +491,12 @@ impl Model {
         }
     }
 
+    /// A move of the job's `run_at` to `to` was applied (answered 2xx): no work may start
+    /// before it.
+    pub fn on_rescheduled(&mut self, job: usize, to: Timestamp) {
+        self.jobs[job].run_at = Some(to);
+    }
+
     /// A cancel was acknowledged at `now`.
     pub fn on_cancelled(&mut self, job: usize, now: Timestamp) {
         let m = &mut self.jobs[job];
@@ -719,6 +725,9 @@ impl Model {
             }
         } else if view.state == JobState::Blocked && view.blocked_reason.is_none() {
             return Err(format!("{tag}: blocked without a reason"));
+        }
+        if full_history {
+            check_start_history(&tag, events)?;
         }
         if let Some(e) = events.iter().find(|e| e.kind == "job_repaired") {
             return Err(format!(
@@ -949,6 +958,41 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
                     e.attempt, e.seq
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// A job never starts before its `run_at` as last set: by the submit or by the newest
+/// `job_rescheduled` before the start (a rescheduled job never starts before its new run_at).
+fn check_start_history(tag: &str, events: &[Event]) -> Check {
+    let run_at_of = |e: &Event, field: &[&str]| {
+        let mut v = e.detail.as_ref()?;
+        for f in field {
+            v = v.get(*f)?;
+        }
+        serde_json::from_value::<Timestamp>(v.clone()).ok()
+    };
+    let mut run_at: Option<(Timestamp, i64)> = None;
+    for e in events {
+        match e.kind.as_str() {
+            "job_submitted" => run_at = run_at_of(e, &["run_at"]).map(|t| (t, e.seq)),
+            "job_rescheduled" => {
+                if let Some(t) = run_at_of(e, &["run_at", "to"]) {
+                    run_at = Some((t, e.seq));
+                }
+            }
+            "job_started" => {
+                if let Some((t, seq)) = run_at {
+                    if e.at < t {
+                        return Err(format!(
+                            "{tag}: started at {} (event {}) before its run_at {t} (set by event {seq})",
+                            e.at, e.seq
+                        ));
+                    }
+                }
+            }
+            _ => {}
         }
     }
     Ok(())

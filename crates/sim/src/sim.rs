@@ -68,6 +68,7 @@ enum Action {
     Cancel,
     Operate,
     Limits,
+    Reschedule,
 }
 
 /// How often each action comes (relative weights), how often the network loses things, how
@@ -107,6 +108,7 @@ impl Mix {
             (Action::Cancel, 8 * cancel),
             (Action::Operate, 50),
             (Action::Limits, 6 * limits),
+            (Action::Reschedule, 12),
         ];
         // How work goes: percentages of (complete, retryable failure, fatal failure, vanish),
         // the rest reports late; undos have their own.
@@ -694,6 +696,7 @@ impl Sim {
             Action::Cancel => self.cancel_some().await,
             Action::Operate => self.operate_some().await,
             Action::Limits => self.set_limits().await,
+            Action::Reschedule => self.reschedule_some().await,
         }
     }
 
@@ -1499,6 +1502,72 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    /// An operator moves a job: a pending one to a new `run_at` (earlier, later, or now) and
+    /// maybe a new priority, a running one to a new priority. 409 only once it no longer
+    /// applies (the job started or finished meanwhile).
+    async fn reschedule_some(&mut self) -> Check {
+        let Some(j) = self.pick_job(true) else {
+            return Ok(());
+        };
+        let id = self.model.jobs[j].id.ok_or("a picked job without an id")?;
+        let view = self.get_job(id).await?;
+        let mut body = json!({"by": "sim-operator"});
+        if self.chance(0.5) {
+            body["priority"] = json!(self.rng.gen_range(-3..=3));
+        }
+        let to = if view.state == JobState::Pending
+            && (self.chance(0.8) || body.get("priority").is_none())
+        {
+            let ms = [
+                0,
+                self.rng.gen_range(1..=3_000),
+                self.rng.gen_range(3_000..=30_000),
+            ][self.rng.gen_range(0..3)];
+            let to = self.now().plus(Span::from_millis(ms));
+            body["run_at"] = json!(to);
+            Some(to)
+        } else {
+            if body.get("priority").is_none() {
+                body["priority"] = json!(1);
+            }
+            None
+        };
+        let path = format!("/v1/jobs/{id}");
+        let sent = self.send("operator", "PATCH", &path, Some(&body)).await?;
+        // The server's answer is known here even when the client lost it.
+        let status = match &sent {
+            Sent::Lost => return Ok(()),
+            Sent::Answered { answer, .. } => answer.status,
+        };
+        self.touched.push(j);
+        if let (200, Some(to)) = (status, to) {
+            self.model.on_rescheduled(j, to);
+        }
+        match status {
+            200 => {
+                self.cover(if to.is_some() {
+                    "operator moved a pending job"
+                } else {
+                    "operator changed a running job's priority"
+                });
+                Ok(())
+            }
+            409 => {
+                let now = self.get_job(id).await?;
+                let moved_run_at = to.is_some();
+                if now.state.is_terminal() || (moved_run_at && now.state != JobState::Pending) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "PATCH {path} refused (409) while the job is {}",
+                        now.state
+                    ))
+                }
+            }
+            s => Err(format!("PATCH {path} answered {s}")),
+        }
     }
 
     async fn operate_some(&mut self) -> Check {

@@ -9,10 +9,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use overseer_core::auth::TokenRecord;
 use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
+use overseer_store::prelude::*;
 use overseer_store::{
-    AgentCounts, AgentSettings, Claim, ClaimResult, Delivery, DeliveryOutcome, Error, Fence, Fire,
-    FireOutcome, JobQuery, Leadership, LeaseRef, NewJob, OrderingKeyStatus, Result, Schedule,
-    SqliteStore, Store, Submitted,
+    leases, ActivePage, AgentCounts, AgentLimits, AgentReady, AgentSettings, Apply, Claim,
+    ClaimResult, Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, Due, DueBetween, Error,
+    EventPage, Fence, Fire, FireOutcome, JobQuery, LeaderBid, Leadership, LeaseRef, NewJob,
+    OrderingKeyStatus, Removal, Replacement, Reported, Reports, Result, Schedule, ScheduleCreated,
+    SchedulePause, SettingsUpdate, SqliteStore, Submitted,
 };
 
 /// A deliberately wrong behaviour, for proving that the simulator notices it. Never set outside
@@ -27,6 +30,8 @@ pub enum Bug {
     /// Agent reports are applied at a clock reading 10 s old, as if `now` had been read before a
     /// long await: a report arriving shortly after its lease expired is still accepted.
     LaggingReportClock,
+    /// A move of a pending job's `run_at` starts it at once, whatever time was asked for.
+    RescheduleRunsNow,
 }
 
 /// Shared switches of one simulated process and its store.
@@ -106,8 +111,9 @@ fn is_report(command: &Command) -> bool {
     )
 }
 
+/// Every call checks that the process is alive; every write counts towards an armed crash.
 #[async_trait]
-impl Store for SimStore {
+impl Jobs for SimStore {
     async fn jobs_submit(&self, jobs: Vec<NewJob>) -> Result<Vec<Submitted>> {
         self.crash.before_write()?;
         self.inner.jobs_submit(jobs).await
@@ -123,21 +129,57 @@ impl Store for SimStore {
         self.inner.jobs_list(query).await
     }
 
-    async fn job_events(&self, id: JobId, after_seq: i64, limit: usize) -> Result<Vec<Event>> {
+    async fn job_events(&self, page: EventPage) -> Result<Vec<Event>> {
         self.crash.check_alive()?;
-        self.inner.job_events(id, after_seq, limit).await
+        self.inner.job_events(page).await
     }
 
-    async fn job_apply(&self, id: JobId, command: Command, now: Timestamp) -> Result<Transition> {
+    async fn job_apply(&self, mut apply: Apply) -> Result<Transition> {
         self.crash.before_write()?;
-        let now = if self.bug == Bug::LaggingReportClock && is_report(&command) {
-            Timestamp::from_millis(now.as_millis() - REPORT_CLOCK_LAG.as_millis_i64())
-        } else {
-            now
-        };
-        self.inner.job_apply(id, command, now).await
+        if self.bug == Bug::RescheduleRunsNow {
+            if let Command::Reschedule {
+                run_at: run_at @ Some(_),
+                ..
+            } = &mut apply.command
+            {
+                *run_at = Some(apply.now);
+            }
+        }
+        if self.bug == Bug::LaggingReportClock && is_report(&apply.command) {
+            apply.now =
+                Timestamp::from_millis(apply.now.as_millis() - REPORT_CLOCK_LAG.as_millis_i64());
+        }
+        self.inner.job_apply(apply).await
     }
 
+    async fn jobs_due(&self, due: Due) -> Result<Vec<JobId>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_due(due).await
+    }
+
+    async fn jobs_active(&self, page: ActivePage) -> Result<Vec<JobId>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_active(page).await
+    }
+
+    async fn jobs_delete(&self, removal: Removal) -> Result<Vec<JobId>> {
+        self.crash.before_write()?;
+        self.inner.jobs_delete(removal).await
+    }
+
+    async fn job_replace(&self, replacement: Replacement) -> Result<Option<Transition>> {
+        self.crash.before_write()?;
+        self.inner.job_replace(replacement).await
+    }
+
+    async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
+        self.crash.check_alive()?;
+        self.inner.ordering_key_status(key).await
+    }
+}
+
+#[async_trait]
+impl Leases for SimStore {
     async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
         self.crash.before_write()?;
         self.inner.steps_claim(claim).await
@@ -160,85 +202,33 @@ impl Store for SimStore {
         Ok(Some(lease))
     }
 
-    async fn leases_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<LeaseRef>> {
+    async fn leases_expired(&self, due: Due) -> Result<Vec<LeaseRef>> {
         self.crash.check_alive()?;
-        self.inner.leases_expired(now, limit).await
+        self.inner.leases_expired(due).await
     }
 
-    async fn jobs_due(&self, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
-        self.crash.check_alive()?;
-        self.inner.jobs_due(now, limit).await
+    /// One report at a time through this wrapper's own lookup and apply, so a planted bug in
+    /// either reaches batched reports too.
+    async fn leases_report(&self, batch: Reports) -> Result<Vec<Reported>> {
+        leases::report_one_by_one(self, batch).await
     }
+}
 
-    async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>> {
-        self.crash.check_alive()?;
-        self.inner.agents_due(after, now).await
-    }
-
-    async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
-        self.crash.check_alive()?;
-        self.inner.next_due_at(now).await
-    }
-
+#[async_trait]
+impl Agents for SimStore {
     async fn agents_counts(&self) -> Result<Vec<AgentCounts>> {
         self.crash.check_alive()?;
         self.inner.agents_counts().await
     }
 
-    async fn deliveries_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Delivery>> {
+    async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<AgentReady>> {
         self.crash.check_alive()?;
-        self.inner.deliveries_due(now, limit).await
+        self.inner.agents_ready_now(now).await
     }
 
-    async fn delivery_update(&self, id: i64, outcome: DeliveryOutcome) -> Result<()> {
-        self.crash.before_write()?;
-        self.inner.delivery_update(id, outcome).await
-    }
-
-    async fn deliveries_counts(&self) -> Result<(u64, u64)> {
+    async fn agents_due(&self, window: DueBetween) -> Result<Vec<String>> {
         self.crash.check_alive()?;
-        self.inner.deliveries_counts().await
-    }
-
-    async fn jobs_active(&self, after: Option<JobId>, limit: usize) -> Result<Vec<JobId>> {
-        self.crash.check_alive()?;
-        self.inner.jobs_active(after, limit).await
-    }
-
-    async fn ping(&self) -> Result<()> {
-        self.crash.check_alive()?;
-        self.inner.ping().await
-    }
-
-    async fn job_apply_fenced(
-        &self,
-        id: JobId,
-        command: Command,
-        now: Timestamp,
-        fence: &Fence,
-    ) -> Result<Transition> {
-        self.crash.before_write()?;
-        self.inner.job_apply_fenced(id, command, now, fence).await
-    }
-
-    async fn leader_acquire(
-        &self,
-        node: &str,
-        ttl: Span,
-        now: Timestamp,
-    ) -> Result<Option<Leadership>> {
-        self.crash.before_write()?;
-        self.inner.leader_acquire(node, ttl, now).await
-    }
-
-    async fn leader_get(&self) -> Result<Option<Leadership>> {
-        self.crash.check_alive()?;
-        self.inner.leader_get().await
-    }
-
-    async fn leader_release(&self, node: &str, epoch: i64) -> Result<()> {
-        self.crash.before_write()?;
-        self.inner.leader_release(node, epoch).await
+        self.inner.agents_due(window).await
     }
 
     async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings> {
@@ -246,26 +236,93 @@ impl Store for SimStore {
         self.inner.agent_settings_get(agent).await
     }
 
-    async fn agent_settings_put(
-        &self,
-        agent: &str,
-        settings: AgentSettings,
-        now: Timestamp,
-    ) -> Result<AgentSettings> {
+    async fn agent_settings_put(&self, update: SettingsUpdate) -> Result<AgentSettings> {
         self.crash.before_write()?;
-        self.inner.agent_settings_put(agent, settings, now).await
+        self.inner.agent_settings_put(update).await
     }
 
-    async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>> {
+    async fn agent_settings_list(&self) -> Result<Vec<AgentLimits>> {
         self.crash.check_alive()?;
         self.inner.agent_settings_list().await
     }
+}
 
-    async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
-        self.crash.check_alive()?;
-        self.inner.ordering_key_status(key).await
+#[async_trait]
+impl Schedules for SimStore {
+    async fn schedule_create(&self, schedule: Schedule) -> Result<ScheduleCreated> {
+        self.crash.before_write()?;
+        self.inner.schedule_create(schedule).await
     }
 
+    async fn schedule_get(&self, name: &str) -> Result<Option<Schedule>> {
+        self.crash.check_alive()?;
+        self.inner.schedule_get(name).await
+    }
+
+    async fn schedules_list(&self) -> Result<Vec<Schedule>> {
+        self.crash.check_alive()?;
+        self.inner.schedules_list().await
+    }
+
+    async fn schedule_delete(&self, name: &str) -> Result<bool> {
+        self.crash.before_write()?;
+        self.inner.schedule_delete(name).await
+    }
+
+    async fn schedule_set_paused(&self, pause: SchedulePause) -> Result<Schedule> {
+        self.crash.before_write()?;
+        self.inner.schedule_set_paused(pause).await
+    }
+
+    async fn schedules_due(&self, due: Due) -> Result<Vec<Schedule>> {
+        self.crash.check_alive()?;
+        self.inner.schedules_due(due).await
+    }
+
+    async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome> {
+        self.crash.before_write()?;
+        self.inner.schedule_fire(fire, fence).await
+    }
+}
+
+#[async_trait]
+impl Leader for SimStore {
+    async fn leader_acquire(&self, bid: LeaderBid) -> Result<Option<Leadership>> {
+        self.crash.before_write()?;
+        self.inner.leader_acquire(bid).await
+    }
+
+    async fn leader_get(&self) -> Result<Option<Leadership>> {
+        self.crash.check_alive()?;
+        self.inner.leader_get().await
+    }
+
+    async fn leader_release(&self, fence: &Fence) -> Result<()> {
+        self.crash.before_write()?;
+        self.inner.leader_release(fence).await
+    }
+}
+
+#[async_trait]
+impl Deliveries for SimStore {
+    async fn deliveries_due(&self, due: Due) -> Result<Vec<Delivery>> {
+        self.crash.check_alive()?;
+        self.inner.deliveries_due(due).await
+    }
+
+    async fn delivery_update(&self, id: i64, outcome: DeliveryOutcome) -> Result<()> {
+        self.crash.before_write()?;
+        self.inner.delivery_update(id, outcome).await
+    }
+
+    async fn deliveries_counts(&self) -> Result<DeliveryCounts> {
+        self.crash.check_alive()?;
+        self.inner.deliveries_counts().await
+    }
+}
+
+#[async_trait]
+impl Tokens for SimStore {
     async fn token_create(&self, token: TokenRecord) -> Result<()> {
         self.crash.check_alive()?;
         self.inner.token_create(token).await
@@ -286,73 +343,6 @@ impl Store for SimStore {
         self.inner.token_revoke(name, now).await
     }
 
-    async fn schedule_create(&self, schedule: Schedule) -> Result<(Schedule, bool)> {
-        self.crash.before_write()?;
-        self.inner.schedule_create(schedule).await
-    }
-
-    async fn schedule_get(&self, name: &str) -> Result<Option<Schedule>> {
-        self.crash.check_alive()?;
-        self.inner.schedule_get(name).await
-    }
-
-    async fn schedules_list(&self) -> Result<Vec<Schedule>> {
-        self.crash.check_alive()?;
-        self.inner.schedules_list().await
-    }
-
-    async fn schedule_delete(&self, name: &str) -> Result<bool> {
-        self.crash.before_write()?;
-        self.inner.schedule_delete(name).await
-    }
-
-    async fn schedule_set_paused(
-        &self,
-        name: &str,
-        paused: bool,
-        next_fire_at: Option<Timestamp>,
-        now: Timestamp,
-    ) -> Result<Schedule> {
-        self.crash.before_write()?;
-        self.inner
-            .schedule_set_paused(name, paused, next_fire_at, now)
-            .await
-    }
-
-    async fn schedules_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Schedule>> {
-        self.crash.check_alive()?;
-        self.inner.schedules_due(now, limit).await
-    }
-
-    async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome> {
-        self.crash.before_write()?;
-        self.inner.schedule_fire(fire, fence).await
-    }
-
-    async fn jobs_delete(
-        &self,
-        ids: Vec<JobId>,
-        states: Vec<overseer_core::JobState>,
-    ) -> Result<Vec<JobId>> {
-        self.crash.before_write()?;
-        self.inner.jobs_delete(ids, states).await
-    }
-
-    async fn job_replace(
-        &self,
-        old: JobId,
-        states: Vec<overseer_core::JobState>,
-        new: NewJob,
-    ) -> Result<Option<Transition>> {
-        self.crash.before_write()?;
-        self.inner.job_replace(old, states, new).await
-    }
-
-    async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>> {
-        self.crash.check_alive()?;
-        self.inner.agents_ready_now(now).await
-    }
-
     async fn setting_get_or_insert(
         &self,
         key: &str,
@@ -361,5 +351,18 @@ impl Store for SimStore {
     ) -> Result<String> {
         self.crash.check_alive()?;
         self.inner.setting_get_or_insert(key, value, now).await
+    }
+}
+
+#[async_trait]
+impl Maintenance for SimStore {
+    async fn ping(&self) -> Result<()> {
+        self.crash.check_alive()?;
+        self.inner.ping().await
+    }
+
+    async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        self.crash.check_alive()?;
+        self.inner.next_due_at(now).await
     }
 }

@@ -104,3 +104,16 @@ fn catches_reports_judged_by_a_stale_clock() {
         first_failure(Bug::LaggingReportClock, 100).expect("the planted bug was not caught");
     assert!(report.contains("lease"), "seed {seed}: {report}");
 }
+
+// Proves the checks catch a reschedule that is not kept: with every move of a pending job's
+// run_at turned into "now", a job is leased before the run_at the operator was answered with,
+// and a seed fails within the budget.
+#[test]
+fn catches_a_rescheduled_job_started_early() {
+    let (seed, report) =
+        first_failure(Bug::RescheduleRunsNow, 100).expect("the planted bug was not caught");
+    assert!(
+        report.contains("before the job's run_at"),
+        "seed {seed}: {report}"
+    );
+}

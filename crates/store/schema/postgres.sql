@@ -154,7 +154,8 @@ CREATE TABLE public.steps (
     claim_agent text,
     lease_agent text,
     claim_rank bigint,
-    backoff_formula text
+    backoff_formula text,
+    http text
 );
 
 CREATE TABLE public.tokens (

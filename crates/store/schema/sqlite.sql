@@ -129,7 +129,7 @@ CREATE TABLE steps (
     result             TEXT,
     last_error         TEXT,
     -- The job's priority, copied so a claim is one ordered scan of one index.
-    priority           INTEGER NOT NULL, budget_from      INTEGER NOT NULL DEFAULT 0, comp_phase       TEXT, comp_attempts    INTEGER NOT NULL DEFAULT 0, comp_failures    INTEGER NOT NULL DEFAULT 0, comp_budget_from INTEGER NOT NULL DEFAULT 0, claim_agent      TEXT, lease_agent      TEXT, claim_rank INTEGER, backoff_formula TEXT,
+    priority           INTEGER NOT NULL, budget_from      INTEGER NOT NULL DEFAULT 0, comp_phase       TEXT, comp_attempts    INTEGER NOT NULL DEFAULT 0, comp_failures    INTEGER NOT NULL DEFAULT 0, comp_budget_from INTEGER NOT NULL DEFAULT 0, claim_agent      TEXT, lease_agent      TEXT, claim_rank INTEGER, backoff_formula TEXT, http TEXT,
     PRIMARY KEY (job_id, idx)
 );
 

@@ -11,19 +11,26 @@
 //! (`claim_agent`, `lease_agent`, and the core's `lease_expires_at`), so work and undo are found
 //! alike without decoding a step; see the schema's second migration. The third adds the claim
 //! order (`claim_rank`), submission order for ordering keys (`seq`), agent limits, the leader
-//! lease and cron schedules, each kept in its own module here: `claims`, `ordering`, `leader`,
-//! `schedule`. Every supervisor write is checked against the leader lease in its own
-//! transaction (`leader::check_fence`).
+//! lease and cron schedules.
+//!
+//! Each part of the `Store` trait is implemented in the module of its noun (`jobs`, `leases`,
+//! `agents`, `schedules`, `leader`, `deliveries`, `tokens`, `maintenance`), as in the PostgreSQL
+//! backend; `ordering` and `removal` serve `jobs`. Every supervisor write is checked against the
+//! leader lease in its own transaction (`leader::check_fence`).
 
+mod agents;
 mod checkpoint;
-mod claims;
+mod deliveries;
 #[cfg(any(test, feature = "fault-injection"))]
 mod fault;
+mod jobs;
 mod leader;
+mod leases;
+mod maintenance;
 mod ordering;
 mod removal;
 mod rows;
-mod schedule;
+mod schedules;
 mod schema;
 mod tokens;
 mod writer;
@@ -34,21 +41,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use overseer_core::auth::TokenRecord;
-use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
-use rusqlite::types::Value as SqlValue;
-use rusqlite::{
-    params, params_from_iter, Connection, OpenFlags, OptionalExtension, TransactionBehavior,
-};
+use overseer_core::{Command, Job, JobId, Timestamp, Transition};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use tokio::sync::{mpsc, Semaphore};
 
-use self::rows::{job_id_text, limit_param, DbResult};
-use crate::{
-    AgentCounts, AgentSettings, Claim, ClaimResult, Delivery, DeliveryOutcome, Error, Fence, Fire,
-    FireOutcome, JobQuery, Leadership, LeaseRef, LeaseReport, NewJob, OrderingKeyStatus, Reported,
-    Result, Schedule, Store, Submitted,
-};
+use self::rows::DbResult;
+use crate::{Error, Result};
 
 /// How to open a SQLite store.
 #[derive(Clone, Debug)]
@@ -436,14 +434,7 @@ fn apply_command(
     if command == Command::Activate && !ordering::may_start(conn, &job)? {
         return Err(overseer_core::Rejection::NotDue.into());
     }
-    let claim = match &command {
-        Command::Claim {
-            step,
-            lease_id,
-            worker,
-        } => Some((*step, *lease_id, worker.clone())),
-        _ => None,
-    };
+    let claim = crate::decide::claim_of(&command);
     let mut t = overseer_core::apply(&job, command, now)?;
     persist(conn, &job, &t, now, history_per_job)?;
     if let Some(key) = t.freed_ordering_key() {
@@ -452,539 +443,10 @@ fn apply_command(
         }
     }
     if let Some((step, lease_id, worker)) = claim {
-        let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
-            Error::Corrupt(format!("claimed step {step} is missing from job {id}"))
-        })?;
-        let lease = LeaseRef {
-            lease_id,
-            job_id: id,
-            step,
-            attempt,
-        };
+        let lease = crate::decide::lease_of(&t, step, lease_id)?;
         rows::insert_lease(conn, &lease, &worker, now)?;
     }
     Ok(t)
-}
-
-fn submit_jobs(
-    conn: &Connection,
-    jobs: Vec<NewJob>,
-    history_per_job: usize,
-) -> Result<Vec<Submitted>> {
-    let mut out = Vec::with_capacity(jobs.len());
-    let mut find = conn
-        .prepare_cached("SELECT id, fingerprint FROM jobs WHERE idempotency_key = ?1")
-        .db()?;
-    for (index, new) in jobs.into_iter().enumerate() {
-        let job = &new.transition.job;
-        if let Some(key) = &job.idempotency_key {
-            // Earlier jobs of this batch are already inserted in this transaction, so a
-            // duplicate key inside the batch is found here just like one from an earlier call.
-            let found: Option<(String, String)> = find
-                .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-                .db()?;
-            if let Some((existing, fingerprint)) = found {
-                let existing: JobId = existing
-                    .parse()
-                    .map_err(|e| Error::Corrupt(format!("jobs.id `{existing}`: {e}")))?;
-                if fingerprint != job.fingerprint {
-                    return Err(Error::IdempotencyConflict {
-                        index,
-                        key: key.clone(),
-                        existing,
-                    });
-                }
-                let stored = rows::load_job(conn, existing)?.ok_or_else(|| {
-                    Error::Corrupt(format!("job {existing} vanished during a submit"))
-                })?;
-                out.push(Submitted::Existing(stored));
-                continue;
-            }
-        }
-        let seq = rows::insert_job(conn, job)?;
-        rows::append_events(conn, job.id, &new.transition.events, history_per_job, None)?;
-        // An admission has no command time of its own: the job was last updated by it.
-        rows::insert_deliveries(conn, &new.transition, job.updated_at)?;
-        // A keyed job heading its key starts in this same transaction.
-        let t = ordering::admit_keyed(conn, new.transition, seq, history_per_job)?;
-        out.push(Submitted::Created(t));
-    }
-    Ok(out)
-}
-
-fn list_jobs(conn: &Connection, query: &JobQuery) -> Result<Vec<Job>> {
-    let (sql, filters) = crate::filter::job_list_sql(query);
-    let mut args: Vec<SqlValue> = filters
-        .into_iter()
-        .map(|a| match a {
-            crate::filter::Arg::Text(t) => SqlValue::Text(t),
-            crate::filter::Arg::Id(id) => SqlValue::Text(job_id_text(id)),
-            crate::filter::Arg::Millis(ms) => SqlValue::Integer(ms),
-        })
-        .collect();
-    args.push(SqlValue::Integer(limit_param(query.limit)));
-    let ids: Vec<String> = conn
-        .prepare_cached(&sql)
-        .db()?
-        .query_map(params_from_iter(args), |r| r.get(0))
-        .db()?
-        .collect::<rusqlite::Result<_>>()
-        .db()?;
-    let mut jobs = Vec::with_capacity(ids.len());
-    for id in ids {
-        let id: JobId = id
-            .parse()
-            .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))?;
-        if let Some(job) = rows::load_job(conn, id)? {
-            jobs.push(job);
-        }
-    }
-    Ok(jobs)
-}
-
-#[async_trait]
-impl Store for SqliteStore {
-    async fn jobs_submit(&self, jobs: Vec<NewJob>) -> Result<Vec<Submitted>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let history = self.inner.history_per_job;
-        self.write(move |conn| submit_jobs(conn, jobs, history))
-            .await
-    }
-
-    async fn job_get(&self, id: JobId) -> Result<Option<Job>> {
-        self.read(move |conn| rows::load_job(conn, id)).await
-    }
-
-    async fn jobs_list(&self, query: JobQuery) -> Result<Vec<Job>> {
-        if query.limit == 0 {
-            return Ok(Vec::new());
-        }
-        self.read(move |conn| list_jobs(conn, &query)).await
-    }
-
-    async fn job_events(&self, id: JobId, after_seq: i64, limit: usize) -> Result<Vec<Event>> {
-        self.read(move |conn| {
-            let events = rows::load_events(conn, id, after_seq, limit)?;
-            if events.is_empty() {
-                let exists = conn
-                    .prepare_cached("SELECT 1 FROM jobs WHERE id = ?1")
-                    .db()?
-                    .exists([job_id_text(id)])
-                    .db()?;
-                if !exists {
-                    return Err(Error::JobNotFound(id));
-                }
-            }
-            Ok(events)
-        })
-        .await
-    }
-
-    async fn job_apply(&self, id: JobId, command: Command, now: Timestamp) -> Result<Transition> {
-        let history = self.inner.history_per_job;
-        #[cfg(feature = "fault-injection")]
-        if let Some(crash) = self.inner.crash_after_step_result.clone() {
-            return self
-                .write(move |conn| fault::apply_or_crash(conn, id, command, now, history, &crash))
-                .await;
-        }
-        self.write(move |conn| apply_command(conn, id, command, now, history))
-            .await
-    }
-
-    async fn leases_report(
-        &self,
-        reports: Vec<(LeaseId, LeaseReport)>,
-        now: Timestamp,
-    ) -> Result<Vec<Reported>> {
-        let history = self.inner.history_per_job;
-        #[cfg(feature = "fault-injection")]
-        let crash = self.inner.crash_after_step_result.clone();
-        // One write for the whole batch: one trip to the writer, one savepoint, one fsync shared.
-        self.write(move |conn| {
-            let mut out = Vec::with_capacity(reports.len());
-            for (lease_id, report) in reports {
-                let Some(lease) = rows::find_lease(conn, lease_id)? else {
-                    out.push(Err(Error::LeaseNotFound(lease_id)));
-                    continue;
-                };
-                let command = report.command(lease.step, lease.attempt);
-                #[cfg(feature = "fault-injection")]
-                let applied = match &crash {
-                    Some(crash) => {
-                        fault::apply_or_crash(conn, lease.job_id, command, now, history, crash)
-                    }
-                    None => apply_command(conn, lease.job_id, command, now, history),
-                };
-                #[cfg(not(feature = "fault-injection"))]
-                let applied = apply_command(conn, lease.job_id, command, now, history);
-                match applied {
-                    Ok(t) => out.push(Ok((lease, t))),
-                    // Refused before anything was written: this report only.
-                    Err(e @ (Error::Rejected(_) | Error::JobNotFound(_))) => out.push(Err(e)),
-                    // The database failed mid-write: the batch's savepoint takes it all back.
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(out)
-        })
-        .await
-    }
-
-    async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
-        if claim.lease_ids.is_empty() {
-            return Ok(ClaimResult::default());
-        }
-        let history = self.inner.history_per_job;
-        self.write(move |conn| claims::claim_steps(conn, claim, history))
-            .await
-    }
-
-    async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
-        self.read(move |conn| rows::find_lease(conn, lease_id))
-            .await
-    }
-
-    async fn leases_expired(&self, now: Timestamp, limit: usize) -> Result<Vec<LeaseRef>> {
-        self.read(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT job_id, idx, attempt, lease_id FROM steps INDEXED BY steps_lease_expiry \
-                     WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= ?1 \
-                     ORDER BY lease_expires_at, job_id, idx LIMIT ?2",
-                )
-                .db()?;
-            let mut rows = stmt
-                .query(params![now.as_millis(), limit_param(limit)])
-                .db()?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().db()? {
-                // A bad row is logged and passed over so it cannot stop every other expiry.
-                match rows::lease_ref_from_row(row) {
-                    Ok(Some(lease)) => out.push(lease),
-                    Ok(None) => tracing::error!("a leased step has no lease id; skipping it"),
-                    Err(e) => tracing::error!(error = %e, "skipping an unreadable leased step"),
-                }
-            }
-            Ok(out)
-        })
-        .await
-    }
-
-    async fn jobs_due(&self, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
-        self.read(move |conn| ordering::jobs_due(conn, now, limit))
-            .await
-    }
-
-    async fn agents_due(&self, after: Timestamp, now: Timestamp) -> Result<Vec<String>> {
-        self.read(move |conn| {
-            conn.prepare_cached(
-                "SELECT DISTINCT claim_agent FROM steps INDEXED BY steps_claim_due \
-                 WHERE claim_agent IS NOT NULL AND next_attempt_at > ?1 AND next_attempt_at <= ?2 \
-                 ORDER BY claim_agent",
-            )
-            .db()?
-            .query_map(params![after.as_millis(), now.as_millis()], |r| r.get(0))
-            .db()?
-            .collect::<rusqlite::Result<_>>()
-            .db()
-        })
-        .await
-    }
-
-    async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
-        self.read(move |conn| {
-            // Past instants count only where the leader's sweep clears them: a pending job
-            // without a key, an expired lease, a schedule's due time. A keyed job waiting behind
-            // its head, or a retry already due, counts only while still in the future, or the
-            // supervisor would wake again at once for something it cannot act on.
-            let due: Option<i64> = conn
-                .prepare_cached(
-                    "SELECT MIN(t) FROM ( \
-                       SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_pending_unkeyed \
-                         WHERE state = 'pending' AND ordering_key IS NULL \
-                       UNION ALL \
-                       SELECT MIN(COALESCE(run_at, created_at)) FROM jobs \
-                         INDEXED BY jobs_pending_due \
-                         WHERE state = 'pending' AND COALESCE(run_at, created_at) > ?1 \
-                       UNION ALL \
-                       SELECT MIN(next_attempt_at) FROM steps INDEXED BY steps_claim_due \
-                         WHERE claim_agent IS NOT NULL AND next_attempt_at > ?1 \
-                       UNION ALL \
-                       SELECT MIN(lease_expires_at) FROM steps INDEXED BY steps_lease_expiry \
-                         WHERE lease_expires_at IS NOT NULL \
-                       UNION ALL \
-                       SELECT MIN(next_fire_at) FROM schedules INDEXED BY schedules_due \
-                         WHERE paused = 0)",
-                )
-                .db()?
-                .query_row([now.as_millis()], |r| r.get(0))
-                .db()?;
-            Ok(due.map(Timestamp::from_millis))
-        })
-        .await
-    }
-
-    async fn agents_counts(&self) -> Result<Vec<AgentCounts>> {
-        self.read(move |conn| {
-            // Two arms so each uses its partial index: claimable steps by the agent that may
-            // lease them, leased steps by the agent holding the lease (an undo's compensate
-            // agent). A live lease always has an expiry, so the expiry index finds every one.
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT agent, SUM(ready), SUM(running) FROM ( \
-                       SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
-                       FROM steps s INDEXED BY steps_claim JOIN jobs j ON j.id = s.job_id \
-                       WHERE s.claim_agent IS NOT NULL \
-                         AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
-                       UNION ALL \
-                       SELECT s.lease_agent, 0, 1 \
-                       FROM steps s INDEXED BY steps_lease_expiry JOIN jobs j ON j.id = s.job_id \
-                       WHERE s.lease_expires_at IS NOT NULL AND s.lease_agent IS NOT NULL \
-                         AND j.state NOT IN ('succeeded', 'failed', 'cancelled')) \
-                     GROUP BY agent ORDER BY agent",
-                )
-                .db()?;
-            let mut rows = stmt.query([]).db()?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().db()? {
-                out.push(AgentCounts {
-                    agent: row.get(0).db()?,
-                    ready: rows::count_param("ready", row.get(1).db()?)?,
-                    running: rows::count_param("running", row.get(2).db()?)?,
-                });
-            }
-            Ok(out)
-        })
-        .await
-    }
-
-    async fn deliveries_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Delivery>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        self.read(move |conn| rows::deliveries_due(conn, now, limit))
-            .await
-    }
-
-    async fn delivery_update(&self, id: i64, outcome: DeliveryOutcome) -> Result<()> {
-        self.write(move |conn| rows::delivery_update(conn, id, &outcome))
-            .await
-    }
-
-    async fn deliveries_counts(&self) -> Result<(u64, u64)> {
-        self.read(rows::deliveries_counts).await
-    }
-
-    async fn jobs_active(&self, after: Option<JobId>, limit: usize) -> Result<Vec<JobId>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        self.read(move |conn| {
-            // The WHERE clause repeats the partial index's word for word (see schema V2).
-            let ids: Vec<String> = conn
-                .prepare_cached(
-                    "SELECT id FROM jobs INDEXED BY jobs_active \
-                     WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND id > ?1 \
-                     ORDER BY id LIMIT ?2",
-                )
-                .db()?
-                .query_map(
-                    params![
-                        after.map(job_id_text).unwrap_or_default(),
-                        limit_param(limit)
-                    ],
-                    |r| r.get(0),
-                )
-                .db()?
-                .collect::<rusqlite::Result<_>>()
-                .db()?;
-            ids.into_iter()
-                .map(|id| {
-                    id.parse()
-                        .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
-                })
-                .collect()
-        })
-        .await
-    }
-
-    async fn ping(&self) -> Result<()> {
-        let writer_up = self.inner.queue.as_ref().is_some_and(|q| !q.is_closed());
-        if !writer_up {
-            return Err(Error::Unavailable("the store's writer has stopped".into()));
-        }
-        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).db())
-            .await
-    }
-
-    async fn job_apply_fenced(
-        &self,
-        id: JobId,
-        command: Command,
-        now: Timestamp,
-        fence: &Fence,
-    ) -> Result<Transition> {
-        let history = self.inner.history_per_job;
-        let fence = fence.clone();
-        self.write(move |conn| {
-            leader::check_fence(conn, &fence, now)?;
-            apply_command(conn, id, command, now, history)
-        })
-        .await
-    }
-
-    async fn leader_acquire(
-        &self,
-        node: &str,
-        ttl: Span,
-        now: Timestamp,
-    ) -> Result<Option<Leadership>> {
-        let node = node.to_string();
-        self.write(move |conn| leader::acquire(conn, &node, ttl, now))
-            .await
-    }
-
-    async fn leader_get(&self) -> Result<Option<Leadership>> {
-        self.read(leader::get).await
-    }
-
-    async fn leader_release(&self, node: &str, epoch: i64) -> Result<()> {
-        let node = node.to_string();
-        self.write(move |conn| leader::release(conn, &node, epoch))
-            .await
-    }
-
-    async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings> {
-        let agent = agent.to_string();
-        self.read(move |conn| claims::settings_get(conn, &agent))
-            .await
-    }
-
-    async fn agent_settings_put(
-        &self,
-        agent: &str,
-        settings: AgentSettings,
-        now: Timestamp,
-    ) -> Result<AgentSettings> {
-        let agent = agent.to_string();
-        self.write(move |conn| claims::settings_put(conn, &agent, &settings, now))
-            .await
-    }
-
-    async fn agent_settings_list(&self) -> Result<Vec<(String, AgentSettings)>> {
-        self.read(claims::settings_list).await
-    }
-
-    async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
-        let key = key.to_string();
-        self.read(move |conn| ordering::status(conn, &key)).await
-    }
-
-    async fn token_create(&self, token: TokenRecord) -> Result<()> {
-        self.write(move |conn| tokens::create(conn, &token)).await
-    }
-
-    async fn tokens_list(&self) -> Result<Vec<TokenRecord>> {
-        self.read(tokens::list).await
-    }
-
-    async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
-        let hash = hash.to_string();
-        self.read(move |conn| tokens::by_hash(conn, &hash)).await
-    }
-
-    async fn token_revoke(&self, name: &str, now: Timestamp) -> Result<bool> {
-        let name = name.to_string();
-        self.write(move |conn| tokens::revoke(conn, &name, now))
-            .await
-    }
-
-    async fn schedule_create(&self, schedule: Schedule) -> Result<(Schedule, bool)> {
-        self.write(move |conn| schedule::create(conn, schedule))
-            .await
-    }
-
-    async fn schedule_get(&self, name: &str) -> Result<Option<Schedule>> {
-        let name = name.to_string();
-        self.read(move |conn| schedule::get(conn, &name)).await
-    }
-
-    async fn schedules_list(&self) -> Result<Vec<Schedule>> {
-        self.read(schedule::list).await
-    }
-
-    async fn schedule_delete(&self, name: &str) -> Result<bool> {
-        let name = name.to_string();
-        self.write(move |conn| schedule::delete(conn, &name)).await
-    }
-
-    async fn schedule_set_paused(
-        &self,
-        name: &str,
-        paused: bool,
-        next_fire_at: Option<Timestamp>,
-        now: Timestamp,
-    ) -> Result<Schedule> {
-        let name = name.to_string();
-        self.write(move |conn| schedule::set_paused(conn, &name, paused, next_fire_at, now))
-            .await
-    }
-
-    async fn schedules_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Schedule>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        self.read(move |conn| schedule::due(conn, now, limit)).await
-    }
-
-    async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome> {
-        let history = self.inner.history_per_job;
-        let fence = fence.clone();
-        self.write(move |conn| schedule::fire(conn, fire, &fence, history))
-            .await
-    }
-
-    async fn jobs_delete(
-        &self,
-        ids: Vec<JobId>,
-        states: Vec<overseer_core::JobState>,
-    ) -> Result<Vec<JobId>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.write(move |conn| removal::delete(conn, &ids, &states))
-            .await
-    }
-
-    async fn job_replace(
-        &self,
-        old: JobId,
-        states: Vec<overseer_core::JobState>,
-        new: NewJob,
-    ) -> Result<Option<Transition>> {
-        let history = self.inner.history_per_job;
-        self.write(move |conn| removal::replace(conn, old, &states, new, history))
-            .await
-    }
-
-    async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<(String, u64)>> {
-        self.read(move |conn| removal::ready_now(conn, now)).await
-    }
-
-    async fn setting_get_or_insert(
-        &self,
-        key: &str,
-        value: &str,
-        now: Timestamp,
-    ) -> Result<String> {
-        let (key, value) = (key.to_string(), value.to_string());
-        self.write(move |conn| tokens::setting_get_or_insert(conn, &key, &value, now))
-            .await
-    }
 }
 
 #[cfg(test)]
@@ -993,6 +455,10 @@ mod tests {
     use rusqlite::params;
 
     use super::*;
+    use crate::prelude::*;
+    use crate::{AgentCounts, Claim, Due, NewJob, Submitted};
+    use overseer_core::LeaseId;
+    use rusqlite::params_from_iter;
 
     const T0: i64 = 1_700_000_000_000;
     const JOB: &str = "018bcfe5-6801-7000-8000-000000000001";
@@ -1079,7 +545,7 @@ mod tests {
     // and no sort, so they cost the same however many rows wait.
     #[test]
     fn claims_and_due_jobs_walk_their_indexes_in_order() {
-        let claim = plan(claims::CANDIDATES_SQL);
+        let claim = plan(leases::CANDIDATES_SQL);
         assert_eq!(
             claim,
             vec!["SEARCH steps USING INDEX steps_claim (claim_agent=?)"]
@@ -1179,7 +645,10 @@ mod tests {
             }]
         );
         let expired = store
-            .leases_expired(Timestamp(T0 + 1_000), 10)
+            .leases_expired(Due {
+                now: Timestamp(T0 + 1_000),
+                limit: 10,
+            })
             .await
             .expect("expired");
         assert_eq!(

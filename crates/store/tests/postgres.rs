@@ -10,6 +10,8 @@
 //! `target/postgres-suite.ok`, which CI can check to know the suite really ran (the file is
 //! removed when the first test starts, so a run that fails or stops early leaves none).
 
+use overseer_store::prelude::*;
+use overseer_store::{ActivePage, Apply, Due, LeaderBid};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +20,7 @@ use overseer_core::{JobId, JobState, Span, StepState, Timestamp};
 use overseer_store::conformance::{self, admitted, at, job_id, lease_id, Fixture};
 use overseer_store::pgtest::{PgCluster, TestDatabase};
 use overseer_store::postgres::{PgOptions, PgStore};
-use overseer_store::{Claim, Error, Signal, Store, Submitted};
+use overseer_store::{Claim, Error, Signal, Submitted};
 use serde_json::json;
 use tokio::sync::broadcast;
 
@@ -320,7 +322,7 @@ async fn signals_cross_nodes_only_when_committed() {
         .expect("claim")
         .claimed;
     assert_eq!(claimed.len(), 1);
-    b.job_apply(
+    b.job_apply(Apply::new(
         id,
         overseer_core::Command::Complete {
             step: 0,
@@ -328,7 +330,7 @@ async fn signals_cross_nodes_only_when_committed() {
             result: json!("ok"),
         },
         at(20),
-    )
+    ))
     .await
     .expect("complete");
     expect_signal(&mut on_a, "Finished on A", |s| {
@@ -467,7 +469,10 @@ async fn racing_nodes_keep_idempotency_and_ordering_keys() {
         "the started job heads the key"
     );
     assert!(nodes[0]
-        .jobs_due(at(1_000_000), 100)
+        .jobs_due(Due {
+            now: at(1_000_000),
+            limit: 100,
+        })
         .await
         .expect("due")
         .is_empty());
@@ -484,7 +489,11 @@ async fn one_leader_among_racing_nodes() {
         let store = open(db.url()).await;
         tasks.spawn(async move {
             store
-                .leader_acquire(&format!("node-{n}"), Span::from_secs(10), at(0))
+                .leader_acquire(LeaderBid {
+                    node: format!("node-{n}"),
+                    ttl: Span::from_secs(10),
+                    now: at(0),
+                })
                 .await
         });
     }
@@ -526,7 +535,7 @@ async fn text_with_nul_is_stored_not_refused() {
         .claimed;
     assert_eq!(claimed.len(), 1);
     store
-        .job_apply(
+        .job_apply(Apply::new(
             id,
             overseer_core::Command::Fail {
                 step: 0,
@@ -536,7 +545,7 @@ async fn text_with_nul_is_stored_not_refused() {
                 jitter: 0.0,
             },
             at(20),
-        )
+        ))
         .await
         .expect("a failure report with NUL in its error");
     let job = store.job_get(id).await.expect("get").expect("job");
@@ -701,7 +710,17 @@ async fn the_store_survives_a_server_restart() {
     if let Some(cluster) = &private {
         cluster.restart().expect("restart the server");
         submit_ok(&store, 8).await;
-        assert_eq!(store.jobs_active(None, 100).await.expect("active").len(), 7);
+        assert_eq!(
+            store
+                .jobs_active(ActivePage {
+                    after: None,
+                    limit: 100,
+                })
+                .await
+                .expect("active")
+                .len(),
+            7
+        );
     }
     drop(store);
     drop(db);

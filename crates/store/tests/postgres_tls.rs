@@ -11,7 +11,8 @@
 use overseer_store::conformance::{admitted, at, job_id, spec};
 use overseer_store::pgtest::PgCluster;
 use overseer_store::postgres::PgOptions;
-use overseer_store::{PgStore, Store};
+use overseer_store::prelude::*;
+use overseer_store::PgStore;
 use serde_json::json;
 use tokio_postgres::NoTls;
 

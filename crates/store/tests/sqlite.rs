@@ -1,11 +1,13 @@
 //! The SQLite backend: the shared conformance suite on a fresh temp file per test, plus what is
 //! specific to SQLite (group commit, durability across reopen, pragmas, bad rows).
 
+use overseer_store::prelude::*;
+use overseer_store::{Apply, EventPage};
 use std::sync::Arc;
 
 use overseer_store::conformance::{self, admitted, at, job_id, Fixture};
 use overseer_store::sqlite::{SqliteOptions, SqliteStore};
-use overseer_store::{Error, Store, Submitted};
+use overseer_store::{Error, Submitted};
 use serde_json::json;
 
 const HISTORY: usize = 20;
@@ -125,13 +127,27 @@ async fn data_survives_close_and_reopen() {
         .expect("claim")
         .claimed;
     let job = claimed[0].transition.job.clone();
-    let events = store.job_events(job.id, 0, 100).await.expect("events");
+    let events = store
+        .job_events(EventPage {
+            job: job.id,
+            after_seq: 0,
+            limit: 100,
+        })
+        .await
+        .expect("events");
     drop(store);
 
     let store = SqliteStore::open(options(&dir)).expect("reopen");
     assert_eq!(store.job_get(job.id).await.expect("get"), Some(job.clone()));
     assert_eq!(
-        store.job_events(job.id, 0, 100).await.expect("events"),
+        store
+            .job_events(EventPage {
+                job: job.id,
+                after_seq: 0,
+                limit: 100,
+            })
+            .await
+            .expect("events"),
         events
     );
     assert!(store
@@ -146,10 +162,17 @@ async fn data_survives_close_and_reopen() {
         result: json!(1),
     };
     store
-        .job_apply(job.id, done, at(20))
+        .job_apply(Apply::new(job.id, done, at(20)))
         .await
         .expect("complete");
-    let after = store.job_events(job.id, 0, 100).await.expect("events");
+    let after = store
+        .job_events(EventPage {
+            job: job.id,
+            after_seq: 0,
+            limit: 100,
+        })
+        .await
+        .expect("events");
     assert_eq!(after.len(), events.len() + 2);
     assert_eq!(after.last().map(|e| e.seq), Some(events.len() as i64 + 2));
 }
@@ -208,7 +231,7 @@ async fn bad_rows_are_corrupt_not_panics() {
         Err(Error::Corrupt(_))
     ));
     let apply = store
-        .job_apply(job_id(1), overseer_core::Command::Cancel, at(1))
+        .job_apply(Apply::new(job_id(1), overseer_core::Command::Cancel, at(1)))
         .await;
     assert!(matches!(apply, Err(Error::Corrupt(_))), "{apply:?}");
     // The writer survives a failed write.
@@ -275,7 +298,7 @@ mod crash_after_step_result {
             attempt: 1,
             result: json!("A"),
         };
-        let answer = store.job_apply(job_id(1), done, at(20)).await;
+        let answer = store.job_apply(Apply::new(job_id(1), done, at(20))).await;
         // Reaching this line means the fault did not fire.
         eprintln!("job_apply answered: {answer:?}");
         std::process::exit(3);
@@ -312,7 +335,11 @@ mod crash_after_step_result {
         assert_eq!(job.steps[1].state, StepState::Waiting);
         assert_eq!(job.state, JobState::Running);
         let kinds: Vec<String> = store
-            .job_events(job_id(1), 0, 100)
+            .job_events(EventPage {
+                job: job_id(1),
+                after_seq: 0,
+                limit: 100,
+            })
             .await
             .expect("events")
             .into_iter()
@@ -321,7 +348,7 @@ mod crash_after_step_result {
         assert_eq!(kinds.last().map(String::as_str), Some("step_leased"));
 
         let repaired = store
-            .job_apply(job_id(1), Command::Repair, at(30))
+            .job_apply(Apply::new(job_id(1), Command::Repair, at(30)))
             .await
             .expect("repair");
         assert_eq!(repaired.job.steps[1].state, StepState::Ready);

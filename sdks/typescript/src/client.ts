@@ -1,7 +1,8 @@
 import { ConnectionError, OverseerError } from "./errors.js";
 import type {
-  AgentLimits, Event, HeartbeatResponse, Job, JobList, JobSpec, JobState, Json, Lease,
-  LeaseOutcome, OperatorNote, Problem, ReportResult, Schedule, ScheduleSpec,
+  AgentLimits, CompleteRequest, Event, FailRequest, HeartbeatRequest, HeartbeatResponse, Job,
+  JobList, JobSpec, JobState, Json, Lease, LeaseOutcome, LeaseRequest, OperatorNote, Problem,
+  ReportResult, Schedule, ScheduleSpec,
 } from "./types.js";
 
 export interface ClientOptions {
@@ -197,7 +198,7 @@ export class Client {
   // The agent's side: used by `Worker`, open to anyone writing their own loop.
 
   async takeLeases(agent: string, worker: string, max: number, waitMs: number, signal?: AbortSignal): Promise<Lease[]> {
-    const body = { worker, max, wait: `${waitMs}ms` };
+    const body: LeaseRequest = { worker, max, wait: `${waitMs}ms` };
     const answer = await this.request<{ leases: Lease[] }>("POST", `/v1/agents/${enc(agent)}/leases`, body, {
       signal, timeoutMs: waitMs + 10_000,
     });
@@ -205,15 +206,18 @@ export class Client {
   }
 
   heartbeat(leaseId: string, progress?: Json, opts: CallOptions = {}): Promise<HeartbeatResponse> {
-    return this.request("POST", `/v1/leases/${enc(leaseId)}/heartbeat`, progress === undefined ? {} : { progress }, opts);
+    const body: HeartbeatRequest = progress === undefined ? {} : { progress };
+    return this.request("POST", `/v1/leases/${enc(leaseId)}/heartbeat`, body, opts);
   }
 
   complete(leaseId: string, result: Json, opts: CallOptions = {}): Promise<unknown> {
-    return this.request("POST", `/v1/leases/${enc(leaseId)}/complete`, { result }, opts);
+    const body: CompleteRequest = { result };
+    return this.request("POST", `/v1/leases/${enc(leaseId)}/complete`, body, opts);
   }
 
   fail(leaseId: string, error: string, retryable: boolean, opts: CallOptions = {}): Promise<unknown> {
-    return this.request("POST", `/v1/leases/${enc(leaseId)}/fail`, { error, retryable }, opts);
+    const body: FailRequest = { error, retryable };
+    return this.request("POST", `/v1/leases/${enc(leaseId)}/fail`, body, opts);
   }
 
   async reportBatch(reports: LeaseOutcome[], opts: CallOptions = {}): Promise<ReportResult[]> {

@@ -1,4 +1,5 @@
 // The JSON shapes of Overseer's HTTP API (v1), written from crates/core/src/{wire,spec,job}.rs.
+// test/schema.test.ts checks their field names against the server's `GET /openapi.json`.
 
 /** Any JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -19,16 +20,32 @@ export type LeaseKind = "work" | "compensate";
 
 export interface Backoff { initial?: Span; factor?: number; max?: Span }
 
+/** An HTTP endpoint the server calls itself instead of an agent pool (see the README). */
+export interface HttpTarget {
+  url: string;
+  method?: "POST" | "PUT" | "PATCH";
+  headers?: Record<string, string>;
+  timeout?: Span;
+  async?: boolean;
+}
+
+/** Why a step or a pending job is not running. */
+export interface WaitingReason { code: string; text: string }
+
+/** Give `agent` or `http`, not both. */
 export interface CompensateSpec {
-  agent: string;
+  agent?: string;
+  http?: HttpTarget;
   payload?: Json;
   timeout?: Span;
   max_attempts?: number;
 }
 
+/** Give `agent` or `http`, not both. */
 export interface StepSpec {
   name: string;
-  agent: string;
+  agent?: string;
+  http?: HttpTarget;
   payload?: Json;
   depends_on?: string[];
   timeout?: Span;
@@ -72,6 +89,9 @@ export interface Step {
   comp_phase: CompPhase | null;
   comp_attempts: number;
   comp_failures: number;
+  /** The HTTP target, header values redacted. */
+  http?: HttpTarget;
+  waiting_reason?: WaitingReason;
 }
 
 export interface Job {
@@ -92,6 +112,7 @@ export interface Job {
   callback_url: string | null;
   /** The name of the token that submitted the job (null without auth or for server-made jobs). */
   submitted_by: string | null;
+  waiting_reason?: WaitingReason;
   steps: Step[];
 }
 
@@ -113,6 +134,8 @@ export interface Lease {
   step: string;
   agent: string;
   attempt: number;
+  /** For a `compensate` lease: which try of the undo this is (1 for the first). */
+  undo_attempt?: number;
   payload: Json;
   inputs: Record<string, Json>;
   idempotency_key: string;
@@ -120,6 +143,15 @@ export interface Lease {
   lease_ms: number;
   timeout_ms: number;
 }
+
+/** `POST /v1/agents/{agent}/leases` body. */
+export interface LeaseRequest { worker: string; max?: number; wait?: Span }
+/** `POST /v1/leases/{id}/heartbeat` body. */
+export interface HeartbeatRequest { progress?: Json }
+/** `POST /v1/leases/{id}/complete` body. */
+export interface CompleteRequest { result?: Json }
+/** `POST /v1/leases/{id}/fail` body. */
+export interface FailRequest { error: string; retryable?: boolean }
 
 export interface HeartbeatResponse { complete_by: Timestamp; lease_ms: number; cancel: boolean }
 
@@ -132,6 +164,7 @@ export interface Problem {
   title: string;
   status: number;
   detail: string;
+  code?: string;
   field?: string;
 }
 

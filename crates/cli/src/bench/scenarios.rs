@@ -310,7 +310,7 @@ const CROSS_NODE_TARGET_P99_MS: f64 = 10.0;
 
 /// `cross_node`: `latency` across two nodes of one PostgreSQL store. The markers go to the
 /// bench's server (node A); the idle long-polling workers poll a second in-process node (B) on
-/// the same store, which hears of each job only through `LISTEN/NOTIFY` (`Store::signals`).
+/// the same store, which hears of each job only through `LISTEN/NOTIFY` (`Maintenance::signals`).
 async fn cross_node(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let on_postgres = ctx
         .db

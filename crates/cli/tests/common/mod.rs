@@ -125,14 +125,16 @@ impl Server {
             Some(url) => url.clone(),
             None => format!("sqlite://{}", self.db.display()),
         };
+        cmd.arg("server");
+        // A quick sweep unless the test sets its own.
+        if !self.extra.iter().any(|a| a == "--sweep-interval") {
+            cmd.args(["--sweep-interval", "200ms"]);
+        }
         let child = cmd
-            .arg("server")
             .arg("--db")
             .arg(db)
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
-            .arg("--sweep-interval")
-            .arg("200ms")
             .arg("--ready-file")
             .arg(&ready)
             .args(&self.extra)
@@ -424,6 +426,17 @@ impl Api {
             .send()
             .await
             .expect("PUT");
+        decode(res).await
+    }
+
+    pub async fn patch(&self, path: &str, body: &Value) -> (u16, Value) {
+        let res = self
+            .http
+            .patch(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .expect("PATCH");
         decode(res).await
     }
 

@@ -91,6 +91,7 @@ fn step(name: &str, agent: &str, deps: &[&str], max_attempts: u32) -> StepSpec {
         backoff: Some(BACKOFF),
         backoff_formula: None,
         compensate: None,
+        http: None,
     }
 }
 
@@ -99,6 +100,7 @@ fn undoable(name: &str, agent: &str, deps: &[&str], undo_attempts: u32) -> StepS
     StepSpec {
         compensate: Some(CompensateSpec {
             agent: "u".into(),
+            http: None,
             payload: json!({ "undo": name }),
             timeout: Some(UNDO_TIMEOUT),
             max_attempts: Some(undo_attempts),
@@ -232,6 +234,7 @@ fn effect_words(effects: &[Effect]) -> Vec<String> {
                 }
             }
             Effect::Callback { state } => format!("callback {state}"),
+            Effect::Due { at } => format!("due {at}"),
         })
         .collect()
 }
@@ -821,7 +824,8 @@ fn check_transition(
         }
         Command::Heartbeat { step, attempt }
         | Command::Complete { step, attempt, .. }
-        | Command::Fail { step, attempt, .. } => {
+        | Command::Fail { step, attempt, .. }
+        | Command::FailRetryAfter { step, attempt, .. } => {
             // Fencing: only the current attempt, leased, before its expiry, may report.
             let live = step_of(*step).is_some_and(|s| {
                 s.attempt == *attempt
@@ -884,6 +888,21 @@ fn check_transition(
             );
         }
         Command::Repair => assert!(result.is_ok(), "{here}"),
+        Command::Reschedule { run_at, .. } => {
+            let allowed = !before.state.is_terminal()
+                && (run_at.is_none() || before.state == JobState::Pending);
+            assert_eq!(result.is_ok(), allowed, "{here}");
+            if before.state.is_terminal() {
+                refused_as(Rejection::JobTerminal {
+                    state: before.state,
+                });
+            } else {
+                assert!(
+                    allowed || matches!(result, Err(Rejection::NotAllowed { .. })),
+                    "{here}"
+                );
+            }
+        }
     }
     let Ok(tr) = result else { return };
     let after = &tr.job;
@@ -966,16 +985,28 @@ fn check_transition(
         };
         assert_eq!(fixed(a), fixed(b), "{here}");
     }
-    // changed_steps lists exactly the steps that differ.
+    // changed_steps lists exactly the steps that differ, or every step when the priority (which
+    // each step row ranks its claims by) changed.
+    let moved_priority = after.priority != before.priority;
     let changed: Vec<usize> = (0..before.steps.len())
-        .filter(|&i| before.steps[i] != after.steps[i])
+        .filter(|&i| moved_priority || before.steps[i] != after.steps[i])
         .collect();
     assert_eq!(tr.changed_steps, changed, "changed_steps: {here}");
     // Of the job's own fields only these may change, and job_changed says whether they did.
     let fields_moved = after.state != before.state
         || after.desired_state != before.desired_state
         || after.finished_at != before.finished_at
-        || after.blocked_reason != before.blocked_reason;
+        || after.blocked_reason != before.blocked_reason
+        || after.priority != before.priority
+        || after.run_at != before.run_at;
+    // Only a reschedule moves a job in time or rank, and it says so in the history.
+    if after.priority != before.priority || after.run_at != before.run_at {
+        assert!(matches!(command, Command::Reschedule { .. }), "{here}");
+        assert!(
+            tr.events.iter().any(|e| e.kind == "job_rescheduled"),
+            "{here}"
+        );
+    }
     assert_eq!(
         tr.job_changed,
         fields_moved || after.updated_at != before.updated_at,
@@ -988,12 +1019,21 @@ fn check_transition(
     rest.finished_at = before.finished_at;
     rest.blocked_reason = before.blocked_reason.clone();
     rest.updated_at = before.updated_at;
+    rest.priority = before.priority;
+    rest.run_at = before.run_at;
     assert_eq!(
         &rest, before,
         "a job field changed that never should: {here}"
     );
     if after.finished_at != before.finished_at {
         assert_eq!(after.finished_at, Some(now), "{here}");
+    }
+    // A job never starts before its run_at, however often it was moved.
+    if before.state == JobState::Pending && after.state != JobState::Pending {
+        assert!(
+            after.state.is_terminal() || after.run_at.is_none_or(|t| t <= now),
+            "started before run_at: {here}"
+        );
     }
     // updated_at moves exactly when the job records something.
     let moved = fields_moved || !tr.events.is_empty();
@@ -1104,6 +1144,11 @@ fn check_transition(
         }
     }
     expected.extend(wakes);
+    // A job left pending at a new run_at asks the supervisor to look then (now, if it has come).
+    if after.state == JobState::Pending && after.run_at != before.run_at {
+        let at = after.run_at.expect("a move sets run_at");
+        expected.push(Effect::Due { at: at.max(now) });
+    }
     let mut got = effect_words(&tr.effects);
     let mut want: Vec<String> = expected
         .iter()
@@ -1217,6 +1262,122 @@ fn activate_waits_for_run_at() {
             "a second activate"
         );
     }
+}
+
+fn reschedule(run_at: Option<i64>, priority: Option<i32>) -> Command {
+    Command::Reschedule {
+        run_at: run_at.map(at),
+        priority,
+        by: Some("ops".into()),
+        reason: Some("moved".into()),
+    }
+}
+
+// Proves moving a pending job's run_at (earlier, then later) records one job_rescheduled event
+// with from/to and the audit fields, asks the supervisor to look at the new time, and that the
+// job is activated only once the newest run_at has come.
+#[test]
+fn reschedule_moves_run_at_of_a_pending_job() {
+    let mut sim = start(&spec(forked(3).steps, Some(at(10_000))));
+    sim.set_time(1_000);
+    let tr = sim.ok(reschedule(Some(5_000), None));
+    assert_eq!(kinds(&tr.events), ["job_rescheduled"]);
+    assert_eq!(
+        detail(&tr, "job_rescheduled"),
+        Some(json!({
+            "by": "ops", "reason": "moved",
+            "run_at": { "from": at(10_000), "to": at(5_000) },
+        }))
+    );
+    assert_eq!(effect_words(&tr.effects), [format!("due {}", at(5_000))]);
+    assert_eq!(
+        (tr.job.state, tr.job.run_at),
+        (JobState::Pending, Some(at(5_000)))
+    );
+    assert!(tr.job_changed && tr.changed_steps.is_empty());
+    assert_eq!(tr.job.updated_at, at(1_000));
+    sim.set_time(4_999);
+    assert_eq!(sim.send(Command::Activate), Err(Rejection::NotDue));
+    // Later again: the old time no longer starts it.
+    sim.ok(reschedule(Some(8_000), None));
+    sim.set_time(5_000);
+    assert_eq!(sim.send(Command::Activate), Err(Rejection::NotDue));
+    sim.set_time(8_000);
+    assert_eq!(sim.ok(Command::Activate).job.state, JobState::Running);
+}
+
+// Proves "run now": a run_at that has come starts an unkeyed pending job in the same transition
+// (its roots ready, their agents woken), while a keyed job stays pending for the store to start
+// when it heads its key, with the supervisor asked to look now.
+#[test]
+fn reschedule_to_now_starts_an_unkeyed_job_at_once() {
+    let mut sim = start(&spec(forked(3).steps, Some(at(60_000))));
+    sim.set_time(2_000);
+    let tr = sim.ok(reschedule(Some(2_000), None));
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "job_rescheduled",
+            "job_started",
+            "step_ready a",
+            "step_ready b"
+        ]
+    );
+    assert_eq!(tr.effects, [ready("x"), ready("y")]);
+    assert_eq!(states(&tr.job), "a:ready b:ready c:waiting");
+
+    let mut keyed = spec(forked(3).steps, Some(at(60_000)));
+    keyed.ordering_key = Some("k".into());
+    let mut sim = start(&keyed);
+    sim.set_time(2_000);
+    let tr = sim.ok(reschedule(Some(0), None));
+    assert_eq!(kinds(&tr.events), ["job_rescheduled"]);
+    assert_eq!(tr.job.state, JobState::Pending);
+    assert_eq!(effect_words(&tr.effects), [format!("due {}", at(2_000))]);
+    assert_eq!(sim.ok(Command::Activate).job.state, JobState::Running);
+}
+
+// Proves a priority change applies to pending, running and blocked jobs and rewrites every step
+// (each step row ranks its claims by it), that run_at moves only while pending, that a finished
+// job refuses both, and that asking for what the job already has records nothing.
+#[test]
+fn reschedule_priority_and_what_is_refused() {
+    let mut sim = start(&forked(3));
+    let tr = sim.ok(reschedule(None, Some(7)));
+    assert_eq!(tr.job.priority, 7);
+    assert_eq!(tr.changed_steps, [0, 1, 2]);
+    assert_eq!(
+        detail(&tr, "job_rescheduled").expect("detail")["priority"],
+        json!({ "from": 0, "to": 7 })
+    );
+    assert!(tr.effects.is_empty());
+    let same = sim.ok(reschedule(None, Some(7)));
+    assert!(same.is_noop(), "nothing changed, nothing recorded");
+    match sim.send(reschedule(Some(5_000), Some(1))) {
+        Err(Rejection::NotAllowed { reason }) => assert!(reason.contains("pending"), "{reason}"),
+        other => panic!("run_at of a running job: {other:?}"),
+    }
+    assert_eq!(sim.job.priority, 7, "a refused command changes nothing");
+    sim.ok(Command::Cancel);
+    assert_eq!(
+        sim.send(reschedule(None, Some(1))),
+        Err(Rejection::JobTerminal {
+            state: JobState::Cancelled
+        })
+    );
+    // Blocked: the priority still moves (it ranks the claims after the operator unblocks it).
+    let mut sim = start(&job(vec![step("a", "x", &[], 1)], Some(OnFailure::Hold)));
+    let claim = sim.claim_cmd(0);
+    sim.ok(claim);
+    sim.ok(Command::Fail {
+        step: 0,
+        attempt: 1,
+        error: "boom".into(),
+        retryable: false,
+        jitter: 0.0,
+    });
+    assert_eq!(sim.job.state, JobState::Blocked);
+    assert_eq!(sim.ok(reschedule(None, Some(-2))).job.priority, -2);
 }
 
 // Proves a claim leases a ready step: attempt + 1, lease, worker, expiry = now + timeout.
@@ -3882,6 +4043,11 @@ enum Op {
     },
     Resume,
     Repair,
+    /// A move of `run_at` (ms from now, may be past) and/or of the priority.
+    Reschedule {
+        run_at_ms: Option<i64>,
+        priority: Option<i32>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -3929,6 +4095,8 @@ fn plan() -> impl Strategy<Value = Plan> {
         4 => (pick, right).prop_map(|(pick, right)| Op::Skip { pick, right }),
         2 => Just(Op::Resume),
         2 => Just(Op::Repair),
+        3 => (prop::option::of(-2_000i64..6_000), prop::option::of(-3i32..=3))
+            .prop_map(|(run_at_ms, priority)| Op::Reschedule { run_at_ms, priority }),
     ];
     let advance = prop_oneof![3 => Just(0u64), 4 => 1u64..1_500, 1 => 1_500u64..12_000];
     let on_failure = prop_oneof![
@@ -4002,6 +4170,15 @@ impl Sim {
                 reason: None,
             },
             Op::Repair => Command::Repair,
+            Op::Reschedule {
+                run_at_ms,
+                priority,
+            } => Command::Reschedule {
+                run_at: run_at_ms.map(|d| Timestamp::from_millis(self.now.as_millis() + d)),
+                priority,
+                by: Some("prop".into()),
+                reason: None,
+            },
             Op::Claim { pick, when_due } => {
                 let step = pick_where(&self.job, pick, |s| s.claim_agent().is_some());
                 claim(self, step, when_due)
@@ -4191,10 +4368,12 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                 backoff_formula: None,
                 compensate: r.undo.map(|(max_attempts, own_timeout)| CompensateSpec {
                     agent: "u".into(),
+                    http: None,
                     payload: json!({ "undo": i }),
                     timeout: own_timeout.then_some(Span::from_secs(2)),
                     max_attempts: Some(max_attempts),
                 }),
+                http: None,
             }
         })
         .collect();
@@ -4235,4 +4414,57 @@ proptest! {
         let (second, _) = run(&plan);
         prop_assert_eq!(first, second);
     }
+}
+
+// Proves a failure with a target's `Retry-After` schedules the retry at that delay, kept within
+// the step's backoff bounds (BACKOFF: 1 s to 5 s) instead of the curve, for work and for an
+// undo alike, and that it is fenced like any report.
+#[test]
+fn retry_after_sets_the_delay_within_the_backoff_bounds() {
+    for (asked_ms, delay_ms) in [(3_000, 3_000), (10, 1_000), (3_600_000, 5_000)] {
+        let mut sim = start(&spec(vec![step("a", "x", &[], 3)], None));
+        sim.claim("a");
+        let command = Command::FailRetryAfter {
+            step: 0,
+            attempt: 1,
+            error: "busy".into(),
+            retry_after: Span::from_millis(asked_ms),
+        };
+        let tr = sim.ok(command);
+        assert_eq!(
+            tr.job.steps[0].next_attempt_at,
+            Some(at(delay_ms)),
+            "{asked_ms}"
+        );
+        assert_eq!(tr.job.steps[0].state, StepState::Ready);
+        let stale = Command::FailRetryAfter {
+            step: 0,
+            attempt: 1,
+            error: "late".into(),
+            retry_after: Span::ZERO,
+        };
+        assert!(matches!(sim.send(stale), Err(Rejection::LeaseLost { .. })));
+    }
+    let mut sim = start(&job(
+        vec![undoable("a", "x", &[], 3), step("b", "x", &["a"], 1)],
+        None,
+    ));
+    sim.claim("a");
+    sim.complete("a");
+    sim.claim("b");
+    sim.fail("b", false);
+    sim.claim("a");
+    let attempt = sim.attempt("a");
+    let tr = sim.ok(Command::FailRetryAfter {
+        step: 0,
+        attempt,
+        error: "busy".into(),
+        retry_after: Span::from_millis(2_000),
+    });
+    let a = &tr.job.steps[0];
+    assert_eq!(a.comp_phase, Some(CompPhase::Ready));
+    assert_eq!(
+        a.next_attempt_at,
+        Some(sim.now.plus(Span::from_millis(2_000)))
+    );
 }

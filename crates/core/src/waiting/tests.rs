@@ -178,3 +178,37 @@ fn human_spans() {
     assert_eq!(human_span(3 * 3_600_000), "3 h");
     assert_eq!(human_span(2 * 86_400_000), "2 d");
 }
+
+#[test]
+fn http_target_waits_only_for_its_circuit_breaker() {
+    // Proves an HTTP step never waits for a worker (the server runs it), names an open breaker
+    // with its probe time, and a half-open one, under the code `circuit_open`.
+    let spec: JobSpec = serde_json::from_value(serde_json::json!({"steps": [
+        {"name": "charge", "http": {"url": "https://billing.internal/charge"}}
+    ]}))
+    .unwrap();
+    let job = admit(
+        Job::from_spec(JobId(Uuid::from_u128(8)), &spec, now()),
+        now(),
+    )
+    .job;
+    assert_eq!(job.steps[0].agent, "http:billing.internal:443");
+    let r = reason(&job, 0, &AgentContext::default());
+    assert_eq!(r.code, "ready", "{}", r.text);
+    let open = AgentContext {
+        circuit_open_until: Some(Timestamp::from_millis(NOW + 30_000)),
+        ..AgentContext::default()
+    };
+    let r = reason(&job, 0, &open);
+    assert_eq!(r.code, "circuit_open");
+    assert!(
+        r.text.contains("http:billing.internal:443") && r.text.contains("UTC"),
+        "{}",
+        r.text
+    );
+    let half = AgentContext {
+        circuit_open_until: Some(Timestamp::from_millis(0)),
+        ..AgentContext::default()
+    };
+    assert!(reason(&job, 0, &half).text.contains("half-open"));
+}

@@ -167,14 +167,14 @@ INSERT INTO steps (job_id, idx, priority, state, attempt, failures, lease_id, wo
   started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, budget_from, \
   comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, lease_agent, \
   claim_rank, name, agent, payload, depends_on, timeout_ms, max_attempts, backoff_initial_ms, \
-  backoff_factor, backoff_max_ms, compensate, created_at, backoff_formula) \
+  backoff_factor, backoff_max_ms, compensate, created_at, backoff_formula, http) \
 SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], \
   $6::bigint[], $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], \
   $12::bigint[], $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], \
   $18::bigint[], $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
   $24::text[], $25::text[], $26::text[], $27::text[], $28::bigint[], $29::bigint[], \
   $30::bigint[], $31::double precision[], $32::bigint[], $33::text[], $34::bigint[], \
-  $35::text[])";
+  $35::text[], $36::text[])";
 
 /// What admission fixed about each step, column by column.
 #[derive(Default)]
@@ -191,6 +191,7 @@ struct StepDefinitions<'a> {
     compensate: Vec<Option<String>>,
     created_at: Vec<i64>,
     backoff_formula: Vec<Option<&'static str>>,
+    http: Vec<Option<String>>,
 }
 
 impl<'a> StepDefinitions<'a> {
@@ -219,6 +220,13 @@ impl<'a> StepDefinitions<'a> {
         // NULL for the exponential default, as rows from before schema V2 have it.
         self.backoff_formula
             .push((s.backoff_formula != Formula::Exponential).then(|| s.backoff_formula.as_str()));
+        self.http.push(
+            s.http
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| corrupt("steps.http", e))?,
+        );
         Ok(())
     }
 
@@ -236,6 +244,7 @@ impl<'a> StepDefinitions<'a> {
             &self.compensate,
             &self.created_at,
             &self.backoff_formula,
+            &self.http,
         ]
     }
 }

@@ -1,18 +1,22 @@
-//! Jobs through the core: submit, apply, claim, and the queries that find work.
+//! Jobs through the core: submit, apply, the queries that find them, and ordering keys.
 
 use std::collections::HashMap;
 
 use deadpool_postgres::Transaction;
-use overseer_core::{Command, Effect, Job, JobId, JobState, Rejection, Timestamp, Transition};
+use overseer_core::{
+    Command, Effect, Event, Job, JobId, JobState, Rejection, Timestamp, Transition,
+};
 use uuid::Uuid;
 
+use super::leader::check_fence;
 use super::rows::{self, corrupt, get, limit_param, query, query_opt, Lock};
 use super::{
-    control, inserts, job_ids, listen, param_refs, writes, DynParams, Failure, Res, TERMINAL,
+    inserts, job_ids, listen, param_refs, removal, writes, DynParams, Failure, PgStore, Res,
+    TERMINAL,
 };
 use crate::{
-    Claim, ClaimResult, Claimed, Error, JobQuery, LeaseRef, LeaseReport, NewJob, OrderingKeyStatus,
-    Reported, Submitted,
+    ActivePage, Apply, Due, Error, EventPage, JobQuery, Jobs, NewJob, OrderingKeyStatus, Removal,
+    Replacement, Submitted,
 };
 
 /// Stores what the core decided at `now` (see `writes::persist_all`).
@@ -31,7 +35,9 @@ pub(super) fn signals_of(t: &Transition) -> Vec<String> {
     for effect in &t.effects {
         match effect {
             Effect::Ready { agent } => out.push(format!("ready:{agent}")),
-            Effect::ReadyAt { at, .. } => out.push(format!("due:{}", at.as_millis())),
+            Effect::ReadyAt { at, .. } | Effect::Due { at } => {
+                out.push(format!("due:{}", at.as_millis()))
+            }
             // The next job of its key, if any, was started by the same transaction.
             Effect::Finished { .. } => out.push(format!("finished:{}", t.job.id)),
             Effect::Alert { .. } | Effect::Callback { .. } => {}
@@ -69,66 +75,9 @@ pub(super) async fn notify(tx: &Transaction<'_>, payloads: &[String]) -> Res<()>
     Ok(())
 }
 
-/// Applies lease holders' reports in one transaction, each as `lease_find` + `apply_command`
-/// would, with a constant number of statements: the leases resolve in one, their jobs are locked
-/// (in id order, so two batches sharing jobs wait for each other instead of deadlocking) and
-/// loaded in three sent together, the core applies every report in memory (two reports of one
-/// job one after the other), and the transitions are written together. Answers come back in
-/// report order.
-pub(super) async fn report_leases(
-    tx: &Transaction<'_>,
-    reports: &[(overseer_core::LeaseId, LeaseReport)],
-    now: Timestamp,
-    history_per_job: usize,
-) -> Res<Vec<Reported>> {
-    let ids: Vec<_> = reports.iter().map(|(id, _)| *id).collect();
-    let leases = writes::find_leases(tx, &ids).await?;
-    let job_ids: Vec<JobId> = leases.values().map(|l| l.job_id).collect();
-    let mut jobs: HashMap<JobId, Job> = lock_and_load(tx, &job_ids)
-        .await?
-        .into_iter()
-        .map(|j| (j.id, j))
-        .collect();
-    let mut out: Vec<Option<Reported>> = (0..reports.len()).map(|_| None).collect();
-    let mut applied: Vec<(usize, LeaseRef, Transition)> = Vec::new();
-    for (i, (lease_id, report)) in reports.iter().enumerate() {
-        let Some(&lease) = leases.get(lease_id) else {
-            out[i] = Some(Err(Error::LeaseNotFound(*lease_id)));
-            continue;
-        };
-        let Some(job) = jobs.get(&lease.job_id) else {
-            out[i] = Some(Err(Error::JobNotFound(lease.job_id)));
-            continue;
-        };
-        let command = report.clone().command(lease.step, lease.attempt);
-        match overseer_core::apply(job, command, now) {
-            Ok(t) => {
-                jobs.insert(t.job.id, t.job.clone());
-                applied.push((i, lease, t));
-            }
-            // Refused before anything was written: this report only.
-            Err(e) => out[i] = Some(Err(Error::Rejected(e))),
-        }
-    }
-    let transitions: Vec<&Transition> = applied.iter().map(|(_, _, t)| t).collect();
-    writes::persist_all(tx, &transitions, now, history_per_job).await?;
-    for (i, lease, mut t) in applied {
-        if let Some(key) = t.freed_ordering_key() {
-            if let Some(next) = start_next_head(tx, key, now, history_per_job).await? {
-                t.absorb_wakeups(&next);
-            }
-        }
-        out[i] = Some(Ok((lease, t)));
-    }
-    Ok(out
-        .into_iter()
-        .map(|o| o.expect("every report is answered"))
-        .collect())
-}
-
 /// Locks the jobs with the given ids (`FOR UPDATE`, in id order) and loads them: the statements
 /// are sent together and run in order, so the rows are read after every lock is granted.
-async fn lock_and_load(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
+pub(super) async fn lock_and_load(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -190,7 +139,7 @@ async fn head_id(tx: &Transaction<'_>, key: &str) -> Res<Option<JobId>> {
 /// head at `now` if it is pending and due, in the caller's transaction, under the key's advisory
 /// lock so a submit of the same key on another node waits for this decision. A head that is not
 /// due yet is left to the leader's timer.
-async fn start_next_head(
+pub(super) async fn start_next_head(
     tx: &Transaction<'_>,
     key: &str,
     now: Timestamp,
@@ -247,17 +196,10 @@ async fn apply_loaded(
     now: Timestamp,
     history_per_job: usize,
 ) -> Res<Transition> {
-    let claim = match &command {
-        Command::Claim {
-            step,
-            lease_id,
-            worker,
-        } => Some((*step, *lease_id, worker.clone())),
-        _ => None,
-    };
+    let claim = crate::decide::claim_of(&command);
     let t = overseer_core::apply(job, command, now)?;
     let leases = match &claim {
-        Some((step, lease_id, _)) => vec![lease_of(&t, *step, *lease_id)?],
+        Some((step, lease_id, _)) => vec![crate::decide::lease_of(&t, *step, *lease_id)?],
         None => Vec::new(),
     };
     let worker = claim.as_ref().map_or("", |(_, _, w)| w.as_str());
@@ -266,22 +208,6 @@ async fn apply_loaded(
         writes::insert_leases(tx, &leases, worker, now),
     )?;
     Ok(t)
-}
-
-/// The lease a claim transition of `step` handed out under `lease_id`.
-fn lease_of(t: &Transition, step: usize, lease_id: overseer_core::LeaseId) -> Res<LeaseRef> {
-    let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
-        corrupt(
-            "transition",
-            format!("claimed step {step} is missing from job {}", t.job.id),
-        )
-    })?;
-    Ok(LeaseRef {
-        lease_id,
-        job_id: t.job.id,
-        step,
-        attempt,
-    })
 }
 
 /// Takes the advisory locks of every ordering key among `jobs`, in one fixed order (by lock id)
@@ -301,7 +227,7 @@ pub(super) async fn lock_ordering_keys(tx: &Transaction<'_>, keys: Vec<&str>) ->
     Ok(())
 }
 
-/// Inserts jobs all-or-nothing (see [`crate::Store::jobs_submit`]).
+/// Inserts jobs all-or-nothing (see [`crate::Jobs::jobs_submit`]).
 pub(super) async fn submit(
     tx: &Transaction<'_>,
     jobs: &[NewJob],
@@ -445,203 +371,9 @@ async fn admit_keyed(
     Ok(admission.then(activation))
 }
 
-/// Candidates skipped by one claim before it gives up looking further: bounds the work a claim
-/// does if many ready rows turn out not to be claimable.
-const CLAIM_SKIPS_MAX: usize = 1_000;
-
-/// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Store::steps_claim`]):
-/// finds and locks candidates, lets the core decide each claim in memory, then writes every
-/// claim of the batch together.
-pub(super) async fn claim(
-    tx: &Transaction<'_>,
-    claim: &Claim,
-    history_per_job: usize,
-) -> Res<ClaimResult> {
-    let limits = control::claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now).await?;
-    let want = limits.want.min(claim.lease_ids.len());
-    let mut round = ClaimRound::default();
-    while round.claimed.len() < want && round.skips < CLAIM_SKIPS_MAX {
-        if !round.next(tx, claim, want).await? {
-            break;
-        }
-    }
-    let ClaimRound {
-        claimed, excluded, ..
-    } = round;
-    let leases: Vec<LeaseRef> = claimed.iter().map(|c| c.lease).collect();
-    let transitions: Vec<&Transition> = claimed.iter().map(|c| &c.claimed.transition).collect();
-    let siblings = sibling_signals(&claimed, claim.now);
-    futures::try_join!(
-        writes::persist_all(tx, &transitions, claim.now, history_per_job),
-        writes::insert_leases(tx, &leases, &claim.worker, claim.now),
-        notify(tx, &siblings),
-    )?;
-    // The bucket held the claim back if it ran dry before the claim's other bounds and
-    // claimable work is left over (work another transaction holds counts: it is claimable).
-    let has_more = limits.ran_dry(claimed.len()) && {
-        let left = query(
-            tx,
-            CANDIDATES_SQL,
-            &[
-                &claim.agent,
-                &claim.now.as_millis(),
-                &excluded.jobs,
-                &excluded.steps,
-            ],
-        )
-        .await?;
-        !left.is_empty()
-    };
-    let throttled_until =
-        control::claim_spend(tx, &claim.agent, &limits, claimed.len(), has_more).await?;
-    Ok(ClaimResult {
-        claimed: claimed.into_iter().map(|c| c.claimed).collect(),
-        throttled_until,
-    })
-}
-
-/// A step a claim leased, with the lease it recorded.
-struct Leased {
-    claimed: Claimed,
-    lease: LeaseRef,
-}
-
-/// Steps a claim leaves out of its next candidate query: those it refused or leased already
-/// (its leases are written only at the end, so the rows still look claimable).
-#[derive(Default)]
-struct Excluded {
-    jobs: Vec<Uuid>,
-    steps: Vec<i32>,
-}
-
-impl Excluded {
-    fn add(&mut self, job: Uuid, idx: i32) {
-        self.jobs.push(job);
-        self.steps.push(idx);
-    }
-}
-
-/// A claim in progress: what it leased, what it left out, and the jobs it has locked as they now
-/// stand (under the lock they cannot change behind its back, so two steps of one job are claimed
-/// one after the other from one load).
-#[derive(Default)]
-struct ClaimRound {
-    claimed: Vec<Leased>,
-    excluded: Excluded,
-    /// Candidates the core refused or that did not decode.
-    skips: usize,
-    loaded: HashMap<Uuid, Job>,
-}
-
-impl ClaimRound {
-    /// Locks the next candidates and claims them through the core; false when none is left.
-    async fn next(&mut self, tx: &Transaction<'_>, claim: &Claim, want: usize) -> Res<bool> {
-        let limit = (want - self.claimed.len()) as i64;
-        let rows = query(
-            tx,
-            LOCK_CANDIDATES_SQL,
-            &[
-                &claim.agent,
-                &claim.now.as_millis(),
-                &limit,
-                &self.excluded.jobs,
-                &self.excluded.steps,
-            ],
-        )
-        .await?;
-        if rows.is_empty() {
-            return Ok(false);
-        }
-        let mut candidates = Vec::with_capacity(rows.len());
-        for row in &rows {
-            candidates.push((
-                get::<Uuid>(row, 0, "steps.job_id")?,
-                get::<i32>(row, 1, "steps.idx")?,
-            ));
-        }
-        let mut unloaded: Vec<JobId> = Vec::new();
-        for (job, _) in &candidates {
-            if !self.loaded.contains_key(job) && !unloaded.contains(&JobId(*job)) {
-                unloaded.push(JobId(*job));
-            }
-        }
-        for job in load_locked(tx, &unloaded).await? {
-            self.loaded.insert(job.id.0, job);
-        }
-        for (job, idx) in candidates {
-            self.take(claim, job, idx)?;
-        }
-        Ok(true)
-    }
-
-    /// Asks the core to lease step `idx` of `job` (loaded and locked) with the next lease id.
-    fn take(&mut self, claim: &Claim, job_uuid: Uuid, idx: i32) -> Res<()> {
-        let Some(&lease_id) = claim.lease_ids.get(self.claimed.len()) else {
-            return Ok(());
-        };
-        self.excluded.add(job_uuid, idx);
-        let step = rows::to_usize("steps.idx", idx)?;
-        // A job that does not decode was logged when loading: one bad job must not stall every
-        // claim of its agent.
-        let Some(job) = self.loaded.get(&job_uuid) else {
-            self.skips += 1;
-            return Ok(());
-        };
-        let command = Command::Claim {
-            step,
-            lease_id,
-            worker: claim.worker.clone(),
-        };
-        // The core has the last word on claimability; a refused candidate changes nothing.
-        let Ok(transition) = overseer_core::apply(job, command, claim.now) else {
-            self.skips += 1;
-            return Ok(());
-        };
-        let lease = lease_of(&transition, step, lease_id)?;
-        self.loaded.insert(job_uuid, transition.job.clone());
-        self.claimed.push(Leased {
-            claimed: Claimed { step, transition },
-            lease,
-        });
-        Ok(())
-    }
-}
-
-/// Wake-ups for steps of the claimed jobs that are still claimable: a claimer on another
-/// connection that met these jobs locked passed over them (`SKIP LOCKED`) and may have gone back
-/// to sleep, so siblings made ready together are announced again once this claim commits.
-fn sibling_signals(claimed: &[Leased], now: Timestamp) -> Vec<String> {
-    let mut agents: Vec<&str> = Vec::new();
-    for c in claimed {
-        agents.extend(c.claimed.transition.job.claimable_agents(now));
-    }
-    agents.sort_unstable();
-    agents.dedup();
-    agents.into_iter().map(|a| format!("ready:{a}")).collect()
-}
-
-/// The claimable steps of an agent that are due, best claim rank first (one ordered range of
-/// the `steps_claim` index), leaving out the steps in `($4, $5)`, locking each one's job row as
-/// it goes and passing over jobs another transaction holds (`SKIP LOCKED`): claimers never wait
-/// for each other, and the server skips held jobs without a round trip per job.
-const LOCK_CANDIDATES_SQL: &str = "SELECT s.job_id, s.idx FROM steps s \
-     JOIN jobs j ON j.id = s.job_id \
-     WHERE s.claim_agent = $1 AND s.next_attempt_at <= $2 \
-       AND (s.job_id, s.idx) NOT IN ( \
-         SELECT sj, si FROM unnest($4::uuid[], $5::integer[]) AS skipped (sj, si)) \
-     ORDER BY s.claim_rank, s.job_id, s.idx LIMIT $3 \
-     FOR UPDATE OF j SKIP LOCKED";
-
-/// Whether any claimable step of the agent is due, locked or not, leaving out `($3, $4)`.
-const CANDIDATES_SQL: &str = "SELECT 1 FROM steps \
-     WHERE claim_agent = $1 AND next_attempt_at <= $2 \
-       AND (job_id, idx) NOT IN ( \
-         SELECT sj, si FROM unnest($3::uuid[], $4::integer[]) AS skipped (sj, si)) \
-     LIMIT 1";
-
 /// Loads jobs this transaction has locked, in one go; if one does not decode, loads them one by
 /// one and leaves out (and logs) the ones that do not.
-async fn load_locked(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
+pub(super) async fn load_locked(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
     match rows::load_jobs(tx, ids).await {
         Err(Failure::Store(Error::Corrupt(_))) => {}
         other => return other,
@@ -749,4 +481,116 @@ pub(super) async fn ordering_key_status(tx: &Transaction<'_>, key: &str) -> Res<
         head,
         waiting,
     })
+}
+
+#[async_trait::async_trait]
+impl Jobs for PgStore {
+    async fn jobs_submit(&self, jobs: Vec<NewJob>) -> crate::Result<Vec<Submitted>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let history = self.inner.history_per_job;
+        let jobs = &jobs;
+        self.write(move |tx, _| Box::pin(submit(tx, jobs, history)))
+            .await
+    }
+
+    async fn job_get(&self, id: JobId) -> crate::Result<Option<Job>> {
+        self.read(move |tx, _| Box::pin(rows::load_job(tx, id, Lock::None)))
+            .await
+    }
+
+    async fn jobs_list(&self, query: JobQuery) -> crate::Result<Vec<Job>> {
+        if query.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query = &query;
+        self.read(move |tx, _| Box::pin(list(tx, query))).await
+    }
+
+    async fn job_events(&self, page: EventPage) -> crate::Result<Vec<Event>> {
+        let EventPage {
+            job: id,
+            after_seq,
+            limit,
+        } = page;
+        self.read(move |tx, _| {
+            Box::pin(async move {
+                let events = rows::load_events(tx, id, after_seq, limit).await?;
+                if events.is_empty() {
+                    let exists = query_opt(tx, "SELECT 1 FROM jobs WHERE id = $1", &[&id.0])
+                        .await?
+                        .is_some();
+                    if !exists {
+                        return Err(Failure::Store(Error::JobNotFound(id)));
+                    }
+                }
+                Ok(events)
+            })
+        })
+        .await
+    }
+
+    async fn job_apply(&self, apply: Apply) -> crate::Result<Transition> {
+        let history = self.inner.history_per_job;
+        let apply = &apply;
+        self.write(move |tx, _| {
+            Box::pin(async move {
+                if let Some(fence) = &apply.fence {
+                    check_fence(tx, fence, apply.now).await?;
+                }
+                let command = apply.command.clone();
+                apply_command(tx, apply.job, command, apply.now, history).await
+            })
+        })
+        .await
+    }
+
+    async fn jobs_due(&self, d: Due) -> crate::Result<Vec<JobId>> {
+        self.read(move |tx, _| Box::pin(due(tx, d.now, d.limit)))
+            .await
+    }
+
+    async fn jobs_active(&self, page: ActivePage) -> crate::Result<Vec<JobId>> {
+        if page.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let after = page.after.map_or(Uuid::nil(), |a| a.0);
+        self.read(move |tx, _| {
+            Box::pin(async move {
+                let rows = query(
+                    tx,
+                    &format!(
+                        "SELECT id FROM jobs WHERE state NOT IN {TERMINAL} AND id > $1 \
+                         ORDER BY id LIMIT $2"
+                    ),
+                    &[&after, &limit_param(page.limit)],
+                )
+                .await?;
+                job_ids(&rows, "jobs.id")
+            })
+        })
+        .await
+    }
+
+    async fn jobs_delete(&self, r: Removal) -> crate::Result<Vec<JobId>> {
+        if r.ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let r = &r;
+        self.write(move |tx, _| Box::pin(removal::delete(tx, &r.ids, &r.states)))
+            .await
+    }
+
+    async fn job_replace(&self, r: Replacement) -> crate::Result<Option<Transition>> {
+        let history = self.inner.history_per_job;
+        let r = &r;
+        self.write(move |tx, _| Box::pin(removal::replace(tx, r.old, &r.states, &r.new, history)))
+            .await
+    }
+
+    async fn ordering_key_status(&self, key: &str) -> crate::Result<OrderingKeyStatus> {
+        self.read(move |tx, _| Box::pin(ordering_key_status(tx, key)))
+            .await
+    }
 }

@@ -1,4 +1,4 @@
-//! Removing jobs, and replacing one job by another (`Store::jobs_delete`, `Store::job_replace`).
+//! Removing jobs, and replacing one job by another (`Jobs::jobs_delete`, `Jobs::job_replace`).
 //!
 //! A job goes only when it is in one of the states the caller expects and none of its steps
 //! holds a live lease, checked on the job as loaded under its row lock (`FOR UPDATE`): a job that
@@ -12,7 +12,7 @@ use overseer_core::{JobId, JobState, Timestamp, Transition};
 
 use super::rows::{self, execute, get, query, to_u64, Lock};
 use super::{jobs, Failure, Res, TERMINAL};
-use crate::{Error, NewJob, Submitted};
+use crate::{AgentReady, Error, NewJob, Submitted};
 
 /// Deletes `id` if it exists, is in one of `states` and holds no live lease.
 async fn delete_one(tx: &Transaction<'_>, id: JobId, states: &[JobState]) -> Res<bool> {
@@ -73,8 +73,8 @@ pub(super) async fn replace(
     }
 }
 
-/// `Store::agents_ready_now`: claimable steps of unfinished jobs that are due, per agent.
-pub(super) async fn ready_now(tx: &Transaction<'_>, now: Timestamp) -> Res<Vec<(String, u64)>> {
+/// `Agents::agents_ready_now`: claimable steps of unfinished jobs that are due, per agent.
+pub(super) async fn ready_now(tx: &Transaction<'_>, now: Timestamp) -> Res<Vec<AgentReady>> {
     let rows = query(
         tx,
         &format!(
@@ -89,10 +89,10 @@ pub(super) async fn ready_now(tx: &Transaction<'_>, now: Timestamp) -> Res<Vec<(
     .await?;
     rows.iter()
         .map(|row| {
-            Ok((
-                get(row, 0, "agent")?,
-                to_u64("ready", get(row, 1, "ready")?)?,
-            ))
+            Ok(AgentReady {
+                agent: get(row, 0, "agent")?,
+                ready: to_u64("ready", get(row, 1, "ready")?)?,
+            })
         })
         .collect()
 }

@@ -124,7 +124,7 @@ macro_rules! step_columns {
          backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
          lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
          next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, \
-         comp_failures, comp_budget_from, backoff_formula"
+         comp_failures, comp_budget_from, backoff_formula, http"
     };
 }
 const STEP_COLUMNS: &str = step_columns!();
@@ -179,6 +179,7 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
     let result: Option<String> = get(row, 22, "steps.result")?;
     let comp_phase: Option<String> = get(row, 25, "steps.comp_phase")?;
     let formula: Option<String> = get(row, 29, "steps.backoff_formula")?;
+    let http: Option<String> = get(row, 30, "steps.http")?;
     let step = Step {
         name: get(row, 1, "steps.name")?,
         agent: get(row, 2, "steps.agent")?,
@@ -206,6 +207,9 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
         },
         compensate: compensate
             .map(|c| parse_json::<CompensateSpec>("steps.compensate", &c))
+            .transpose()?,
+        http: http
+            .map(|h| parse_json::<overseer_core::push::HttpTarget>("steps.http", &h))
             .transpose()?,
         state: StepState::parse(&state).ok_or_else(|| corrupt("steps.state", &state))?,
         attempt: to_u32("steps.attempt", get(row, 12, "steps.attempt")?)?,
@@ -267,18 +271,9 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
     let mut job = job_from_row(&row)?;
     for row in &rows {
         let (idx, step) = step_from_row(row)?;
-        if usize::try_from(idx).ok() != Some(job.steps.len()) {
-            return Err(corrupt(
-                "steps.idx",
-                format!("job {id} has step index {idx} out of order"),
-            ));
-        }
-        job.steps.push(step);
+        crate::decide::push_step(&mut job, i64::from(idx), step)?;
     }
-    if job.steps.is_empty() {
-        return Err(corrupt("steps", format!("job {id} has no steps")));
-    }
-    Ok(Some(job))
+    Ok(Some(crate::decide::loaded(job)?))
 }
 
 const STEPS_OF_JOB: &str = concat!(
@@ -534,15 +529,15 @@ pub(super) async fn delivery_update(
 }
 
 /// Deliveries waiting (live) and given up (dead).
-pub(super) async fn deliveries_counts(tx: &Transaction<'_>) -> Res<(u64, u64)> {
+pub(super) async fn deliveries_counts(tx: &Transaction<'_>) -> Res<crate::DeliveryCounts> {
     let row = query_one(
         tx,
         "SELECT count(*) FILTER (WHERE NOT dead), count(*) FILTER (WHERE dead) FROM deliveries",
         &[],
     )
     .await?;
-    Ok((
-        to_u64("deliveries waiting", get(&row, 0, "deliveries waiting")?)?,
-        to_u64("deliveries dead", get(&row, 1, "deliveries dead")?)?,
-    ))
+    Ok(crate::DeliveryCounts {
+        waiting: to_u64("deliveries waiting", get(&row, 0, "deliveries waiting")?)?,
+        dead: to_u64("deliveries dead", get(&row, 1, "deliveries dead")?)?,
+    })
 }

@@ -23,7 +23,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0004_no_foreign_keys.sql"),
     include_str!("../../migrations/postgres/0005_index_names.sql"),
     include_str!("../../migrations/postgres/0006_settings.sql"),
-    include_str!("../../migrations/postgres/0007_submitted_by.sql"),
+    include_str!("../../migrations/postgres/0007_http_targets.sql"),
+    include_str!("../../migrations/postgres/0008_submitted_by.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

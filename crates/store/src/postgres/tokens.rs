@@ -6,12 +6,12 @@ use overseer_core::Timestamp;
 use tokio_postgres::Row;
 
 use super::rows::{execute, get, ms, query, query_opt};
-use super::{Failure, Res};
-use crate::Error;
+use super::{Failure, PgStore, Res};
+use crate::{Error, Result, Tokens};
 
 const COLUMNS: &str = "name, hash, scopes, agents, created_at, expires_at, revoked_at";
 
-pub(super) async fn create(tx: &Transaction<'_>, t: &TokenRecord) -> Res<()> {
+async fn create(tx: &Transaction<'_>, t: &TokenRecord) -> Res<()> {
     let (scopes, agents) = crate::tokens::columns(&t.grant);
     let inserted = execute(
         tx,
@@ -50,7 +50,7 @@ fn record(row: &Row) -> Res<TokenRecord> {
     })
 }
 
-pub(super) async fn list(tx: &Transaction<'_>) -> Res<Vec<TokenRecord>> {
+async fn list(tx: &Transaction<'_>) -> Res<Vec<TokenRecord>> {
     let rows = query(
         tx,
         &format!("SELECT {COLUMNS} FROM tokens ORDER BY created_at, name"),
@@ -60,7 +60,7 @@ pub(super) async fn list(tx: &Transaction<'_>) -> Res<Vec<TokenRecord>> {
     rows.iter().map(record).collect()
 }
 
-pub(super) async fn by_hash(tx: &Transaction<'_>, hash: &str) -> Res<Option<TokenRecord>> {
+async fn by_hash(tx: &Transaction<'_>, hash: &str) -> Res<Option<TokenRecord>> {
     let row = query_opt(
         tx,
         &format!("SELECT {COLUMNS} FROM tokens WHERE hash = $1"),
@@ -70,7 +70,7 @@ pub(super) async fn by_hash(tx: &Transaction<'_>, hash: &str) -> Res<Option<Toke
     row.as_ref().map(record).transpose()
 }
 
-pub(super) async fn revoke(tx: &Transaction<'_>, name: &str, now: Timestamp) -> Res<bool> {
+async fn revoke(tx: &Transaction<'_>, name: &str, now: Timestamp) -> Res<bool> {
     let n = execute(
         tx,
         "UPDATE tokens SET revoked_at = $2 WHERE name = $1 AND revoked_at IS NULL",
@@ -80,9 +80,40 @@ pub(super) async fn revoke(tx: &Transaction<'_>, name: &str, now: Timestamp) -> 
     Ok(n > 0)
 }
 
-/// A shared setting (see `Store::setting_get_or_insert`): the first value stored wins; a racing
+#[async_trait::async_trait]
+impl Tokens for PgStore {
+    async fn token_create(&self, token: TokenRecord) -> Result<()> {
+        let token = &token;
+        self.write(move |tx, _| Box::pin(create(tx, token))).await
+    }
+
+    async fn tokens_list(&self) -> Result<Vec<TokenRecord>> {
+        self.read(|tx, _| Box::pin(list(tx))).await
+    }
+
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        self.read(move |tx, _| Box::pin(by_hash(tx, hash))).await
+    }
+
+    async fn token_revoke(&self, name: &str, now: Timestamp) -> Result<bool> {
+        self.write(move |tx, _| Box::pin(revoke(tx, name, now)))
+            .await
+    }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        value: &str,
+        now: Timestamp,
+    ) -> Result<String> {
+        self.write(move |tx, _| Box::pin(setting_get_or_insert(tx, key, value, now)))
+            .await
+    }
+}
+
+/// A shared setting (see `Tokens::setting_get_or_insert`): the first value stored wins; a racing
 /// insert waits on the key's row and then finds the winner's value.
-pub(super) async fn setting_get_or_insert(
+async fn setting_get_or_insert(
     tx: &Transaction<'_>,
     key: &str,
     value: &str,

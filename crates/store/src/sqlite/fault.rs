@@ -169,7 +169,8 @@ mod tests {
     }
 
     fn delivery_count(conn: &Connection) -> u64 {
-        let (waiting, dead) = rows::deliveries_counts(conn).expect("counts");
+        let crate::DeliveryCounts { waiting, dead } =
+            rows::deliveries_counts(conn).expect("counts");
         waiting + dead
     }
 

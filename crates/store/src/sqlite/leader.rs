@@ -9,10 +9,11 @@ use overseer_core::{Span, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::rows::DbResult;
-use crate::{Error, Fence, Leadership, Result};
+use super::SqliteStore;
+use crate::{Error, Fence, Leader, LeaderBid, Leadership, Result};
 
 /// The stored lease, expired or not.
-pub(super) fn get(conn: &Connection) -> Result<Option<Leadership>> {
+fn get(conn: &Connection) -> Result<Option<Leadership>> {
     conn.prepare_cached("SELECT node, epoch, expires_at FROM leader WHERE id = 1")
         .db()?
         .query_row([], |r| {
@@ -29,12 +30,7 @@ pub(super) fn get(conn: &Connection) -> Result<Option<Leadership>> {
 /// Takes the lease for `node` when there is none or it expired (`expires_at <= now`): epoch + 1,
 /// even if `node` held it before it expired. Renews it when `node` holds it unexpired: same
 /// epoch, expiry `now + ttl`. Otherwise another node leads: `None`, nothing written.
-pub(super) fn acquire(
-    conn: &Connection,
-    node: &str,
-    ttl: Span,
-    now: Timestamp,
-) -> Result<Option<Leadership>> {
+fn acquire(conn: &Connection, node: &str, ttl: Span, now: Timestamp) -> Result<Option<Leadership>> {
     let expires_at = now.plus(ttl);
     let current = get(conn)?;
     let epoch = match &current {
@@ -59,7 +55,7 @@ pub(super) fn acquire(
 }
 
 /// Ends the lease at once (expiry 0, same epoch) if `node` still holds `epoch`; else nothing.
-pub(super) fn release(conn: &Connection, node: &str, epoch: i64) -> Result<()> {
+fn release(conn: &Connection, node: &str, epoch: i64) -> Result<()> {
     conn.prepare_cached(
         "UPDATE leader SET expires_at = 0 WHERE id = 1 AND node = ?1 AND epoch = ?2",
     )
@@ -75,5 +71,23 @@ pub(super) fn check_fence(conn: &Connection, fence: &Fence, now: Timestamp) -> R
     match get(conn)? {
         Some(l) if l.node == fence.node && l.epoch == fence.epoch && l.expires_at > now => Ok(()),
         _ => Err(Error::Fenced { epoch: fence.epoch }),
+    }
+}
+
+#[async_trait::async_trait]
+impl Leader for SqliteStore {
+    async fn leader_acquire(&self, bid: LeaderBid) -> Result<Option<Leadership>> {
+        self.write(move |conn| acquire(conn, &bid.node, bid.ttl, bid.now))
+            .await
+    }
+
+    async fn leader_get(&self) -> Result<Option<Leadership>> {
+        self.read(get).await
+    }
+
+    async fn leader_release(&self, fence: &Fence) -> Result<()> {
+        let fence = fence.clone();
+        self.write(move |conn| release(conn, &fence.node, fence.epoch))
+            .await
     }
 }

@@ -1,4 +1,4 @@
-//! Removing jobs, and replacing one job by another (`Store::jobs_delete`, `Store::job_replace`).
+//! Removing jobs, and replacing one job by another (`Jobs::jobs_delete`, `Jobs::job_replace`).
 //!
 //! A job goes only when it is in one of the states the caller expects and none of its steps
 //! holds a live lease, checked on the job as loaded in the write transaction: a job that moved on
@@ -6,11 +6,11 @@
 //! labels, history and leases go with it (`ON DELETE CASCADE`); recorded deliveries stay, as
 //! they outlive their job by design.
 
-use overseer_core::{Job, JobId, JobState, Timestamp, Transition};
+use overseer_core::{Job, JobId, JobState, Transition};
 use rusqlite::Connection;
 
+use super::jobs::submit_jobs;
 use super::rows::{self, job_id_text, DbResult};
-use super::submit_jobs;
 use crate::{Error, NewJob, Result, Submitted};
 
 /// Whether `job` may be removed: in one of `states` and holding no live lease.
@@ -64,27 +64,4 @@ pub(super) fn replace(
         }),
         None => Err(Error::Corrupt("a replacement stored nothing".into())),
     }
-}
-
-/// `Store::agents_ready_now`: claimable steps of unfinished jobs that are due, per agent.
-pub(super) fn ready_now(conn: &Connection, now: Timestamp) -> Result<Vec<(String, u64)>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT s.claim_agent, COUNT(*) \
-             FROM steps s INDEXED BY steps_claim JOIN jobs j ON j.id = s.job_id \
-             WHERE s.claim_agent IS NOT NULL \
-               AND COALESCE(s.next_attempt_at, 0) <= ?1 \
-               AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
-             GROUP BY s.claim_agent ORDER BY s.claim_agent",
-        )
-        .db()?;
-    let mut rows = stmt.query([now.as_millis()]).db()?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().db()? {
-        out.push((
-            row.get(0).db()?,
-            rows::count_param("ready", row.get(1).db()?)?,
-        ));
-    }
-    Ok(out)
 }

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use overseer_core::backoff::{Backoff, Formula};
 use overseer_core::job::PRIORITY_AGING;
 use overseer_core::outbox::DeliveryKind;
+use overseer_core::push::HttpTarget;
 use overseer_core::spec::{CompensateSpec, OnFailure};
 use overseer_core::{
     CompPhase, DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState,
@@ -17,7 +18,7 @@ use overseer_core::{
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use crate::{Delivery, DeliveryOutcome, Error, LeaseRef, Result};
+use crate::{Delivery, DeliveryCounts, DeliveryOutcome, Error, LeaseRef, Result};
 
 /// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
 /// database being unable to serve right now.
@@ -97,11 +98,11 @@ const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, m
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
      lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
      next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
-     comp_budget_from, backoff_formula";
+     comp_budget_from, backoff_formula, http";
 
 /// Everything a step write sets: the job's key and copied priority, the step's own columns, and
 /// the columns derived from the step for the queries that find work (see schemas V2 and V3).
-const STEP_WRITE_COLUMNS: [&str; 35] = [
+const STEP_WRITE_COLUMNS: [&str; 36] = [
     "job_id",
     "priority",
     "idx",
@@ -137,6 +138,7 @@ const STEP_WRITE_COLUMNS: [&str; 35] = [
     "lease_agent",
     "claim_rank",
     "backoff_formula",
+    "http",
 ];
 
 /// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
@@ -225,6 +227,7 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
     let result: Option<String> = row.get(22).db()?;
     let comp_phase: Option<String> = row.get(25).db()?;
     let formula: Option<String> = row.get(29).db()?;
+    let http: Option<String> = row.get(30).db()?;
     let step = Step {
         name: row.get(1).db()?,
         agent: row.get(2).db()?,
@@ -240,6 +243,9 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
         backoff_formula: formula_from_column(formula)?,
         compensate: compensate
             .map(|c| parse_json::<CompensateSpec>("steps.compensate", &c))
+            .transpose()?,
+        http: http
+            .map(|h| parse_json::<HttpTarget>("steps.http", &h))
             .transpose()?,
         state: StepState::parse(&state).ok_or_else(|| corrupt("steps.state", &state))?,
         attempt: to_u32("steps.attempt", row.get(12).db()?)?,
@@ -289,18 +295,9 @@ pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     let mut rows = stmt.query([&id_text]).db()?;
     while let Some(row) = rows.next().db()? {
         let (idx, step) = step_from_row(row)?;
-        if idx != job.steps.len() as i64 {
-            return Err(corrupt(
-                "steps.idx",
-                format!("job {id} has step index {idx} out of order"),
-            ));
-        }
-        job.steps.push(step);
+        crate::decide::push_step(&mut job, idx, step)?;
     }
-    if job.steps.is_empty() {
-        return Err(corrupt("steps", format!("job {id} has no steps")));
-    }
-    Ok(Some(job))
+    Ok(Some(crate::decide::loaded(job)?))
 }
 
 /// Inserts a new job, its labels and its steps. Answers the job's submission sequence number:
@@ -464,6 +461,12 @@ fn write_step_with(conn: &Connection, job: &Job, idx: usize, sql: &str) -> Resul
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| corrupt("steps.compensate", e))?;
+    let http = s
+        .http
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| corrupt("steps.http", e))?;
     conn.prepare_cached(sql)
         .db()?
         .execute(params![
@@ -502,6 +505,7 @@ fn write_step_with(conn: &Connection, job: &Job, idx: usize, sql: &str) -> Resul
             lease_agent(s),
             job.claim_rank(idx),
             formula_column(s.backoff_formula),
+            http,
         ])
         .db()
 }
@@ -760,7 +764,7 @@ pub(super) fn delivery_update(conn: &Connection, id: i64, outcome: &DeliveryOutc
 }
 
 /// Deliveries waiting (live) and given up (dead).
-pub(super) fn deliveries_counts(conn: &Connection) -> Result<(u64, u64)> {
+pub(super) fn deliveries_counts(conn: &Connection) -> Result<DeliveryCounts> {
     let (waiting, dead): (i64, i64) = conn
         .prepare_cached(
             "SELECT COALESCE(SUM(dead = 0), 0), COALESCE(SUM(dead <> 0), 0) FROM deliveries",
@@ -768,10 +772,10 @@ pub(super) fn deliveries_counts(conn: &Connection) -> Result<(u64, u64)> {
         .db()?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
         .db()?;
-    Ok((
-        to_u64("deliveries waiting", waiting)?,
-        to_u64("deliveries dead", dead)?,
-    ))
+    Ok(DeliveryCounts {
+        waiting: to_u64("deliveries waiting", waiting)?,
+        dead: to_u64("deliveries dead", dead)?,
+    })
 }
 
 /// SQLite takes `LIMIT` as a signed integer; anything past `i64::MAX` means no limit anyway.

@@ -5,11 +5,12 @@ use overseer_core::Timestamp;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::rows::DbResult;
-use crate::{Error, Result};
+use super::SqliteStore;
+use crate::{Error, Result, Tokens};
 
 const COLUMNS: &str = "name, hash, scopes, agents, created_at, expires_at, revoked_at";
 
-pub(super) fn create(conn: &Connection, t: &TokenRecord) -> Result<()> {
+fn create(conn: &Connection, t: &TokenRecord) -> Result<()> {
     let (scopes, agents) = crate::tokens::columns(&t.grant);
     let inserted = conn
         .prepare_cached(&format!(
@@ -54,7 +55,7 @@ fn with_grant((mut t, scopes, agents): (TokenRecord, String, String)) -> Result<
     Ok(t)
 }
 
-pub(super) fn list(conn: &Connection) -> Result<Vec<TokenRecord>> {
+fn list(conn: &Connection) -> Result<Vec<TokenRecord>> {
     let rows: Vec<_> = conn
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM tokens ORDER BY created_at, name"
@@ -67,7 +68,7 @@ pub(super) fn list(conn: &Connection) -> Result<Vec<TokenRecord>> {
     rows.into_iter().map(with_grant).collect()
 }
 
-pub(super) fn by_hash(conn: &Connection, hash: &str) -> Result<Option<TokenRecord>> {
+fn by_hash(conn: &Connection, hash: &str) -> Result<Option<TokenRecord>> {
     conn.prepare_cached(&format!("SELECT {COLUMNS} FROM tokens WHERE hash = ?1"))
         .db()?
         .query_row([hash], record)
@@ -77,7 +78,7 @@ pub(super) fn by_hash(conn: &Connection, hash: &str) -> Result<Option<TokenRecor
         .transpose()
 }
 
-pub(super) fn revoke(conn: &Connection, name: &str, now: Timestamp) -> Result<bool> {
+fn revoke(conn: &Connection, name: &str, now: Timestamp) -> Result<bool> {
     let n = conn
         .prepare_cached("UPDATE tokens SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL")
         .db()?
@@ -86,8 +87,40 @@ pub(super) fn revoke(conn: &Connection, name: &str, now: Timestamp) -> Result<bo
     Ok(n > 0)
 }
 
-/// A shared setting (see `Store::setting_get_or_insert`): the first value stored wins.
-pub(super) fn setting_get_or_insert(
+#[async_trait::async_trait]
+impl Tokens for SqliteStore {
+    async fn token_create(&self, token: TokenRecord) -> Result<()> {
+        self.write(move |conn| create(conn, &token)).await
+    }
+
+    async fn tokens_list(&self) -> Result<Vec<TokenRecord>> {
+        self.read(list).await
+    }
+
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        let hash = hash.to_string();
+        self.read(move |conn| by_hash(conn, &hash)).await
+    }
+
+    async fn token_revoke(&self, name: &str, now: Timestamp) -> Result<bool> {
+        let name = name.to_string();
+        self.write(move |conn| revoke(conn, &name, now)).await
+    }
+
+    async fn setting_get_or_insert(
+        &self,
+        key: &str,
+        value: &str,
+        now: Timestamp,
+    ) -> Result<String> {
+        let (key, value) = (key.to_string(), value.to_string());
+        self.write(move |conn| setting_get_or_insert(conn, &key, &value, now))
+            .await
+    }
+}
+
+/// A shared setting (see `Tokens::setting_get_or_insert`): the first value stored wins.
+fn setting_get_or_insert(
     conn: &Connection,
     key: &str,
     value: &str,

@@ -27,6 +27,7 @@ import httpx
 
 from . import _http as h
 from ._http import Call
+from .wire import CompleteRequest, FailRequest, HeartbeatRequest, LeaseRequest
 
 JSON = Dict[str, Any]
 Label = Union[None, str, Mapping[str, str]]
@@ -137,18 +138,19 @@ class _Api(Generic[R]):
 
     # The worker's calls
     def take_leases(self, agent: str, worker: str, max: int, wait: float) -> R:
-        body = {"worker": worker, "max": max, "wait": h.span(wait)}
+        body: LeaseRequest = {"worker": worker, "max": max, "wait": h.span(wait)}
         return self._send(h.post(f"/v1/agents/{h.seg(agent)}/leases", body), lambda x: x["leases"])
 
     def heartbeat(self, lease_id: str, progress: Any = None) -> R:
-        body = {} if progress is None else {"progress": progress}
+        body: HeartbeatRequest = {} if progress is None else {"progress": progress}
         return self._send(h.post(f"/v1/leases/{h.seg(lease_id)}/heartbeat", body))
 
     def complete(self, lease_id: str, result: Any = None) -> R:
-        return self._send(h.post(f"/v1/leases/{h.seg(lease_id)}/complete", {"result": result}))
+        body: CompleteRequest = {"result": result}
+        return self._send(h.post(f"/v1/leases/{h.seg(lease_id)}/complete", body))
 
     def fail(self, lease_id: str, error: str, retryable: bool = True) -> R:
-        body = {"error": error, "retryable": retryable}
+        body: FailRequest = {"error": error, "retryable": retryable}
         return self._send(h.post(f"/v1/leases/{h.seg(lease_id)}/fail", body))
 
     def report_batch(self, reports: Sequence[Mapping[str, Any]]) -> R:

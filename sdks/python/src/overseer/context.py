@@ -7,6 +7,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
+from .wire import Lease
+
 
 class Context:
     """One attempt of one step, as its handler sees it.
@@ -17,7 +19,7 @@ class Context:
     also cancelled outright; a plain `def` handler should check it (or wait on
     `cancel_event`) and return early."""
 
-    def __init__(self, lease: Dict[str, Any], deadline: float) -> None:
+    def __init__(self, lease: Lease, deadline: float) -> None:
         self.lease_id: str = lease["lease_id"]
         self.job_id: str = lease["job_id"]
         self.step: str = lease["step"]

@@ -13,10 +13,11 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from .client import AsyncClient
 from .errors import ApiError, ConflictError, TransportError
+from .wire import CompleteReport, FailReport
 
 log = logging.getLogger("overseer.reports")
 
@@ -34,7 +35,7 @@ class Report:
     error: str = ""
     retryable: bool = True
 
-    def body(self, lease_id: str) -> Dict[str, Any]:
+    def body(self, lease_id: str) -> Union[CompleteReport, FailReport]:
         if self.outcome == "complete":
             return {"outcome": "complete", "lease_id": lease_id, "result": self.result}
         return {

@@ -1,138 +1,31 @@
-//! Claims, and the per-agent limits they honour: pause, `max_concurrency` and a `rate` token
-//! bucket, all read and updated in the claim's own write transaction so no race between
-//! claimers (or nodes sharing the file) can exceed them.
+//! Steps and leases: claims, and the per-agent limits they honour (pause, `max_concurrency` and
+//! a `rate` token bucket, all read and updated in the claim's own write transaction so no race
+//! between claimers can exceed them); resolving lease ids; expired leases; report batches.
 //!
 //! The bucket holds at most one second's worth of tokens (`max(1, rate)`), refills at `rate` per
 //! second from `tokens_at`, and each lease takes one. It is stored lazily: `tokens` as of
 //! `tokens_at`, brought up to date when a claim reads it, written back only when a claim took
 //! tokens. Refilling is capped, so reading it at any instant in between gives the same answer.
 
-use overseer_core::bucket::{capacity, next_token_at, refill, whole};
+use overseer_core::bucket::{next_token_at, refill, whole};
 use std::collections::HashSet;
 
-use overseer_core::{Command, JobId, Rejection, Timestamp};
-use rusqlite::{params, Connection, OptionalExtension};
+use overseer_core::{Command, JobId};
+use rusqlite::{params, Connection};
 
+use super::agents::load;
 use super::apply_command;
 use super::rows::DbResult;
-use crate::{AgentSettings, Claim, ClaimResult, Claimed, Error, Result};
+use super::rows::{self, limit_param};
+use super::SqliteStore;
+use crate::{
+    Claim, ClaimResult, Claimed, Due, Error, LeaseId, LeaseRef, Leases, ReportApplied, Reported,
+    Reports, Result,
+};
 
 /// Candidates skipped by one claim before it gives up looking further: bounds the work a claim
 /// does if many ready rows turn out not to be claimable.
 const CLAIM_SKIPS_MAX: usize = 1_000;
-
-/// An agent's settings row with its bucket.
-struct Row {
-    settings: AgentSettings,
-    tokens: Option<f64>,
-    tokens_at: Option<Timestamp>,
-}
-
-fn load(conn: &Connection, agent: &str) -> Result<Option<Row>> {
-    let row = conn
-        .prepare_cached(
-            "SELECT max_concurrency, rate, paused, tokens, tokens_at FROM agent_settings \
-             WHERE agent = ?1",
-        )
-        .db()?
-        .query_row([agent], |r| {
-            Ok((
-                r.get::<_, Option<i64>>(0)?,
-                r.get::<_, Option<f64>>(1)?,
-                r.get::<_, bool>(2)?,
-                r.get::<_, Option<f64>>(3)?,
-                r.get::<_, Option<i64>>(4)?,
-            ))
-        })
-        .optional()
-        .db()?;
-    let Some((max_concurrency, rate, paused, tokens, tokens_at)) = row else {
-        return Ok(None);
-    };
-    let max_concurrency = max_concurrency
-        .map(|m| {
-            u32::try_from(m).map_err(|_| {
-                Error::Corrupt(format!(
-                    "agent_settings.max_concurrency of `{agent}`: {m} is out of range"
-                ))
-            })
-        })
-        .transpose()?;
-    Ok(Some(Row {
-        settings: AgentSettings {
-            max_concurrency,
-            rate,
-            paused,
-        },
-        tokens,
-        tokens_at: tokens_at.map(Timestamp::from_millis),
-    }))
-}
-
-/// The agent's settings; defaults (no limits, not paused) for an agent never configured.
-pub(super) fn settings_get(conn: &Connection, agent: &str) -> Result<AgentSettings> {
-    Ok(load(conn, agent)?.map(|r| r.settings).unwrap_or_default())
-}
-
-/// Replaces the agent's settings and fills its bucket as of `now`.
-pub(super) fn settings_put(
-    conn: &Connection,
-    agent: &str,
-    settings: &AgentSettings,
-    now: Timestamp,
-) -> Result<AgentSettings> {
-    if let Some(rate) = settings.rate {
-        // SQLite stores NaN as NULL; a rate that is not a positive number cannot be kept.
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(Error::Rejected(Rejection::NotAllowed {
-                reason: format!(
-                    "agent `{agent}`: a rate is a positive number of leases per second, not {rate}"
-                ),
-            }));
-        }
-    }
-    let tokens = settings.rate.map(capacity);
-    conn.prepare_cached(
-        "INSERT INTO agent_settings \
-         (agent, max_concurrency, rate, paused, tokens, tokens_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) \
-         ON CONFLICT (agent) DO UPDATE SET max_concurrency = excluded.max_concurrency, \
-         rate = excluded.rate, paused = excluded.paused, tokens = excluded.tokens, \
-         tokens_at = excluded.tokens_at, updated_at = excluded.updated_at",
-    )
-    .db()?
-    .execute(params![
-        agent,
-        settings.max_concurrency,
-        settings.rate,
-        settings.paused,
-        tokens,
-        now.as_millis(),
-    ])
-    .db()?;
-    Ok(settings.clone())
-}
-
-/// Every agent whose settings differ from the defaults, by name.
-pub(super) fn settings_list(conn: &Connection) -> Result<Vec<(String, AgentSettings)>> {
-    let agents: Vec<String> = conn
-        .prepare_cached(
-            "SELECT agent FROM agent_settings \
-             WHERE max_concurrency IS NOT NULL OR rate IS NOT NULL OR paused <> 0 \
-             ORDER BY agent",
-        )
-        .db()?
-        .query_map([], |r| r.get(0))
-        .db()?
-        .collect::<rusqlite::Result<_>>()
-        .db()?;
-    let mut out = Vec::with_capacity(agents.len());
-    for agent in agents {
-        let settings = settings_get(conn, &agent)?;
-        out.push((agent, settings));
-    }
-    Ok(out)
-}
 
 /// Leases in flight held by `agent` (work or undo), expired but not yet swept ones included.
 fn in_flight(conn: &Connection, agent: &str) -> Result<u64> {
@@ -279,6 +172,87 @@ fn lease_candidates(
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait::async_trait]
+impl Leases for SqliteStore {
+    async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
+        if claim.lease_ids.is_empty() {
+            return Ok(ClaimResult::default());
+        }
+        let history = self.inner.history_per_job;
+        self.write(move |conn| claim_steps(conn, claim, history))
+            .await
+    }
+
+    async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
+        self.read(move |conn| rows::find_lease(conn, lease_id))
+            .await
+    }
+
+    async fn leases_expired(&self, due: Due) -> Result<Vec<LeaseRef>> {
+        self.read(move |conn| expired(conn, due)).await
+    }
+
+    async fn leases_report(&self, batch: Reports) -> Result<Vec<Reported>> {
+        let history = self.inner.history_per_job;
+        #[cfg(feature = "fault-injection")]
+        let crash = self.inner.crash_after_step_result.clone();
+        // One write for the whole batch: one trip to the writer, one savepoint, one fsync shared.
+        self.write(move |conn| {
+            let mut out = Vec::with_capacity(batch.reports.len());
+            for report in batch.reports {
+                let Some(lease) = rows::find_lease(conn, report.lease_id)? else {
+                    out.push(Err(Error::LeaseNotFound(report.lease_id)));
+                    continue;
+                };
+                let command = report.report.command(lease.step, lease.attempt);
+                let (job, now) = (lease.job_id, batch.now);
+                #[cfg(feature = "fault-injection")]
+                let applied = match &crash {
+                    Some(crash) => {
+                        super::fault::apply_or_crash(conn, job, command, now, history, crash)
+                    }
+                    None => apply_command(conn, job, command, now, history),
+                };
+                #[cfg(not(feature = "fault-injection"))]
+                let applied = apply_command(conn, job, command, now, history);
+                match applied {
+                    Ok(transition) => out.push(Ok(ReportApplied { lease, transition })),
+                    // Refused before anything was written: this report only.
+                    Err(e @ (Error::Rejected(_) | Error::JobNotFound(_))) => out.push(Err(e)),
+                    // The database failed mid-write: the batch's savepoint takes it all back.
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// Leased steps whose lease ended by `due.now`, oldest expiry first.
+fn expired(conn: &Connection, due: Due) -> Result<Vec<LeaseRef>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT job_id, idx, attempt, lease_id FROM steps INDEXED BY steps_lease_expiry \
+             WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= ?1 \
+             ORDER BY lease_expires_at, job_id, idx LIMIT ?2",
+        )
+        .db()?;
+    let mut found = stmt
+        .query(params![due.now.as_millis(), limit_param(due.limit)])
+        .db()?;
+    let mut out = Vec::new();
+    while let Some(row) = found.next().db()? {
+        // A bad row is logged and passed over so it cannot stop every other expiry.
+        match rows::lease_ref_from_row(row) {
+            Ok(Some(lease)) => out.push(lease),
+            Ok(None) => tracing::error!("a leased step has no lease id; skipping it"),
+            Err(e) => tracing::error!(error = %e, "skipping an unreadable leased step"),
         }
     }
     Ok(out)

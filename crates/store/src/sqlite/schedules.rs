@@ -10,9 +10,13 @@ use overseer_core::schedule::{Overlap, ScheduleSpec};
 use overseer_core::{JobId, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use super::jobs::submit_jobs;
 use super::rows::{self, DbResult};
-use super::{leader, submit_jobs};
-use crate::{Error, Fence, Fire, FireOutcome, Result, Schedule, Submitted};
+use super::{leader, SqliteStore};
+use crate::{
+    Due, Error, Fence, Fire, FireOutcome, Result, Schedule, ScheduleCreated, SchedulePause,
+    Schedules, Submitted,
+};
 
 const COLUMNS: &str =
     "name, spec, paused, next_fire_at, last_fire_at, last_job_id, created_at, updated_at";
@@ -46,7 +50,7 @@ fn from_row(row: &Row<'_>) -> Result<Schedule> {
     })
 }
 
-pub(super) fn get(conn: &Connection, name: &str) -> Result<Option<Schedule>> {
+fn get(conn: &Connection, name: &str) -> Result<Option<Schedule>> {
     let mut stmt = conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE name = ?1"))
         .db()?;
@@ -66,7 +70,7 @@ fn collect(mut rows: rusqlite::Rows<'_>) -> Result<Vec<Schedule>> {
 }
 
 /// Every schedule, by name.
-pub(super) fn list(conn: &Connection) -> Result<Vec<Schedule>> {
+fn list(conn: &Connection) -> Result<Vec<Schedule>> {
     let mut stmt = conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM schedules ORDER BY name"))
         .db()?;
@@ -75,7 +79,7 @@ pub(super) fn list(conn: &Connection) -> Result<Vec<Schedule>> {
 }
 
 /// Unpaused schedules whose `next_fire_at` has come, earliest first, then by name.
-pub(super) fn due(conn: &Connection, now: Timestamp, limit: usize) -> Result<Vec<Schedule>> {
+fn due(conn: &Connection, now: Timestamp, limit: usize) -> Result<Vec<Schedule>> {
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM schedules INDEXED BY schedules_due \
@@ -100,10 +104,13 @@ fn spec_text(schedule: &Schedule) -> Result<String> {
 
 /// Inserts the schedule as given; the same name with an equal spec answers the stored one and
 /// `false`, another spec is [`Error::ScheduleConflict`].
-pub(super) fn create(conn: &Connection, schedule: Schedule) -> Result<(Schedule, bool)> {
+fn create(conn: &Connection, schedule: Schedule) -> Result<ScheduleCreated> {
     if let Some(stored) = get(conn, &schedule.name)? {
         return if stored.spec == schedule.spec {
-            Ok((stored, false))
+            Ok(ScheduleCreated {
+                schedule: stored,
+                created: false,
+            })
         } else {
             Err(Error::ScheduleConflict(schedule.name))
         };
@@ -123,10 +130,13 @@ pub(super) fn create(conn: &Connection, schedule: Schedule) -> Result<(Schedule,
         schedule.updated_at.as_millis(),
     ])
     .db()?;
-    Ok((schedule, true))
+    Ok(ScheduleCreated {
+        schedule,
+        created: true,
+    })
 }
 
-pub(super) fn delete(conn: &Connection, name: &str) -> Result<bool> {
+fn delete(conn: &Connection, name: &str) -> Result<bool> {
     let n = conn
         .prepare_cached("DELETE FROM schedules WHERE name = ?1")
         .db()?
@@ -136,13 +146,13 @@ pub(super) fn delete(conn: &Connection, name: &str) -> Result<bool> {
 }
 
 /// Sets `paused` and `next_fire_at` exactly as given.
-pub(super) fn set_paused(
-    conn: &Connection,
-    name: &str,
-    paused: bool,
-    next_fire_at: Option<Timestamp>,
-    now: Timestamp,
-) -> Result<Schedule> {
+fn set_paused(conn: &Connection, pause: &SchedulePause) -> Result<Schedule> {
+    let SchedulePause {
+        name,
+        paused,
+        next_fire_at,
+        now,
+    } = pause;
     let n = conn
         .prepare_cached(
             "UPDATE schedules SET paused = ?2, next_fire_at = ?3, updated_at = ?4 WHERE name = ?1",
@@ -156,9 +166,9 @@ pub(super) fn set_paused(
         ])
         .db()?;
     if n == 0 {
-        return Err(Error::ScheduleNotFound(name.to_string()));
+        return Err(Error::ScheduleNotFound(name.clone()));
     }
-    get(conn, name)?.ok_or_else(|| Error::ScheduleNotFound(name.to_string()))
+    get(conn, name)?.ok_or_else(|| Error::ScheduleNotFound(name.clone()))
 }
 
 /// Whether the job exists and is not finished. A job that is gone holds nothing back.
@@ -174,7 +184,7 @@ fn is_unfinished(conn: &Connection, id: JobId) -> Result<bool> {
 
 /// Fires one due time; see the module's description. `Stale` and `Skipped` write nothing but
 /// what they say (nothing, and the advance of `next_fire_at`).
-pub(super) fn fire(
+fn fire(
     conn: &Connection,
     fire: Fire,
     fence: &Fence,
@@ -223,4 +233,44 @@ pub(super) fn fire(
     ])
     .db()?;
     Ok(FireOutcome::Fired(submitted))
+}
+
+#[async_trait::async_trait]
+impl Schedules for SqliteStore {
+    async fn schedule_create(&self, schedule: Schedule) -> Result<ScheduleCreated> {
+        self.write(move |conn| create(conn, schedule)).await
+    }
+
+    async fn schedule_get(&self, name: &str) -> Result<Option<Schedule>> {
+        let name = name.to_string();
+        self.read(move |conn| get(conn, &name)).await
+    }
+
+    async fn schedules_list(&self) -> Result<Vec<Schedule>> {
+        self.read(list).await
+    }
+
+    async fn schedule_delete(&self, name: &str) -> Result<bool> {
+        let name = name.to_string();
+        self.write(move |conn| delete(conn, &name)).await
+    }
+
+    async fn schedule_set_paused(&self, pause: SchedulePause) -> Result<Schedule> {
+        self.write(move |conn| set_paused(conn, &pause)).await
+    }
+
+    async fn schedules_due(&self, due: Due) -> Result<Vec<Schedule>> {
+        if due.limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| self::due(conn, due.now, due.limit))
+            .await
+    }
+
+    async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome> {
+        let history = self.inner.history_per_job;
+        let fence = fence.clone();
+        self.write(move |conn| self::fire(conn, fire, &fence, history))
+            .await
+    }
 }

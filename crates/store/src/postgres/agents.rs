@@ -1,0 +1,350 @@
+//! Agent names: their settings, the limits a claim spends (`claim_limits`, `claim_spend`), and
+//! the ready and running counts per agent.
+
+use deadpool_postgres::Transaction;
+use overseer_core::bucket::{capacity, next_token_at, refill, whole};
+use overseer_core::{Rejection, Timestamp};
+use tokio_postgres::Row;
+
+use super::rows::{self, corrupt, get, query, query_opt, to_u64};
+use super::{jobs, removal, Failure, PgStore, Res, TERMINAL};
+use crate::{
+    AgentCounts, AgentLimits, AgentReady, AgentSettings, Agents, DueBetween, Error, Result,
+    SettingsUpdate,
+};
+
+fn settings_from_row(row: &Row) -> Res<AgentSettings> {
+    let max: Option<i64> = get(row, 0, "agent_settings.max_concurrency")?;
+    Ok(AgentSettings {
+        max_concurrency: max
+            .map(|m| u32::try_from(m).map_err(|_| corrupt("agent_settings.max_concurrency", m)))
+            .transpose()?,
+        rate: get(row, 1, "agent_settings.rate")?,
+        paused: get(row, 2, "agent_settings.paused")?,
+    })
+}
+
+async fn agent_settings_get(tx: &Transaction<'_>, agent: &str) -> Res<AgentSettings> {
+    let row = query_opt(
+        tx,
+        "SELECT max_concurrency, rate, paused FROM agent_settings WHERE agent = $1",
+        &[&agent],
+    )
+    .await?;
+    Ok(match row {
+        Some(row) => settings_from_row(&row)?,
+        None => AgentSettings::default(),
+    })
+}
+
+/// Replaces the agent's settings and fills its bucket as of `now`. When the change may let more
+/// leases out (a resume, a limit raised or lifted), tells every node the agent's work is ready,
+/// so their waiting long-polls look again.
+async fn agent_settings_put(
+    tx: &Transaction<'_>,
+    agent: &str,
+    settings: &AgentSettings,
+    now: Timestamp,
+) -> Res<AgentSettings> {
+    if let Some(rate) = settings.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(Failure::Store(Error::Rejected(Rejection::NotAllowed {
+                reason: format!(
+                    "agent `{agent}`: a rate is a positive number of leases per second, not {rate}"
+                ),
+            })));
+        }
+    }
+    let before = query_opt(
+        tx,
+        "SELECT max_concurrency, rate, paused FROM agent_settings WHERE agent = $1 FOR UPDATE",
+        &[&agent],
+    )
+    .await?
+    .map(|row| settings_from_row(&row))
+    .transpose()?
+    .unwrap_or_default();
+    let tokens = settings.rate.map(capacity);
+    rows::execute(
+        tx,
+        "INSERT INTO agent_settings \
+           (agent, max_concurrency, rate, paused, tokens, tokens_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $6) \
+         ON CONFLICT (agent) DO UPDATE SET max_concurrency = excluded.max_concurrency, \
+           rate = excluded.rate, paused = excluded.paused, tokens = excluded.tokens, \
+           tokens_at = excluded.tokens_at, updated_at = excluded.updated_at",
+        &[
+            &agent,
+            &settings.max_concurrency.map(i64::from),
+            &settings.rate,
+            &settings.paused,
+            &tokens,
+            &now.as_millis(),
+        ],
+    )
+    .await?;
+    if may_release_more(&before, settings) {
+        jobs::notify(tx, &[format!("ready:{agent}")]).await?;
+    }
+    Ok(settings.clone())
+}
+
+/// Whether `after` may let leases out that `before` held back.
+fn may_release_more(before: &AgentSettings, after: &AgentSettings) -> bool {
+    if after.paused {
+        return false;
+    }
+    let looser = |b: Option<f64>, a: Option<f64>| match (b, a) {
+        (Some(_), None) => true,
+        (Some(b), Some(a)) => a > b,
+        _ => false,
+    };
+    before.paused
+        || looser(
+            before.max_concurrency.map(f64::from),
+            after.max_concurrency.map(f64::from),
+        )
+        || looser(before.rate, after.rate)
+}
+
+/// Every agent whose settings differ from the defaults, by name.
+async fn agent_settings_list(tx: &Transaction<'_>) -> Res<Vec<AgentLimits>> {
+    let rows = query(
+        tx,
+        "SELECT max_concurrency, rate, paused, agent FROM agent_settings \
+         WHERE max_concurrency IS NOT NULL OR rate IS NOT NULL OR paused \
+         ORDER BY agent",
+        &[],
+    )
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        out.push(AgentLimits {
+            agent: get(row, 3, "agent_settings.agent")?,
+            settings: settings_from_row(row)?,
+        });
+    }
+    Ok(out)
+}
+
+// The token bucket, exactly as the SQLite backend keeps it (`sqlite/claims.rs`): at most one
+// second's worth of tokens (`max(1, rate)`), refilled at `rate` per second from `tokens_at`,
+// one token per lease, stored lazily (`tokens` as of `tokens_at`) and written back only when a
+// claim took tokens.
+
+/// What an agent's settings allow one claim, worked out under the lock of its settings row.
+pub(super) struct ClaimLimits {
+    /// Leases the claim may take before the bucket is asked (its size, `max_concurrency`).
+    pub(super) room: usize,
+    /// Leases the claim may take: `room`, and whole tokens in the bucket.
+    pub(super) want: usize,
+    /// The agent's rate and its bucket brought up to the claim's `now` (tokens, counted at).
+    bucket: Option<(f64, (f64, Timestamp))>,
+}
+
+impl ClaimLimits {
+    /// Whether the bucket ran dry before the claim's other bounds after `claimed` leases.
+    pub(super) fn ran_dry(&self, claimed: usize) -> bool {
+        self.bucket.is_some() && claimed == self.want && self.want < self.room
+    }
+}
+
+/// Reads the agent's settings, locking its row so the agent's claims are serial across nodes,
+/// and works out how many leases a claim of `wanted` may take.
+pub(super) async fn claim_limits(
+    tx: &Transaction<'_>,
+    agent: &str,
+    wanted: usize,
+    now: Timestamp,
+) -> Res<ClaimLimits> {
+    let Some(row) = query_opt(
+        tx,
+        "SELECT max_concurrency, rate, paused, tokens, tokens_at FROM agent_settings \
+         WHERE agent = $1 FOR UPDATE",
+        &[&agent],
+    )
+    .await?
+    else {
+        return Ok(ClaimLimits {
+            room: wanted,
+            want: wanted,
+            bucket: None,
+        });
+    };
+    let settings = settings_from_row(&row)?;
+    if settings.paused {
+        return Ok(ClaimLimits {
+            room: 0,
+            want: 0,
+            bucket: None,
+        });
+    }
+    let mut room = wanted;
+    if let Some(max) = settings.max_concurrency {
+        // Leases in flight (work or undo), expired but not yet swept ones included.
+        let count = rows::query_one(
+            tx,
+            "SELECT count(*) FROM steps \
+             WHERE lease_agent = $1 AND lease_expires_at IS NOT NULL",
+            &[&agent],
+        )
+        .await?;
+        let in_flight = u64::try_from(get::<i64>(&count, 0, "count")?).unwrap_or(0);
+        let free = u64::from(max).saturating_sub(in_flight);
+        room = room.min(usize::try_from(free).unwrap_or(usize::MAX));
+    }
+    let bucket = match settings.rate {
+        Some(rate) => {
+            let tokens: Option<f64> = get(&row, 3, "agent_settings.tokens")?;
+            let tokens_at: Option<i64> = get(&row, 4, "agent_settings.tokens_at")?;
+            Some((
+                rate,
+                refill(rate, tokens, tokens_at.map(Timestamp::from_millis), now),
+            ))
+        }
+        None => None,
+    };
+    let want = match bucket {
+        Some((_, (tokens, _))) => room.min(whole(tokens)),
+        None => room,
+    };
+    Ok(ClaimLimits { room, want, bucket })
+}
+
+/// Takes the leases a claim handed out from the agent's bucket; answers the instant the next
+/// lease may start when the bucket held the claim back (`has_more`: claimable work is left).
+pub(super) async fn claim_spend(
+    tx: &Transaction<'_>,
+    agent: &str,
+    limits: &ClaimLimits,
+    claimed: usize,
+    has_more: bool,
+) -> Res<Option<Timestamp>> {
+    let Some((rate, (tokens, counted_at))) = limits.bucket else {
+        return Ok(None);
+    };
+    let left = tokens - claimed as f64;
+    if claimed > 0 {
+        rows::execute(
+            tx,
+            "UPDATE agent_settings SET tokens = $2, tokens_at = $3 WHERE agent = $1",
+            &[&agent, &left, &counted_at.as_millis()],
+        )
+        .await?;
+    }
+    Ok((limits.ran_dry(claimed) && has_more).then(|| next_token_at(rate, left, counted_at)))
+}
+
+#[async_trait::async_trait]
+impl Agents for PgStore {
+    async fn agents_counts(&self) -> Result<Vec<AgentCounts>> {
+        self.read(|tx, _| {
+            Box::pin(async move {
+                // Claimable steps by the agent that may lease them, leased steps by the agent
+                // holding the lease (an undo's compensate agent), of unfinished jobs.
+                let rows = query(
+                    tx,
+                    &format!(
+                        "SELECT agent, SUM(ready)::bigint, SUM(running)::bigint FROM ( \
+                           SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
+                           FROM steps s JOIN jobs j ON j.id = s.job_id \
+                           WHERE s.claim_agent IS NOT NULL AND j.state NOT IN {TERMINAL} \
+                           UNION ALL \
+                           SELECT s.lease_agent, 0, 1 \
+                           FROM steps s JOIN jobs j ON j.id = s.job_id \
+                           WHERE s.lease_expires_at IS NOT NULL AND s.lease_agent IS NOT NULL \
+                             AND j.state NOT IN {TERMINAL}) c \
+                         GROUP BY agent ORDER BY agent"
+                    ),
+                    &[],
+                )
+                .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    out.push(AgentCounts {
+                        agent: get(row, 0, "agent")?,
+                        ready: to_u64("ready", get(row, 1, "ready")?)?,
+                        running: to_u64("running", get(row, 2, "running")?)?,
+                    });
+                }
+                Ok(out)
+            })
+        })
+        .await
+    }
+
+    async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<AgentReady>> {
+        self.read(move |tx, _| Box::pin(removal::ready_now(tx, now)))
+            .await
+    }
+
+    async fn agents_due(&self, window: DueBetween) -> Result<Vec<String>> {
+        self.read(move |tx, _| {
+            Box::pin(async move {
+                let rows = query(
+                    tx,
+                    "SELECT DISTINCT claim_agent FROM steps \
+                     WHERE claim_agent IS NOT NULL AND next_attempt_at > $1 \
+                       AND next_attempt_at <= $2 \
+                     ORDER BY claim_agent",
+                    &[&window.after.as_millis(), &window.until.as_millis()],
+                )
+                .await?;
+                rows.iter()
+                    .map(|r| get(r, 0, "steps.claim_agent"))
+                    .collect()
+            })
+        })
+        .await
+    }
+
+    async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings> {
+        self.read(move |tx, _| Box::pin(agent_settings_get(tx, agent)))
+            .await
+    }
+
+    async fn agent_settings_put(&self, update: SettingsUpdate) -> Result<AgentSettings> {
+        let u = &update;
+        self.write(move |tx, _| Box::pin(agent_settings_put(tx, &u.agent, &u.settings, u.now)))
+            .await
+    }
+
+    async fn agent_settings_list(&self) -> Result<Vec<AgentLimits>> {
+        self.read(|tx, _| Box::pin(agent_settings_list(tx))).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves the bucket arithmetic matches the SQLite backend's to the millisecond: refills cap
+    // at one second's worth (at least one token), a clock behind adds nothing, and the next token
+    // is found at the first millisecond a refill yields it.
+    #[test]
+    fn the_bucket_refills_caps_and_finds_the_next_token() {
+        let t = |ms: i64| Timestamp::from_millis(1_000_000 + ms);
+        assert_eq!(refill(10.0, Some(0.0), Some(t(0)), t(100)), (1.0, t(100)));
+        assert_eq!(
+            refill(10.0, Some(0.0), Some(t(0)), t(5_000)),
+            (10.0, t(5_000))
+        );
+        assert_eq!(
+            refill(0.5, Some(0.0), Some(t(0)), t(10_000)),
+            (1.0, t(10_000))
+        );
+        assert_eq!(refill(10.0, Some(3.0), Some(t(50)), t(0)), (3.0, t(50)));
+        assert_eq!(refill(2.0, None, None, t(7)), (2.0, t(7)));
+        assert_eq!(next_token_at(10.0, 0.0, t(0)), t(100));
+        assert_eq!(next_token_at(3.0, 0.0, t(0)), t(334));
+        assert_eq!(next_token_at(0.5, 0.25, t(0)), t(1_500));
+        for (rate, left) in [(3.0, 0.1), (7.0, 0.3), (0.3, 0.0), (123.4, 0.77)] {
+            let next = next_token_at(rate, left, t(0));
+            assert_eq!(whole(refill(rate, Some(left), Some(t(0)), next).0), 1);
+            let before = Timestamp::from_millis(next.as_millis() - 1);
+            if before > t(0) {
+                assert_eq!(whole(refill(rate, Some(left), Some(t(0)), before).0), 0);
+            }
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Steps and leases: claims (candidates locked `FOR UPDATE SKIP LOCKED`, decided by the core in
+//! memory, written together), resolving lease ids, expired leases, and report batches.
+
+use std::collections::HashMap;
+
+use deadpool_postgres::Transaction;
+use overseer_core::{Command, Job, JobId, LeaseId, Timestamp, Transition};
+use uuid::Uuid;
+
+use super::agents::{claim_limits, claim_spend};
+use super::jobs::{load_locked, lock_and_load, notify, start_next_head};
+use super::rows::{self, get, limit_param, query};
+use super::{writes, PgStore, Res};
+use crate::{
+    Claim, ClaimResult, Claimed, Due, Error, LeaseRef, Leases, Report, ReportApplied, Reported,
+    Reports, Result,
+};
+
+/// Candidates skipped by one claim before it gives up looking further: bounds the work a claim
+/// does if many ready rows turn out not to be claimable.
+const CLAIM_SKIPS_MAX: usize = 1_000;
+
+/// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Leases::steps_claim`]):
+/// finds and locks candidates, lets the core decide each claim in memory, then writes every
+/// claim of the batch together.
+async fn claim(tx: &Transaction<'_>, claim: &Claim, history_per_job: usize) -> Res<ClaimResult> {
+    let limits = claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now).await?;
+    let want = limits.want.min(claim.lease_ids.len());
+    let mut round = ClaimRound::default();
+    while round.claimed.len() < want && round.skips < CLAIM_SKIPS_MAX {
+        if !round.next(tx, claim, want).await? {
+            break;
+        }
+    }
+    let ClaimRound {
+        claimed, excluded, ..
+    } = round;
+    let leases: Vec<LeaseRef> = claimed.iter().map(|c| c.lease).collect();
+    let transitions: Vec<&Transition> = claimed.iter().map(|c| &c.claimed.transition).collect();
+    let siblings = sibling_signals(&claimed, claim.now);
+    futures::try_join!(
+        writes::persist_all(tx, &transitions, claim.now, history_per_job),
+        writes::insert_leases(tx, &leases, &claim.worker, claim.now),
+        notify(tx, &siblings),
+    )?;
+    // The bucket held the claim back if it ran dry before the claim's other bounds and
+    // claimable work is left over (work another transaction holds counts: it is claimable).
+    let has_more = limits.ran_dry(claimed.len()) && {
+        let left = query(
+            tx,
+            CANDIDATES_SQL,
+            &[
+                &claim.agent,
+                &claim.now.as_millis(),
+                &excluded.jobs,
+                &excluded.steps,
+            ],
+        )
+        .await?;
+        !left.is_empty()
+    };
+    let throttled_until = claim_spend(tx, &claim.agent, &limits, claimed.len(), has_more).await?;
+    Ok(ClaimResult {
+        claimed: claimed.into_iter().map(|c| c.claimed).collect(),
+        throttled_until,
+    })
+}
+
+/// A step a claim leased, with the lease it recorded.
+struct Leased {
+    claimed: Claimed,
+    lease: LeaseRef,
+}
+
+/// Steps a claim leaves out of its next candidate query: those it refused or leased already
+/// (its leases are written only at the end, so the rows still look claimable).
+#[derive(Default)]
+struct Excluded {
+    jobs: Vec<Uuid>,
+    steps: Vec<i32>,
+}
+
+impl Excluded {
+    fn add(&mut self, job: Uuid, idx: i32) {
+        self.jobs.push(job);
+        self.steps.push(idx);
+    }
+}
+
+/// A claim in progress: what it leased, what it left out, and the jobs it has locked as they now
+/// stand (under the lock they cannot change behind its back, so two steps of one job are claimed
+/// one after the other from one load).
+#[derive(Default)]
+struct ClaimRound {
+    claimed: Vec<Leased>,
+    excluded: Excluded,
+    /// Candidates the core refused or that did not decode.
+    skips: usize,
+    loaded: HashMap<Uuid, Job>,
+}
+
+impl ClaimRound {
+    /// Locks the next candidates and claims them through the core; false when none is left.
+    async fn next(&mut self, tx: &Transaction<'_>, claim: &Claim, want: usize) -> Res<bool> {
+        let limit = (want - self.claimed.len()) as i64;
+        let rows = query(
+            tx,
+            LOCK_CANDIDATES_SQL,
+            &[
+                &claim.agent,
+                &claim.now.as_millis(),
+                &limit,
+                &self.excluded.jobs,
+                &self.excluded.steps,
+            ],
+        )
+        .await?;
+        if rows.is_empty() {
+            return Ok(false);
+        }
+        let mut candidates = Vec::with_capacity(rows.len());
+        for row in &rows {
+            candidates.push((
+                get::<Uuid>(row, 0, "steps.job_id")?,
+                get::<i32>(row, 1, "steps.idx")?,
+            ));
+        }
+        let mut unloaded: Vec<JobId> = Vec::new();
+        for (job, _) in &candidates {
+            if !self.loaded.contains_key(job) && !unloaded.contains(&JobId(*job)) {
+                unloaded.push(JobId(*job));
+            }
+        }
+        for job in load_locked(tx, &unloaded).await? {
+            self.loaded.insert(job.id.0, job);
+        }
+        for (job, idx) in candidates {
+            self.take(claim, job, idx)?;
+        }
+        Ok(true)
+    }
+
+    /// Asks the core to lease step `idx` of `job` (loaded and locked) with the next lease id.
+    fn take(&mut self, claim: &Claim, job_uuid: Uuid, idx: i32) -> Res<()> {
+        let Some(&lease_id) = claim.lease_ids.get(self.claimed.len()) else {
+            return Ok(());
+        };
+        self.excluded.add(job_uuid, idx);
+        let step = rows::to_usize("steps.idx", idx)?;
+        // A job that does not decode was logged when loading: one bad job must not stall every
+        // claim of its agent.
+        let Some(job) = self.loaded.get(&job_uuid) else {
+            self.skips += 1;
+            return Ok(());
+        };
+        let command = Command::Claim {
+            step,
+            lease_id,
+            worker: claim.worker.clone(),
+        };
+        // The core has the last word on claimability; a refused candidate changes nothing.
+        let Ok(transition) = overseer_core::apply(job, command, claim.now) else {
+            self.skips += 1;
+            return Ok(());
+        };
+        let lease = crate::decide::lease_of(&transition, step, lease_id)?;
+        self.loaded.insert(job_uuid, transition.job.clone());
+        self.claimed.push(Leased {
+            claimed: Claimed { step, transition },
+            lease,
+        });
+        Ok(())
+    }
+}
+
+/// Wake-ups for steps of the claimed jobs that are still claimable: a claimer on another
+/// connection that met these jobs locked passed over them (`SKIP LOCKED`) and may have gone back
+/// to sleep, so siblings made ready together are announced again once this claim commits.
+fn sibling_signals(claimed: &[Leased], now: Timestamp) -> Vec<String> {
+    let mut agents: Vec<&str> = Vec::new();
+    for c in claimed {
+        agents.extend(c.claimed.transition.job.claimable_agents(now));
+    }
+    agents.sort_unstable();
+    agents.dedup();
+    agents.into_iter().map(|a| format!("ready:{a}")).collect()
+}
+
+/// The claimable steps of an agent that are due, best claim rank first (one ordered range of
+/// the `steps_claim` index), leaving out the steps in `($4, $5)`, locking each one's job row as
+/// it goes and passing over jobs another transaction holds (`SKIP LOCKED`): claimers never wait
+/// for each other, and the server skips held jobs without a round trip per job.
+const LOCK_CANDIDATES_SQL: &str = "SELECT s.job_id, s.idx FROM steps s \
+     JOIN jobs j ON j.id = s.job_id \
+     WHERE s.claim_agent = $1 AND s.next_attempt_at <= $2 \
+       AND (s.job_id, s.idx) NOT IN ( \
+         SELECT sj, si FROM unnest($4::uuid[], $5::integer[]) AS skipped (sj, si)) \
+     ORDER BY s.claim_rank, s.job_id, s.idx LIMIT $3 \
+     FOR UPDATE OF j SKIP LOCKED";
+
+/// Whether any claimable step of the agent is due, locked or not, leaving out `($3, $4)`.
+const CANDIDATES_SQL: &str = "SELECT 1 FROM steps \
+     WHERE claim_agent = $1 AND next_attempt_at <= $2 \
+       AND (job_id, idx) NOT IN ( \
+         SELECT sj, si FROM unnest($3::uuid[], $4::integer[]) AS skipped (sj, si)) \
+     LIMIT 1";
+
+/// Applies lease holders' reports in one transaction, each as `lease_find` + `apply_command`
+/// would, with a constant number of statements: the leases resolve in one, their jobs are locked
+/// (in id order, so two batches sharing jobs wait for each other instead of deadlocking) and
+/// loaded in three sent together, the core applies every report in memory (two reports of one
+/// job one after the other), and the transitions are written together. Answers come back in
+/// report order.
+async fn report_leases(
+    tx: &Transaction<'_>,
+    batch: &Reports,
+    history_per_job: usize,
+) -> Res<Vec<Reported>> {
+    let (reports, now) = (&batch.reports, batch.now);
+    let ids: Vec<_> = reports.iter().map(|r| r.lease_id).collect();
+    let leases = writes::find_leases(tx, &ids).await?;
+    let job_ids: Vec<JobId> = leases.values().map(|l| l.job_id).collect();
+    let mut jobs: HashMap<JobId, Job> = lock_and_load(tx, &job_ids)
+        .await?
+        .into_iter()
+        .map(|j| (j.id, j))
+        .collect();
+    let mut out: Vec<Option<Reported>> = (0..reports.len()).map(|_| None).collect();
+    let mut applied: Vec<(usize, LeaseRef, Transition)> = Vec::new();
+    for (i, Report { lease_id, report }) in reports.iter().enumerate() {
+        let Some(&lease) = leases.get(lease_id) else {
+            out[i] = Some(Err(Error::LeaseNotFound(*lease_id)));
+            continue;
+        };
+        let Some(job) = jobs.get(&lease.job_id) else {
+            out[i] = Some(Err(Error::JobNotFound(lease.job_id)));
+            continue;
+        };
+        let command = report.clone().command(lease.step, lease.attempt);
+        match overseer_core::apply(job, command, now) {
+            Ok(t) => {
+                jobs.insert(t.job.id, t.job.clone());
+                applied.push((i, lease, t));
+            }
+            // Refused before anything was written: this report only.
+            Err(e) => out[i] = Some(Err(Error::Rejected(e))),
+        }
+    }
+    let transitions: Vec<&Transition> = applied.iter().map(|(_, _, t)| t).collect();
+    writes::persist_all(tx, &transitions, now, history_per_job).await?;
+    for (i, lease, mut t) in applied {
+        if let Some(key) = t.freed_ordering_key() {
+            if let Some(next) = start_next_head(tx, key, now, history_per_job).await? {
+                t.absorb_wakeups(&next);
+            }
+        }
+        out[i] = Some(Ok(ReportApplied {
+            lease,
+            transition: t,
+        }));
+    }
+    Ok(out
+        .into_iter()
+        .map(|o| o.expect("every report is answered"))
+        .collect())
+}
+
+#[async_trait::async_trait]
+impl Leases for PgStore {
+    async fn steps_claim(&self, c: Claim) -> Result<ClaimResult> {
+        if c.lease_ids.is_empty() {
+            return Ok(ClaimResult::default());
+        }
+        let history = self.inner.history_per_job;
+        let c = &c;
+        self.write(move |tx, _| Box::pin(claim(tx, c, history)))
+            .await
+    }
+
+    async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
+        self.read(move |tx, _| Box::pin(rows::find_lease(tx, lease_id)))
+            .await
+    }
+
+    async fn leases_expired(&self, due: Due) -> Result<Vec<LeaseRef>> {
+        self.read(move |tx, _| Box::pin(expired(tx, due))).await
+    }
+
+    async fn leases_report(&self, batch: Reports) -> Result<Vec<Reported>> {
+        let history = self.inner.history_per_job;
+        let batch = &batch;
+        self.write(move |tx, _| Box::pin(report_leases(tx, batch, history)))
+            .await
+    }
+}
+
+/// Leased steps whose lease ended by `due.now`, oldest expiry first.
+async fn expired(tx: &Transaction<'_>, due: Due) -> Res<Vec<LeaseRef>> {
+    let rows = query(
+        tx,
+        "SELECT job_id, idx, attempt, lease_id FROM steps \
+         WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= $1 \
+         ORDER BY lease_expires_at, job_id, idx LIMIT $2",
+        &[&due.now.as_millis(), &limit_param(due.limit)],
+    )
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        // A bad row is logged and passed over so it cannot stop every other expiry.
+        match rows::lease_ref_from_row(row) {
+            Ok(Some(lease)) => out.push(lease),
+            Ok(None) => tracing::error!("a leased step has no lease id; skipping it"),
+            Err(e) => tracing::error!(error = %e, "skipping an unreadable leased step"),
+        }
+    }
+    Ok(out)
+}
