@@ -590,7 +590,7 @@ async fn the_api_describes_itself() {
                 .count()
         })
         .sum();
-    assert_eq!(operations, 36, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(operations, 37, "{:?}", paths.keys().collect::<Vec<_>>());
     for schema in [
         "JobSpec",
         "JobView",
