@@ -532,3 +532,181 @@ async fn long_polls_are_bounded_per_token() {
     }
     assert_eq!(wait(greedy, "10ms").await, 200, "places are given back");
 }
+
+/// What an event stream opened with `token` sends while `during` runs and 1.5 s after.
+async fn stream_text(
+    server: &Server,
+    token: &str,
+    during: impl std::future::Future<Output = ()>,
+) -> String {
+    let mut res = reqwest::Client::new()
+        .get(format!("{}/v1/events/stream", server.url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    during.await;
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1_500);
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, res.chunk()).await {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    text
+}
+
+// Proves a `submit` token reads only the jobs it submitted: jobs record the submitting token's
+// name (none for the admin setting); another submit token gets exactly the 404 of a job that
+// does not exist on the job, its events and its wait, its list holds only its own jobs, its
+// event stream carries only its own jobs' changes, an ordering key's head is shown only when it
+// is its own, and resubmitting another's idempotency key
+// is a 409 that shows nothing of that job; `read`, and `submit` with `read`, see everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_tokens_read_only_their_own_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = secured(dir.path());
+    let alice = make_token(&server, "alice", &["submit"], &[]).await;
+    let bob = make_token(&server, "bob", &["submit"], &[]).await;
+    let reader = make_token(&server, "reader", &["read"], &[]).await;
+    let both = make_token(&server, "both", &["submit", "read"], &[]).await;
+    let spec =
+        |key: &str| json!({"idempotency_key": key, "steps": [{"name": "s", "agent": "none"}]});
+    let submit = |token: String, key: &'static str| {
+        let server = &server;
+        async move { call(server, Some(&token), "POST", "/v1/jobs", Some(&spec(key))).await }
+    };
+    let (status, a) = submit(alice.clone(), "k-alice").await;
+    assert_eq!((status, &a["submitted_by"]), (202, &json!("alice")), "{a}");
+    let (_, b) = submit(bob.clone(), "k-bob").await;
+    let (_, c) = submit(ADMIN.to_string(), "k-admin").await;
+    assert_eq!(
+        c["submitted_by"],
+        Value::Null,
+        "the admin setting is no token: {c}"
+    );
+    let a_id = a["id"].as_str().unwrap().to_string();
+
+    let missing = "01a3185c-774f-7d9a-a6ce-af10a0119486";
+    for tail in ["", "/events", "/wait?timeout=10ms"] {
+        let (status, hidden) = call(
+            &server,
+            Some(&bob),
+            "GET",
+            &format!("/v1/jobs/{a_id}{tail}"),
+            None,
+        )
+        .await;
+        let (_, absent) = call(
+            &server,
+            Some(&bob),
+            "GET",
+            &format!("/v1/jobs/{missing}{tail}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 404, "{tail}: {hidden}");
+        assert_eq!(hidden["code"], absent["code"], "{tail}");
+        assert_eq!(
+            hidden["detail"].as_str().unwrap().replace(&a_id, missing),
+            absent["detail"].as_str().unwrap(),
+            "{tail}: the same answer as a missing job"
+        );
+        let (status, _) = call(
+            &server,
+            Some(&alice),
+            "GET",
+            &format!("/v1/jobs/{a_id}{tail}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "alice reads her own job{tail}");
+    }
+    let ids = |token: String| {
+        let server = &server;
+        async move {
+            let (status, list) = call(server, Some(&token), "GET", "/v1/jobs", None).await;
+            assert_eq!(status, 200, "{list}");
+            let mut ids: Vec<String> = list["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["id"].as_str().unwrap().to_string())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(ids(alice.clone()).await, vec![a_id.clone()]);
+    assert_eq!(
+        ids(bob.clone()).await,
+        vec![b["id"].as_str().unwrap().to_string()]
+    );
+    assert_eq!(ids(reader.clone()).await.len(), 3);
+    assert_eq!(ids(both.clone()).await.len(), 3);
+    let (status, _) = call(
+        &server,
+        Some(&both),
+        "GET",
+        &format!("/v1/jobs/{a_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "submit with read sees every job");
+
+    let (status, taken) = submit(bob.clone(), "k-alice").await;
+    assert_eq!(
+        (status, &taken["code"]),
+        (409, &json!("idempotency-conflict")),
+        "{taken}"
+    );
+    assert!(!taken.to_string().contains(&a_id), "{taken}");
+    let batch = json!({"jobs": [spec("k-alice")]});
+    let (status, taken) = call(&server, Some(&bob), "POST", "/v1/jobs:batch", Some(&batch)).await;
+    assert_eq!(
+        (status, &taken["field"]),
+        (409, &json!("jobs[0].idempotency_key")),
+        "{taken}"
+    );
+    let (status, again) = submit(alice.clone(), "k-alice").await;
+    assert_eq!(
+        (status, &again["id"]),
+        (200, &json!(a_id)),
+        "her own resubmission"
+    );
+
+    let ordered = json!({"ordering_key": "line", "steps": [{"name": "s", "agent": "none"}]});
+    let (status, _) = call(&server, Some(&alice), "POST", "/v1/jobs", Some(&ordered)).await;
+    assert_eq!(status, 202);
+    let key = |token: String| {
+        let server = &server;
+        async move {
+            call(server, Some(&token), "GET", "/v1/ordering-keys/line", None)
+                .await
+                .1
+        }
+    };
+    assert_eq!(key(alice.clone()).await["head"]["submitted_by"], "alice");
+    assert_eq!(
+        key(bob.clone()).await["head"],
+        Value::Null,
+        "not alice's job to bob"
+    );
+    assert_eq!(key(reader.clone()).await["head"]["submitted_by"], "alice");
+
+    let seen_by_bob = stream_text(&server, &bob, async {
+        submit(alice.clone(), "k-alice-2").await;
+        submit(bob.clone(), "k-bob-2").await;
+    })
+    .await;
+    let (_, a2) = call(&server, Some(&alice), "GET", "/v1/jobs?limit=1", None).await;
+    let (_, b2) = call(&server, Some(&bob), "GET", "/v1/jobs?limit=1", None).await;
+    let (a2, b2) = (
+        a2["jobs"][0]["id"].as_str().unwrap(),
+        b2["jobs"][0]["id"].as_str().unwrap(),
+    );
+    assert!(
+        seen_by_bob.contains(b2),
+        "bob's stream has his job: {seen_by_bob}"
+    );
+    assert!(!seen_by_bob.contains(a2), "but not alice's: {seen_by_bob}");
+}

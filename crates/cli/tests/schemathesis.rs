@@ -1,6 +1,7 @@
 //! The HTTP API fuzzed against its own OpenAPI document by schemathesis (a Python tool the
 //! script installs into a venv under the target directory): no 5xx, documented statuses and
-//! content types, bodies that match their schemas. `scripts/schemathesis.sh` says how.
+//! content types, bodies that match their schemas, schema-valid requests accepted and
+//! schema-violating ones refused. `scripts/schemathesis.sh` says how.
 
 mod common;
 

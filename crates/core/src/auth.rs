@@ -92,6 +92,15 @@ impl Grant {
             Need::Admin => false,
         }
     }
+
+    /// Whether reading jobs covers every job. Reading through `submit` alone covers only the
+    /// jobs this token submitted (a client of a shared scheduler sees its own work, not its
+    /// neighbours').
+    pub fn reads_every_job(&self) -> bool {
+        [Scope::Admin, Scope::Operate, Scope::Read]
+            .iter()
+            .any(|s| self.scopes.contains(s))
+    }
 }
 
 /// A stored token: never its secret, only the secret's hash.
@@ -147,6 +156,22 @@ mod tests {
         Grant {
             scopes: scopes.to_vec(),
             agents: agents.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    // Proves who reads every job: admin, operate and read do; submit alone (or with agent) sees
+    // only its own; submit together with read sees all.
+    #[test]
+    fn submit_alone_reads_only_its_own_jobs() {
+        for (scopes, every) in [
+            (&[Scope::Admin][..], true),
+            (&[Scope::Operate][..], true),
+            (&[Scope::Read][..], true),
+            (&[Scope::Submit][..], false),
+            (&[Scope::Submit, Scope::Agent][..], false),
+            (&[Scope::Submit, Scope::Read][..], true),
+        ] {
+            assert_eq!(grant(scopes, &[]).reads_every_job(), every, "{scopes:?}");
         }
     }
 

@@ -68,6 +68,7 @@ pub struct Backoff {
     #[serde(default = "Backoff::default_initial")]
     pub initial: Span,
     #[serde(default = "Backoff::default_factor")]
+    #[schema(minimum = 1, maximum = 100)]
     pub factor: f64,
     #[serde(default = "Backoff::default_max")]
     pub max: Span,

@@ -134,6 +134,10 @@ pub struct Job {
     pub finished_at: Option<Timestamp>,
     /// Why the job is `blocked`, for the operator.
     pub blocked_reason: Option<String>,
+    /// The name of the token that submitted it; `None` when auth is off, for the admin setting,
+    /// and for jobs the server makes itself (schedules, Faktory). A `submit`-only token sees
+    /// only the jobs it submitted.
+    pub submitted_by: Option<String>,
     pub steps: Vec<Step>,
 }
 
@@ -256,6 +260,7 @@ impl Job {
             updated_at: now,
             finished_at: None,
             blocked_reason: None,
+            submitted_by: None,
             steps,
         }
     }

@@ -56,6 +56,8 @@ pub enum Overlap {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
+    /// 1 to 200 letters, digits, `-`, `_` or `.`.
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,200}$")]
     pub name: String,
     pub cron: String,
     #[serde(default = "utc")]

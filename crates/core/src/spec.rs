@@ -14,17 +14,35 @@ use crate::time::{Span, Timestamp};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
+    /// 1 to `limits.name_bytes` (200) bytes, no control characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     pub idempotency_key: Option<String>,
+    /// At most `limits.labels_per_job` (32); keys are names without `:`.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
+    #[schema(minimum = -10000, maximum = 10000)]
     pub priority: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     pub ordering_key: Option<String>,
+    /// An absolute http(s) URL, at most 2048 bytes, no white space.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        max_length = 2048,
+        pattern = "^https?://[^/\\s\\u0000-\\u001f\\u007f-\\u009f][^\\s\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub callback_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
@@ -32,6 +50,8 @@ pub struct JobSpec {
     /// it ends in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Span>,
+    /// 1 to `limits.steps_per_job` (100).
+    #[schema(min_items = 1, max_items = 100)]
     pub steps: Vec<StepSpec>,
 }
 
@@ -39,9 +59,15 @@ pub struct JobSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepSpec {
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     pub name: String,
     /// The agent pool that runs it; empty (left out) when `http` names a target instead.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schema(max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub agent: String,
     /// An HTTP target the server calls itself, instead of an agent pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,7 +78,9 @@ pub struct StepSpec {
     pub depends_on: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Span>,
+    /// 0 (no limit) to `limits.max_attempts` (1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1000)]
     pub max_attempts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<Backoff>,
@@ -73,6 +101,7 @@ pub struct CompensateSpec {
     /// The agent pool that runs the undo; left out when `http` names a target instead (the
     /// recorded job shows the derived `http:` name here).
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schema(max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub agent: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpTarget>,
@@ -81,6 +110,7 @@ pub struct CompensateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Span>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1000)]
     pub max_attempts: Option<u32>,
 }
 

@@ -205,7 +205,10 @@ impl utoipa::PartialSchema for Span {
         use utoipa::openapi::schema::{ObjectBuilder, Type};
         ObjectBuilder::new()
             .schema_type(Type::String)
-            .pattern(Some(r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"))
+            // Exactly what `Span::from_str` takes (a bare `0`, surrounding white space).
+            .pattern(Some(
+                r"^\s*(0|(([0-9]+\.?[0-9]*|\.[0-9]+)(ms|s|m|h|d))+)\s*$",
+            ))
             .examples([serde_json::json!("30s")])
             .into()
     }

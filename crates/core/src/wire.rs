@@ -52,6 +52,10 @@ pub struct JobView {
     /// When the job will be removed (its end plus its retention); absent while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removable_at: Option<Timestamp>,
+    /// The name of the token that submitted the job (none without auth, for the admin
+    /// setting, and for jobs of schedules and Faktory).
+    #[serde(default)]
+    pub submitted_by: Option<String>,
     /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -116,6 +120,7 @@ impl From<&Job> for JobView {
             callback_url: job.callback_url.clone(),
             retention: job.retention,
             removable_at: None,
+            submitted_by: job.submitted_by.clone(),
             waiting_reason: None,
             steps: job
                 .steps
@@ -171,8 +176,11 @@ pub struct EventList {
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
+    #[schema(min_length = 1, max_length = 200)]
     pub worker: String,
+    /// 1 to `limits.leases_per_call` (100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 100)]
     pub max: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<Span>,
@@ -469,6 +477,8 @@ fn yes() -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportBatch {
+    /// 1 to `limits.leases_per_call` (100).
+    #[schema(min_items = 1, max_items = 100)]
     pub reports: Vec<LeaseOutcome>,
 }
 

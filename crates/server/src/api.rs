@@ -71,7 +71,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
     use utoipa::OpenApi;
     use utoipa_axum::router::OpenApiRouter;
     use utoipa_axum::routes;
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let documented = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(submit, list_jobs))
@@ -105,7 +105,93 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(crate::webhook::get_secret))
         .routes(routes!(crate::console::validate))
         .routes(routes!(crate::stream::events_stream))
-        .split_for_parts()
+        .split_for_parts();
+    let (router, mut doc) = documented;
+    add_links(&mut doc);
+    (router, doc)
+}
+
+/// The document as served. utoipa 5.5 writes a link's fields in snake case (`operation_id`),
+/// where OpenAPI says `operationId`, `operationRef` and `requestBody`: renamed here.
+pub fn document_json(doc: &utoipa::openapi::OpenApi) -> Value {
+    let mut value = serde_json::to_value(doc).unwrap_or_default();
+    let responses = value["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .flat_map(|item| {
+            item.as_object_mut()
+                .into_iter()
+                .flat_map(|i| i.values_mut())
+        })
+        .flat_map(|op| op.get_mut("responses").and_then(Value::as_object_mut))
+        .flat_map(|r| r.values_mut());
+    for response in responses {
+        let links = response.get_mut("links").and_then(Value::as_object_mut);
+        for link in links.into_iter().flat_map(|l| l.values_mut()) {
+            let Some(link) = link.as_object_mut() else {
+                continue;
+            };
+            for (from, to) in [
+                ("operation_id", "operationId"),
+                ("operation_ref", "operationRef"),
+                ("request_body", "requestBody"),
+            ] {
+                if let Some(v) = link.remove(from) {
+                    link.insert(to.to_string(), v);
+                }
+            }
+        }
+    }
+    value
+}
+
+/// A link: from the response `status` of `POST path` to the operation `target`, with its
+/// parameters taken from that response.
+type Linked<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+/// OpenAPI links from the operations that make something to those that take its id, so tools
+/// (client generators, the schemathesis run's stateful phase) can follow a job, a lease, a
+/// schedule or a token from where it was made.
+fn add_links(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::link::LinkBuilder;
+    let job = ("id", "$response.body#/id");
+    let step = ("name", "$response.body#/steps/0/name");
+    let lease = ("lease_id", "$response.body#/leases/0/lease_id");
+    let named = ("name", "$response.body#/name");
+    let links: [Linked; 15] = [
+        ("/v1/jobs", "202", "get_job", &[job]),
+        ("/v1/jobs", "202", "job_events", &[job]),
+        ("/v1/jobs", "202", "wait_job", &[job]),
+        ("/v1/jobs", "202", "cancel_job", &[job]),
+        ("/v1/jobs", "202", "resume_job", &[job]),
+        ("/v1/jobs", "202", "retry_step", &[job, step]),
+        ("/v1/jobs", "202", "skip_step", &[job, step]),
+        ("/v1/agents/{agent}/leases", "200", "heartbeat", &[lease]),
+        ("/v1/agents/{agent}/leases", "200", "complete", &[lease]),
+        ("/v1/agents/{agent}/leases", "200", "fail", &[lease]),
+        ("/v1/schedules", "201", "get_schedule", &[named]),
+        ("/v1/schedules", "201", "pause_schedule", &[named]),
+        ("/v1/schedules", "201", "resume_schedule", &[named]),
+        ("/v1/schedules", "201", "delete_schedule", &[named]),
+        ("/v1/tokens", "201", "revoke", &[named]),
+    ];
+    for (path, status, target, params) in links {
+        let Some(op) = doc.paths.paths.get_mut(path).and_then(|p| p.post.as_mut()) else {
+            continue;
+        };
+        let Some(utoipa::openapi::RefOr::T(response)) = op.responses.responses.get_mut(status)
+        else {
+            continue;
+        };
+        let link = params
+            .iter()
+            .fold(LinkBuilder::new().operation_id(target), |l, (k, v)| {
+                l.parameter(*k, *v)
+            })
+            .build();
+        response.links.insert(target.to_string(), link.into());
+    }
 }
 
 /// The OpenAPI 3.1 document of every route, as `GET /openapi.json` serves it.
@@ -116,7 +202,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 pub fn router(app: App) -> Router {
     let body_limit = app.limits().body_bytes;
     let (routes, doc) = documented();
-    let doc = std::sync::Arc::new(doc);
+    let doc = std::sync::Arc::new(document_json(&doc));
     routes
         // Every route (and only routes: an unknown path is a plain 404) is checked here.
         .route_layer(axum::middleware::from_fn_with_state(
@@ -171,7 +257,7 @@ impl<T: DeserializeOwned> FromRequest<App> for Body<T> {
         if bytes.is_empty() {
             return Err(ApiError::bad_request("", "the request needs a JSON body"));
         }
-        Ok(Body(decode_bytes(&bytes)?))
+        Ok(Body(decode_object(&bytes)?))
     }
 }
 
@@ -186,11 +272,26 @@ impl<T: DeserializeOwned + Default> FromRequest<App> for OptionalBody<T> {
         let bytes = axum::body::to_bytes(req.into_body(), limit)
             .await
             .map_err(|_| too_large_body(limit))?;
-        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        // No body, or JSON `null`, says nothing: the defaults.
+        if bytes.trim_ascii().is_empty() || bytes.trim_ascii() == b"null" {
             return Ok(OptionalBody(T::default()));
         }
-        Ok(OptionalBody(decode_bytes(&bytes)?))
+        Ok(OptionalBody(decode_object(&bytes)?))
     }
+}
+
+/// Decodes a request body, which is always a JSON object: serde would also build a struct from
+/// an array of its fields in order (`[1, null]`), which no client means.
+fn decode_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        let malformed = serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err();
+        let message = match malformed {
+            true => "malformed JSON: the body must be a JSON object",
+            false => "the body must be a JSON object",
+        };
+        return Err(ApiError::bad_request("", message));
+    }
+    Ok(decode_bytes(bytes)?)
 }
 
 fn too_large_body(limit: usize) -> ApiError {
@@ -251,12 +352,45 @@ fn parse_lease_id(raw: &str) -> Result<LeaseId> {
     })
 }
 
-/// Builds the job a spec describes, in its admitted state.
-fn admit_spec(app: &App, spec: &JobSpec) -> NewJob {
+/// Builds the job a spec describes, in its admitted state, recording who submitted it.
+fn admit_spec(app: &App, spec: &JobSpec, caller: &CallerExt) -> NewJob {
     let now = app.now();
-    let job = Job::from_spec(app.new_job_id(), spec, now);
+    let mut job = Job::from_spec(app.new_job_id(), spec, now);
+    job.submitted_by = caller.as_ref().and_then(|c| c.0.submitter());
     NewJob {
         transition: admit(job, now),
+    }
+}
+
+/// The caller's name, when auth is on.
+type CallerExt = Option<Extension<crate::auth::Caller>>;
+/// Present when the caller reads only its own jobs.
+type OwnExt = Option<Extension<crate::auth::OwnJobsOnly>>;
+
+/// Whether a caller limited to its own jobs may not see `job`.
+fn hidden(job: &Job, own: &OwnExt) -> bool {
+    own.as_ref()
+        .is_some_and(|o| job.submitted_by.as_deref() != Some(o.0 .0.as_str()))
+}
+
+/// The job, when the caller may see it; one it may not is answered exactly as a missing one.
+async fn visible_job(app: &App, id: JobId, own: &OwnExt) -> Result<Job> {
+    let job = app.job(id).await?;
+    match hidden(&job, own) {
+        true => Err(ApiError::not_found(format!("job {id} not found"))),
+        false => Ok(job),
+    }
+}
+
+/// A resubmission that matched someone else's job: the key is taken, and that is all the
+/// caller learns (not the job).
+fn key_taken(field: String) -> ApiError {
+    ApiError {
+        field: Some(field),
+        ..ApiError::conflict(
+            "idempotency-conflict",
+            "this idempotency key is already used by another job",
+        )
     }
 }
 
@@ -298,10 +432,15 @@ fn check_outbound(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
 }
 
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec, responses((status = 202, description = "Accepted and committed; `Location` names the job", body = JobView), (status = 200, description = "A job with this idempotency key and body already exists", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Response> {
+async fn submit(
+    State(app): State<App>,
+    caller: CallerExt,
+    own: OwnExt,
+    Body(spec): Body<JobSpec>,
+) -> Result<Response> {
     spec.validate_submitted(app.limits())?;
     check_outbound(&app, &spec, "")?;
-    let new = admit_spec(&app, &spec);
+    let new = admit_spec(&app, &spec, &caller);
     match app.submit_one(new).await? {
         Submitted::Created(t) => {
             tracing::info!(job = %t.job.id, steps = t.job.steps.len(), "job accepted");
@@ -309,12 +448,18 @@ async fn submit(State(app): State<App>, Body(spec): Body<JobSpec>) -> Result<Res
             app.committed(&t);
             Ok(job_created(&t.job, true))
         }
+        Submitted::Existing(job) if hidden(&job, &own) => Err(key_taken("idempotency_key".into())),
         Submitted::Existing(job) => Ok(job_created(&job, false)),
     }
 }
 
 #[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest, responses((status = 202, description = "All committed, in request order", body = BatchResponse), (status = 200, description = "Every job already existed", body = BatchResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -> Result<Response> {
+async fn submit_batch(
+    State(app): State<App>,
+    caller: CallerExt,
+    own: OwnExt,
+    Body(batch): Body<BatchRequest>,
+) -> Result<Response> {
     let max = app.limits().jobs_per_batch;
     if batch.jobs.is_empty() {
         return Err(ApiError::bad_request(
@@ -333,7 +478,11 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
             .map_err(|e| e.within(&format!("jobs[{i}].")))?;
         check_outbound(&app, spec, &format!("jobs[{i}]."))?;
     }
-    let new: Vec<NewJob> = batch.jobs.iter().map(|s| admit_spec(&app, s)).collect();
+    let new: Vec<NewJob> = batch
+        .jobs
+        .iter()
+        .map(|s| admit_spec(&app, s, &caller))
+        .collect();
     let submitted = app.store().jobs_submit(new).await.map_err(|e| match e {
         overseer_store::Error::IdempotencyConflict { index, .. } => ApiError {
             field: Some(format!("jobs[{index}].idempotency_key")),
@@ -341,6 +490,13 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
         },
         other => other.into(),
     })?;
+    // The others of the batch are committed; the answer says which key is taken, nothing more.
+    if let Some(i) = submitted
+        .iter()
+        .position(|s| matches!(s, Submitted::Existing(job) if hidden(job, &own)))
+    {
+        return Err(key_taken(format!("jobs[{i}].idempotency_key")));
+    }
     let mut created_any = false;
     let mut jobs = Vec::with_capacity(submitted.len());
     for s in &submitted {
@@ -362,9 +518,13 @@ async fn submit_batch(State(app): State<App>, Body(batch): Body<BatchRequest>) -
     Ok((status, Json(BatchResponse { jobs })).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job, with a `waiting_reason` on the job and each step that waits", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<Value>> {
-    let job = app.job(parse_job_id(&id)?).await?;
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), responses((status = 200, description = "The job, with a `waiting_reason` on the job and each step that waits", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn get_job(
+    State(app): State<App>,
+    own: OwnExt,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let job = visible_job(&app, parse_job_id(&id)?, &own).await?;
     Ok(Json(crate::explain::job_with_reasons(&app, &job).await?))
 }
 
@@ -391,7 +551,7 @@ async fn delete_job(State(app): State<App>, Path(id): Path<String>) -> Result<St
 }
 
 /// Moves a job: `run_at` of a pending job, `priority` of a pending or running one.
-#[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), request_body = RescheduleRequest, responses((status = 200, description = "The job after the move; a `run_at` that has come starts an unkeyed job at once", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is finished or (for `run_at`) no longer pending, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), request_body = RescheduleRequest, responses((status = 200, description = "The job after the move; a `run_at` that has come starts an unkeyed job at once", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is finished or (for `run_at`) no longer pending, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn reschedule_job(
     State(app): State<App>,
     Path(id): Path<String>,
@@ -491,10 +651,14 @@ fn alert_view(r: &overseer_store::DeliveryRecord) -> AlertView {
     }
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn job_events(State(app): State<App>, Path(id): Path<String>) -> Result<Json<EventList>> {
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), responses((status = 200, description = "Its history, oldest first", body = EventList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn job_events(
+    State(app): State<App>,
+    own: OwnExt,
+    Path(id): Path<String>,
+) -> Result<Json<EventList>> {
     let id = parse_job_id(&id)?;
-    app.job(id).await?;
+    visible_job(&app, id, &own).await?;
     let events = app
         .store()
         .job_events(EventPage {
@@ -528,10 +692,15 @@ fn parse_span(field: &str, raw: &str, max: Span) -> Result<Span> {
 const LIST_LIMIT_DEFAULT: usize = 50;
 const LIST_LIMIT_MAX: usize = 500;
 
-#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("state" = Option<JobState>, Query, description = "Only jobs in this state"), ("label" = Option<String>, Query, description = "key:value; repeat to require several"), ("agent" = Option<String>, Query, description = "Only jobs with a step of this agent name"), ("since" = Option<String>, Query, description = "Created at or after (RFC 3339)"), ("until" = Option<String>, Query, description = "Created before (RFC 3339)"), ("id_prefix" = Option<String>, Query, description = "Ids starting with this (4+ characters)"), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50"), ("cursor" = Option<String>, Query, description = "A next_cursor from an earlier page")), responses((status = 200, description = "Newest first", body = JobList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn list_jobs(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Json<JobList>> {
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("state" = Option<JobState>, Query, description = "Only jobs in this state"), ("label" = Option<String>, Query, description = "key:value; repeat to require several", pattern = "^[^:]*:"), ("agent" = Option<String>, Query, description = "Only jobs with a step of this agent name"), ("since" = Option<overseer_core::Timestamp>, Query, description = "Created at or after (RFC 3339)"), ("until" = Option<overseer_core::Timestamp>, Query, description = "Created before (RFC 3339)"), ("id_prefix" = Option<String>, Query, description = "Ids starting with this (4+ hex digits, dashes where a job id has them)", pattern = "^([0-9a-fA-F]{4,8}|[0-9a-fA-F]{8}-[0-9a-fA-F]{0,4}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{0,4}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{0,4}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{0,12})$"), ("limit" = Option<u32>, Query, description = "1 to 500, default 50", minimum = 1, maximum = 500), ("cursor" = Option<JobId>, Query, description = "A next_cursor from an earlier page")), responses((status = 200, description = "Newest first", body = JobList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn list_jobs(
+    State(app): State<App>,
+    own: OwnExt,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<JobList>> {
     let mut query = JobQuery {
         limit: LIST_LIMIT_DEFAULT,
+        submitted_by: own.map(|o| o.0 .0),
         ..JobQuery::default()
     };
     for (key, value) in query_pairs(raw)? {
@@ -606,15 +775,17 @@ fn query_time(name: &str, value: &str) -> Result<overseer_core::Timestamp> {
         .map_err(|e| ApiError::bad_request(name, format!("{name}: {e}")))
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}/wait", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("timeout" = Option<String>, Query, description = "How long to wait, e.g. 30s (at most limits.wait_max)")), responses((status = 200, description = "The job, terminal or as it is when the timeout passed", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/jobs/{id}/wait", tag = "jobs", params(("id" = JobId, Path, description = "A job id"), ("timeout" = Option<Span>, Query, description = "How long to wait, e.g. 30s (at most limits.wait_max, 60s)")), responses((status = 200, description = "The job, terminal or as it is when the timeout passed", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn wait_job(
     State(app): State<App>,
     caller: Option<Extension<crate::auth::Caller>>,
+    own: OwnExt,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<JobView>> {
     let id = parse_job_id(&id)?;
-    let mut timeout = Span::from_secs(30);
+    // 30 s unless the node allows less (a default must obey the node's own bound).
+    let mut timeout = Span::from_secs(30).min(app.limits().wait_max);
     for (key, value) in query_pairs(raw)? {
         match key.as_str() {
             "timeout" => timeout = parse_span("timeout", &value, app.limits().wait_max)?,
@@ -631,7 +802,7 @@ async fn wait_job(
     // Subscribe before reading, so a finish between the read and the wait is not missed.
     let mut finished = app.notifier().subscribe_finished();
     loop {
-        let job = app.job(id).await?;
+        let job = visible_job(&app, id, &own).await?;
         if job.state.is_terminal() {
             return Ok(Json(JobView::from(&job)));
         }
@@ -647,7 +818,7 @@ async fn wait_job(
     }
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Json<JobView>> {
     let id = parse_job_id(&id)?;
     let t = app
@@ -723,13 +894,14 @@ pub(crate) fn lease_of(
     })
 }
 
-#[utoipa::path(post, path = "/v1/agents/{agent}/leases", tag = "agents", params(("agent" = String, Path, description = "An agent name")), request_body = LeaseRequest, responses((status = 200, description = "Leases, possibly none when nothing came in time", body = LeaseResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/agents/{agent}/leases", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), request_body = LeaseRequest, responses((status = 200, description = "Leases, possibly none when nothing came in time", body = LeaseResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn take_leases(
     State(app): State<App>,
     caller: Option<Extension<crate::auth::Caller>>,
     Path(agent): Path<String>,
     Body(req): Body<LeaseRequest>,
 ) -> Result<Json<LeaseResponse>> {
+    check_agent(&app, &agent)?;
     let limits = app.limits();
     if req.worker.is_empty() || req.worker.len() > limits.name_bytes {
         return Err(ApiError::bad_request(
@@ -904,7 +1076,7 @@ pub(crate) fn report_refused(app: &App, name: &'static str, e: &overseer_store::
     app.metrics().report(name, outcome);
 }
 
-#[utoipa::path(post, path = "/v1/leases/{lease_id}/heartbeat", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = Option<HeartbeatRequest>, responses((status = 200, description = "The lease extended; `cancel` says to stop", body = HeartbeatResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/heartbeat", tag = "leases", params(("lease_id" = LeaseId, Path, description = "A lease id")), request_body = Option<HeartbeatRequest>, responses((status = 200, description = "The lease extended; `cancel` says to stop", body = HeartbeatResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn heartbeat(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -942,7 +1114,7 @@ fn report_answer(t: &Transition, lease_id: &str) -> Result<Json<Value>> {
     }
 }
 
-#[utoipa::path(post, path = "/v1/leases/{lease_id}/complete", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = Option<CompleteRequest>, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/complete", tag = "leases", params(("lease_id" = LeaseId, Path, description = "A lease id")), request_body = Option<CompleteRequest>, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn complete(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -1085,7 +1257,7 @@ fn report_problem(lease_id: LeaseId, e: ApiError) -> ReportResult {
     }
 }
 
-#[utoipa::path(post, path = "/v1/leases/{lease_id}/fail", tag = "leases", params(("lease_id" = String, Path, description = "A lease id")), request_body = FailRequest, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/fail", tag = "leases", params(("lease_id" = LeaseId, Path, description = "A lease id")), request_body = FailRequest, responses((status = 200, description = "`{lease_id, job_id, job_state}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn fail(
     State(app): State<App>,
     Path(lease_id): Path<String>,
@@ -1120,7 +1292,7 @@ fn step_index(job: &Job, name: &str) -> Result<usize> {
         .ok_or_else(|| ApiError::not_found(format!("job {} has no step `{name}`", job.id)))
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/retry", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("name" = String, Path, description = "A step name")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/retry", tag = "jobs", params(("id" = JobId, Path, description = "A job id"), ("name" = String, Path, description = "A step name", min_length = 1, max_length = 200)), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn retry_step(
     State(app): State<App>,
     Path((id, name)): Path<(String, String)>,
@@ -1140,7 +1312,7 @@ async fn retry_step(
     .await
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/skip", tag = "jobs", params(("id" = String, Path, description = "A job id"), ("name" = String, Path, description = "A step name")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/steps/{name}/skip", tag = "jobs", params(("id" = JobId, Path, description = "A job id"), ("name" = String, Path, description = "A step name", min_length = 1, max_length = 200)), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn skip_step(
     State(app): State<App>,
     Path((id, name)): Path<(String, String)>,
@@ -1160,7 +1332,7 @@ async fn skip_step(
     .await
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "jobs", params(("id" = String, Path, description = "A job id")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), request_body = Option<OperatorRequest>, responses((status = 200, description = "The job after the request", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_job(
     State(app): State<App>,
     Path(id): Path<String>,
@@ -1221,24 +1393,45 @@ fn check_agent(app: &App, agent: &str) -> Result<()> {
 #[derive(serde::Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LimitsRequest {
-    #[serde(default)]
+    /// Leases in flight at most, from 1 (pause the agent to stop it).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(minimum = 1, maximum = 4294967295_u64, format = Int64)]
     max_concurrency: Option<u32>,
+    /// Leases started per second at most: more than 0, at most 1000000.
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 1000000)]
     rate: Option<f64>,
+}
+
+/// A count given as a JSON number: `377` or, as JSON Schema also counts it an integer, `377.0`.
+fn whole_number<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u32>, D::Error> {
+    use serde::de::Error;
+    let Some(n) = <Option<f64> as serde::Deserialize>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if n.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&n) {
+        return Err(D::Error::custom(format!(
+            "`{n}` is not a whole number from 0 to {}",
+            u32::MAX
+        )));
+    }
+    Ok(Some(n as u32))
 }
 
 fn settings_view(agent: &str, s: &AgentSettings) -> Value {
     json!({ "agent": agent, "max_concurrency": s.max_concurrency, "rate": s.rate, "paused": s.paused })
 }
 
-#[utoipa::path(get, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn get_limits(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     check_agent(&app, &agent)?;
     let s = app.store().agent_settings_get(&agent).await?;
     Ok(Json(settings_view(&agent, &s)))
 }
 
-#[utoipa::path(put, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name")), request_body = LimitsRequest, responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(put, path = "/v1/agents/{agent}/limits", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), request_body = LimitsRequest, responses((status = 200, description = "`{agent, max_concurrency, rate, paused}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn put_limits(
     State(app): State<App>,
     Path(agent): Path<String>,
@@ -1291,22 +1484,33 @@ async fn set_paused(app: &App, agent: &str, paused: bool) -> Result<Json<Value>>
     Ok(Json(settings_view(agent, &s)))
 }
 
-#[utoipa::path(post, path = "/v1/agents/{agent}/pause", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/agents/{agent}/pause", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn pause_agent(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     set_paused(&app, &agent, true).await
 }
 
-#[utoipa::path(post, path = "/v1/agents/{agent}/resume", tag = "agents", params(("agent" = String, Path, description = "An agent name")), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/agents/{agent}/resume", tag = "agents", params(("agent" = String, Path, description = "An agent name", min_length = 1, max_length = 200)), responses((status = 200, description = "The settings", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_agent(State(app): State<App>, Path(agent): Path<String>) -> Result<Json<Value>> {
     set_paused(&app, &agent, false).await
 }
 
-#[utoipa::path(get, path = "/v1/ordering-keys/{key}", tag = "jobs", params(("key" = String, Path, description = "An ordering key")), responses((status = 200, description = "`{key, head, waiting}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
-async fn ordering_key(State(app): State<App>, Path(key): Path<String>) -> Result<Json<Value>> {
+#[utoipa::path(get, path = "/v1/ordering-keys/{key}", tag = "jobs", params(("key" = String, Path, description = "An ordering key", min_length = 1, max_length = 200)), responses((status = 200, description = "`{key, head, waiting}`", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn ordering_key(
+    State(app): State<App>,
+    own: OwnExt,
+    Path(key): Path<String>,
+) -> Result<Json<Value>> {
+    if key.is_empty() || key.len() > app.limits().name_bytes {
+        return Err(ApiError::bad_request(
+            "key",
+            format!("ordering keys are 1 to {} bytes", app.limits().name_bytes),
+        ));
+    }
     let status = app.store().ordering_key_status(&key).await?;
     Ok(Json(json!({
         "key": status.key,
-        "head": status.head.as_ref().map(JobView::from),
+        // Someone else's job is not shown to a caller limited to its own (the count stays).
+        "head": status.head.as_ref().filter(|j| !hidden(j, &own)).map(JobView::from),
         "waiting": status.waiting,
     })))
 }
@@ -1390,12 +1594,12 @@ async fn find_schedule(app: &App, name: &str) -> Result<Schedule> {
         .ok_or_else(|| ApiError::not_found(format!("schedule `{name}` not found")))
 }
 
-#[utoipa::path(get, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn get_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     Ok(Json(schedule_view(&find_schedule(&app, &name).await?)))
 }
 
-#[utoipa::path(delete, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 204, description = "Deleted"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(delete, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 204, description = "Deleted"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<StatusCode> {
     if app.store().schedule_delete(&name).await? {
         Ok(StatusCode::NO_CONTENT)
@@ -1404,7 +1608,7 @@ async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Re
     }
 }
 
-#[utoipa::path(post, path = "/v1/schedules/{name}/pause", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/schedules/{name}/pause", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     find_schedule(&app, &name).await?;
     let s = app
@@ -1419,7 +1623,7 @@ async fn pause_schedule(State(app): State<App>, Path(name): Path<String>) -> Res
     Ok(Json(schedule_view(&s)))
 }
 
-#[utoipa::path(post, path = "/v1/schedules/{name}/resume", tag = "schedules", params(("name" = String, Path, description = "A schedule name")), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/schedules/{name}/resume", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 200, description = "The schedule", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn resume_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<Json<Value>> {
     let s = find_schedule(&app, &name).await?;
     let cron = CronSchedule::parse(&s.spec.cron, &s.spec.timezone)?;

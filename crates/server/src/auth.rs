@@ -32,6 +32,20 @@ const ADMIN_SETTING: &str = "(admin_token setting)";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller(pub String);
 
+impl Caller {
+    /// The name a job this caller submits records: the token's, none for the admin setting
+    /// (it is no token).
+    pub fn submitter(&self) -> Option<String> {
+        (self.0 != ADMIN_SETTING).then(|| self.0.clone())
+    }
+}
+
+/// Set beside [`Caller`] when the caller reads only the jobs it submitted (a `submit` token
+/// without `read`, `operate` or `admin`): the token's name. Handlers answer any other job as
+/// missing (404, never 403, so nothing says it exists).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnJobsOnly(pub String);
+
 /// Whether calls must carry a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -202,6 +216,9 @@ pub async fn check(
     match auth.grant(&app, &secret).await {
         Ok(Some((name, grant))) if grant.permits(&need) => {
             let mut req = req;
+            if !grant.reads_every_job() {
+                req.extensions_mut().insert(OwnJobsOnly(name.clone()));
+            }
             req.extensions_mut().insert(Caller(name));
             next.run(req).await
         }

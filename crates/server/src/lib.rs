@@ -366,6 +366,8 @@ impl App {
             state: None,
             kinds: vec!["remote"],
             steps: vec![],
+            // Unknown here: a caller limited to its own jobs does not see other nodes' finishes.
+            submitted_by: None,
         };
         self.notifier().changes().publish(change);
         match signal {

@@ -35,6 +35,9 @@ pub struct Change {
     /// Event kinds of the transition (`step_leased`, `job_succeeded`, …).
     pub kinds: Vec<&'static str>,
     pub steps: Vec<String>,
+    /// Who submitted the job, so a caller limited to its own jobs sees only theirs.
+    #[serde(skip)]
+    pub submitted_by: Option<String>,
 }
 
 impl Change {
@@ -46,6 +49,7 @@ impl Change {
             state: Some(t.job.state),
             kinds: t.events.iter().map(|e| e.kind).collect(),
             steps,
+            submitted_by: t.job.submitted_by.clone(),
         }
     }
 }
@@ -75,12 +79,18 @@ impl Changes {
 struct Watch {
     rx: broadcast::Receiver<Arc<Change>>,
     job: Option<JobId>,
+    /// Set for a caller limited to its own jobs: the token's name.
+    own: Option<String>,
     app: App,
     _slot: OwnedSemaphorePermit,
 }
 
-#[utoipa::path(get, path = "/v1/events/stream", tag = "jobs", params(("job" = Option<String>, Query, description = "Only changes of this job")), responses((status = 200, description = "Server-sent events: a small JSON per job or step change; `resync` when the client fell behind", body = String, content_type = "text/event-stream"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = overseer_core::wire::Problem, content_type = "application/problem+json")))]
-pub async fn events_stream(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Response> {
+#[utoipa::path(get, path = "/v1/events/stream", tag = "jobs", params(("job" = Option<overseer_core::JobId>, Query, description = "Only changes of this job")), responses((status = 200, description = "Server-sent events: a small JSON per job or step change; `resync` when the client fell behind", body = String, content_type = "text/event-stream"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = overseer_core::wire::Problem, content_type = "application/problem+json")))]
+pub async fn events_stream(
+    State(app): State<App>,
+    own: Option<axum::Extension<crate::auth::OwnJobsOnly>>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response> {
     let job = job_filter(raw)?;
     let changes = app.notifier().changes();
     let slot = changes.slots.clone().try_acquire_owned().map_err(|_| {
@@ -93,6 +103,7 @@ pub async fn events_stream(State(app): State<App>, RawQuery(raw): RawQuery) -> R
     let watch = Watch {
         rx: changes.tx.subscribe(),
         job,
+        own: own.map(|o| o.0 .0),
         app: app.clone(),
         _slot: slot,
     };
@@ -124,6 +135,10 @@ async fn next_event(mut w: Watch) -> Option<(Result<Event, Infallible>, Watch)> 
             Ok(change) => {
                 // A job filter still passes job-less wake-ups: they may concern that job.
                 if w.job.is_some() && change.job.is_some() && change.job != w.job {
+                    continue;
+                }
+                // Someone else's job, for a caller limited to its own: not even its id.
+                if w.own.is_some() && change.job.is_some() && change.submitted_by != w.own {
                     continue;
                 }
                 let data = serde_json::to_string(&*change).unwrap_or_default();

@@ -19,7 +19,11 @@ use overseer_core::wire::Problem;
 #[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
+    /// 1 to 64 letters, digits, `-`, `_` or `.`.
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub name: String,
+    /// At least one of `admin`, `operate`, `submit`, `read`, `agent`.
+    #[schema(min_items = 1, inline, value_type = Vec<ScopeName>)]
     pub scopes: Vec<String>,
     /// With the `agent` scope: the agent names the token may lease for (none: any).
     #[serde(default)]
@@ -27,6 +31,19 @@ pub struct CreateToken {
     /// How long the token lives, e.g. `90d`; none: until revoked.
     #[serde(default)]
     pub expires: Option<Span>,
+}
+
+/// A scope's name, as requests spell it (documentation only: requests carry plain strings so
+/// an unknown one is answered with a 400 naming it).
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // Only its schema is used.
+enum ScopeName {
+    Admin,
+    Operate,
+    Submit,
+    Read,
+    Agent,
 }
 
 /// A token as listed: never its secret or hash.

@@ -759,3 +759,102 @@ async fn finished_jobs_are_removed_after_their_retention_or_on_request() {
     let (status, _) = h.call("DELETE", &format!("/v1/jobs/{running}"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+// Proves what the schemathesis run found and the server now refuses or takes as documented: a
+// body that is a JSON array instead of an object is a 400 (serde would otherwise fill a
+// struct's fields from it in order), JSON `null` where a body is optional means no body, and
+// agent names and ordering keys in the path are bounded like everywhere else (400 past 200
+// bytes); an integral float counts as a whole number for `max_concurrency`.
+#[tokio::test]
+async fn bodies_are_objects_and_path_names_are_bounded() {
+    let h = harness();
+    let (status, p) = h
+        .call("PUT", "/v1/agents/a/limits", Some(json!([null, null])))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("JSON object"), "{p}");
+    let (status, limits) = h
+        .call(
+            "PUT",
+            "/v1/agents/a/limits",
+            Some(json!({"max_concurrency": 3.0})),
+        )
+        .await;
+    assert_eq!(
+        (status, &limits["max_concurrency"]),
+        (StatusCode::OK, &json!(3))
+    );
+    let (status, p) = h
+        .call(
+            "PUT",
+            "/v1/agents/a/limits",
+            Some(json!({"max_concurrency": 3.5})),
+        )
+        .await;
+    assert_eq!(
+        (status, &p["field"]),
+        (StatusCode::BAD_REQUEST, &json!("max_concurrency"))
+    );
+    let id = "01a3185c-774f-7d9a-a6ce-af10a0119486";
+    let (status, p) = h
+        .call("POST", &format!("/v1/jobs/{id}/resume"), Some(Value::Null))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "null is no body: {p}");
+    let long = "a".repeat(201);
+    let (status, p) = h
+        .call("GET", &format!("/v1/ordering-keys/{long}"), None)
+        .await;
+    assert_eq!(
+        (status, &p["field"]),
+        (StatusCode::BAD_REQUEST, &json!("key"))
+    );
+    let (status, p) = h
+        .call(
+            "POST",
+            &format!("/v1/agents/{long}/leases"),
+            Some(json!({"worker": "w", "wait": "0s"})),
+        )
+        .await;
+    assert_eq!(
+        (status, &p["field"]),
+        (StatusCode::BAD_REQUEST, &json!("agent"))
+    );
+}
+
+// Proves the document's links lead somewhere: every operation that makes a job, lease, schedule
+// or token links to the operations taking its id (15 links), and each link names an
+// operationId that the document has.
+#[tokio::test]
+async fn links_name_documented_operations() {
+    let h = harness();
+    let (_, doc) = h.call("GET", "/openapi.json", None).await;
+    let mut ids = std::collections::HashSet::new();
+    let mut links = Vec::new();
+    for item in doc["paths"].as_object().unwrap().values() {
+        for op in item.as_object().unwrap().values() {
+            if let Some(id) = op["operationId"].as_str() {
+                ids.insert(id.to_string());
+            }
+            for response in op["responses"]
+                .as_object()
+                .into_iter()
+                .flat_map(|r| r.values())
+            {
+                for link in response["links"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|l| l.values())
+                {
+                    links.push(link["operationId"].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+    assert_eq!(links.len(), 15, "{links:?}");
+    for target in &links {
+        assert!(
+            ids.contains(target),
+            "a link to `{target}`, which is no operation"
+        );
+    }
+}

@@ -69,7 +69,8 @@ CREATE TABLE public.jobs (
     finished_at bigint,
     blocked_reason text,
     last_event_seq bigint DEFAULT 0 NOT NULL,
-    retention_ms bigint
+    retention_ms bigint,
+    submitted_by text
 );
 
 ALTER TABLE public.jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (

@@ -49,6 +49,9 @@ pub(crate) fn job_conditions(q: &JobQuery) -> Vec<Cond> {
             vec![Arg::Text(key.clone()), Arg::Text(value.clone())],
         ));
     }
+    if let Some(name) = &q.submitted_by {
+        out.push(cond("submitted_by = ?", vec![Arg::Text(name.clone())]));
+    }
     if let Some(agent) = &q.agent {
         out.push(cond(
             "EXISTS (SELECT 1 FROM steps AS s WHERE s.job_id = jobs.id AND s.agent = ?)",

@@ -39,6 +39,8 @@ pub struct JobQuery {
     pub created_from: Option<Timestamp>,
     /// Only jobs created before this instant.
     pub created_before: Option<Timestamp>,
+    /// Only jobs submitted with the token of this name.
+    pub submitted_by: Option<String>,
 }
 
 /// A page of one job's history: at most `limit` events after `after_seq`, oldest first.

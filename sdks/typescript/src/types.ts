@@ -110,6 +110,8 @@ export interface Job {
   blocked_reason: string | null;
   compensated: string[];
   callback_url: string | null;
+  /** The name of the token that submitted the job (null without auth or for server-made jobs). */
+  submitted_by: string | null;
   waiting_reason?: WaitingReason;
   steps: Step[];
 }

@@ -230,6 +230,7 @@ pub fn job_view(key: Option<String>) -> JobView {
         blocked_reason: None,
         compensated: vec![],
         callback_url: None,
+        submitted_by: None,
         waiting_reason: None,
         retention: None,
         removable_at: None,

@@ -1456,3 +1456,54 @@ pub async fn stats_count_states_and_finished_minutes(f: &Fixture) {
         }]
     );
 }
+
+// Proves the submitter is kept with a job (the job reads back with it, also after a change of
+// state) and that a list filtered by it returns only that submitter's jobs, newest first; a job
+// without a submitter matches no such filter.
+pub async fn submitted_by_is_kept_and_filters_the_list(f: &Fixture) {
+    let store = &*f.store;
+    let job = spec(json!({"steps": [{"name": "s", "agent": "a"}]}));
+    let by = |n: u64, who: Option<&str>| {
+        let mut new = admitted(job_id(n), &job, at(n as i64));
+        new.transition.job.submitted_by = who.map(str::to_string);
+        new
+    };
+    store
+        .jobs_submit(vec![
+            by(1, Some("ci")),
+            by(2, Some("other")),
+            by(3, None),
+            by(4, Some("ci")),
+        ])
+        .await
+        .expect("submit");
+    assert_eq!(
+        get(store, job_id(1)).await.submitted_by.as_deref(),
+        Some("ci")
+    );
+    assert_eq!(get(store, job_id(3)).await.submitted_by, None);
+    let list = |who: &str| {
+        store.jobs_list(JobQuery {
+            limit: 10,
+            submitted_by: Some(who.to_string()),
+            ..JobQuery::default()
+        })
+    };
+    let ids: Vec<JobId> = list("ci")
+        .await
+        .expect("list")
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(ids, vec![job_id(4), job_id(1)]);
+    let others = list("other").await.expect("list");
+    assert_eq!(others.len(), 1);
+    assert_eq!(others[0].submitted_by.as_deref(), Some("other"));
+    assert!(list("nobody").await.expect("list").is_empty());
+    // A change of state keeps it.
+    apply(store, job_id(1), Command::Cancel, at(10)).await;
+    assert_eq!(
+        get(store, job_id(1)).await.submitted_by.as_deref(),
+        Some("ci")
+    );
+}

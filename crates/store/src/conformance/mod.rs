@@ -84,6 +84,7 @@ macro_rules! conformance_tests {
         }
         $crate::conformance_tests!(@noun jobs:
             submit_and_get_round_trip,
+            submitted_by_is_kept_and_filters_the_list,
             idempotent_resubmit_and_conflicts,
             list_filters_by_id_prefix_agent_and_creation_time,
             list_filters_and_paginates,

@@ -30,17 +30,18 @@ pub(super) async fn insert_job_rows(
         tx,
         "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
            ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
-           finished_at, blocked_reason, last_event_seq, retention_ms) \
+           finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by) \
          SELECT id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
            callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-           blocked_reason, last_event_seq, retention_ms \
+           blocked_reason, last_event_seq, retention_ms, submitted_by \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], \
            $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
            $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[], \
-           $17::bigint[]) \
+           $17::bigint[], $18::text[]) \
            WITH ORDINALITY AS v (id, idempotency_key, fingerprint, labels, priority, run_at, \
              ordering_key, callback_url, on_failure, state, desired_state, created_at, \
-             updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, n) \
+             updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, \
+             submitted_by, n) \
          ORDER BY n \
          ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, seq",
         &[
@@ -61,6 +62,7 @@ pub(super) async fn insert_job_rows(
             &c.blocked_reason,
             &c.last_event_seq,
             &c.retention_ms,
+            &c.submitted_by,
         ],
     )
     .await?;
@@ -99,6 +101,7 @@ struct JobRows<'a> {
     blocked_reason: Vec<Option<std::borrow::Cow<'a, str>>>,
     last_event_seq: Vec<i64>,
     retention_ms: Vec<Option<i64>>,
+    submitted_by: Vec<Option<&'a str>>,
 }
 
 impl<'a> JobRows<'a> {
@@ -124,6 +127,7 @@ impl<'a> JobRows<'a> {
         self.last_event_seq.push(events);
         self.retention_ms
             .push(job.retention.map(|r| r.as_millis_i64()));
+        self.submitted_by.push(job.submitted_by.as_deref());
         Ok(())
     }
 }

@@ -113,7 +113,7 @@ macro_rules! job_columns {
     () => {
         "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
          callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-         blocked_reason, retention_ms"
+         blocked_reason, retention_ms, submitted_by"
     };
 }
 
@@ -166,6 +166,7 @@ fn job_from_row(row: &Row) -> Res<Job> {
         retention: get::<Option<i64>>(row, 15, "jobs.retention_ms")?
             .and_then(|ms| u64::try_from(ms).ok())
             .map(overseer_core::Span::from_millis),
+        submitted_by: get(row, 16, "jobs.submitted_by")?,
         steps: Vec::new(),
     })
 }

@@ -26,6 +26,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0007_http_targets.sql"),
     include_str!("../../migrations/postgres/0008_console.sql"),
     include_str!("../../migrations/postgres/0009_retention.sql"),
+    include_str!("../../migrations/postgres/0010_submitted_by.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

@@ -98,7 +98,7 @@ pub(super) fn job_id_text(id: JobId) -> String {
 const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
      callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-     blocked_reason, retention_ms";
+     blocked_reason, retention_ms, submitted_by";
 
 const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
@@ -218,6 +218,7 @@ fn job_from_row(row: &Row<'_>) -> Result<Job> {
         finished_at: ts(row.get(13).db()?),
         blocked_reason: row.get(14).db()?,
         retention: span(row.get(15).db()?),
+        submitted_by: row.get(16).db()?,
         steps: Vec::new(),
     })
 }
@@ -320,7 +321,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         .ok_or_else(|| corrupt("job_seq", "the submission counter row is missing"))?;
     conn.prepare_cached(&format!(
         "INSERT INTO jobs ({JOB_COLUMNS}, seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
     ))
     .db()?
     .execute(params![
@@ -340,6 +341,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         ms(job.finished_at),
         job.blocked_reason,
         job.retention.map(|r| r.as_millis_i64()),
+        job.submitted_by,
         seq,
     ])
     .db()?;

@@ -19,4 +19,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0008_http_targets.sql"),
     include_str!("../../migrations/sqlite/0009_console.sql"),
     include_str!("../../migrations/sqlite/0010_retention.sql"),
+    include_str!("../../migrations/sqlite/0011_submitted_by.sql"),
 ];
