@@ -529,7 +529,7 @@ async fn get_job(
 }
 
 /// Removes a finished job now, with its steps and history, as its retention would later.
-#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "A job id")), responses((status = 204, description = "The job is gone; its idempotency key may be used again"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is not finished, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), responses((status = 204, description = "The job is gone; its idempotency key may be used again"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is not finished, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn delete_job(State(app): State<App>, Path(id): Path<String>) -> Result<StatusCode> {
     let id = parse_job_id(&id)?;
     let removal = overseer_store::Removal {
@@ -598,7 +598,7 @@ const ALERTS_LIMIT_DEFAULT: usize = 50;
 const ALERTS_LIMIT_MAX: usize = 200;
 
 /// Alerts raised recently, from the outbox: delivered ones are kept a week.
-#[utoipa::path(get, path = "/v1/alerts", tag = "operations", params(("limit" = Option<u32>, Query, description = "1 to 200, default 50")), responses((status = 200, description = "The newest alerts first, each with how its delivery stands", body = AlertList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/v1/alerts", tag = "operations", params(("limit" = Option<u32>, Query, description = "1 to 200, default 50", minimum = 1, maximum = 200)), responses((status = 200, description = "The newest alerts first, each with how its delivery stands", body = AlertList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn alerts(State(app): State<App>, RawQuery(raw): RawQuery) -> Result<Json<AlertList>> {
     let mut limit = ALERTS_LIMIT_DEFAULT;
     for (key, value) in query_pairs(raw)? {
