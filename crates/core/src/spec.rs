@@ -28,8 +28,68 @@ pub struct JobSpec {
     pub callback_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+    /// The latest the job may run: an RFC 3339 instant, or a duration counted from submission.
+    /// Past it nothing new starts and the job fails (undoing what it declares). Left out of the
+    /// JSON when not given, so specs written before it existed keep their fingerprints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<JobDeadline>,
     pub steps: Vec<StepSpec>,
 }
+
+/// A job's deadline as submitted: an instant, or a length of time after submission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobDeadline {
+    At(Timestamp),
+    After(Span),
+}
+
+impl JobDeadline {
+    /// The instant it names, for a job submitted at `submitted`.
+    pub fn resolve(self, submitted: Timestamp) -> Timestamp {
+        match self {
+            JobDeadline::At(t) => t,
+            JobDeadline::After(span) => submitted.plus(span),
+        }
+    }
+}
+
+impl Serialize for JobDeadline {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            JobDeadline::At(t) => t.serialize(s),
+            JobDeadline::After(span) => span.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for JobDeadline {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if let Ok(span) = text.parse::<Span>() {
+            return Ok(JobDeadline::After(span));
+        }
+        Timestamp::parse_rfc3339(&text)
+            .map(JobDeadline::At)
+            .map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "`{text}` is neither an RFC 3339 time nor a duration (e.g. \"2030-01-01T00:00:00Z\", \"10m\")"
+                ))
+            })
+    }
+}
+
+impl utoipa::PartialSchema for JobDeadline {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "An RFC 3339 instant, or a duration after submission such as `10m`",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for JobDeadline {}
 
 /// One step as submitted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -46,8 +106,13 @@ pub struct StepSpec {
     pub payload: Value,
     #[serde(default)]
     pub depends_on: Vec<String>,
+    /// The longest silence between heartbeats before the lease is lost (the lease timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Span>,
+    /// The longest one attempt may run, heartbeats or not (start-to-close): past it the attempt
+    /// has failed and is retried by `max_attempts` and `backoff`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Span>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +141,9 @@ pub struct CompensateSpec {
     pub payload: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Span>,
+    /// The longest one attempt of the undo may run; defaults to the step's `deadline`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Span>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
 }
@@ -313,6 +381,14 @@ impl JobSpec {
                 ));
             }
         }
+        if let Some(JobDeadline::At(t)) = self.deadline {
+            if !(RUN_AT_MIN..=RUN_AT_MAX).contains(&t) {
+                return Err(SpecError::new(
+                    "deadline",
+                    "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
+                ));
+            }
+        }
         if let Some(key) = &self.ordering_key {
             check_name("ordering_key", key, limits)?;
         }
@@ -374,6 +450,7 @@ impl JobSpec {
                     ));
                 }
             }
+            check_deadline(&at("deadline"), step.deadline, limits)?;
             if let Some(n) = step.max_attempts {
                 if n > limits.max_attempts {
                     return Err(SpecError::new(
@@ -429,6 +506,7 @@ impl JobSpec {
                         ));
                     }
                 }
+                check_deadline(&at("compensate.deadline"), c.deadline, limits)?;
                 if c.max_attempts.is_some_and(|n| n > limits.max_attempts) {
                     return Err(SpecError::new(
                         at("compensate.max_attempts"),
@@ -466,6 +544,21 @@ impl JobSpec {
             ));
         }
         Ok(())
+    }
+}
+
+/// An attempt's deadline is bounded like a timeout: long enough to be more than noise, no
+/// longer than the longest lease.
+fn check_deadline(field: &str, deadline: Option<Span>, limits: &Limits) -> Result<(), SpecError> {
+    match deadline {
+        Some(d) if d < MIN_TIMEOUT || d > limits.timeout_max => Err(SpecError::new(
+            field,
+            format!(
+                "deadline must be between {MIN_TIMEOUT} and {}",
+                limits.timeout_max
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

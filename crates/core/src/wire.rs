@@ -46,6 +46,9 @@ pub struct JobView {
     pub compensated: Vec<String>,
     #[serde(default)]
     pub callback_url: Option<String>,
+    /// The instant past which nothing new starts and the job fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
     /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -63,6 +66,9 @@ pub struct StepView {
     pub failures: u32,
     pub max_attempts: u32,
     pub timeout: Span,
+    /// The longest one attempt may run, heartbeats or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Span>,
     pub payload: Value,
     pub worker: Option<String>,
     pub created_at: Timestamp,
@@ -108,6 +114,7 @@ impl From<&Job> for JobView {
             blocked_reason: job.blocked_reason.clone(),
             compensated: job.compensated_steps(),
             callback_url: job.callback_url.clone(),
+            deadline: job.deadline,
             waiting_reason: None,
             steps: job
                 .steps
@@ -121,6 +128,7 @@ impl From<&Job> for JobView {
                     failures: s.failures,
                     max_attempts: s.max_attempts,
                     timeout: s.timeout,
+                    deadline: s.deadline,
                     payload: s.payload.clone(),
                     worker: s.worker.clone(),
                     created_at: s.created_at,

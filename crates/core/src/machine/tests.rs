@@ -42,6 +42,7 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("job", "[*]", "running"),
     ("job", "pending", "running"),
     ("job", "pending", "cancelled"),
+    ("job", "pending", "failed"),
     ("job", "running", "succeeded"),
     ("job", "running", "failed"),
     ("job", "running", "blocked"),
@@ -87,6 +88,7 @@ fn step(name: &str, agent: &str, deps: &[&str], max_attempts: u32) -> StepSpec {
         payload: json!({ "step": name }),
         depends_on: deps.iter().map(|d| d.to_string()).collect(),
         timeout: Some(TIMEOUT),
+        deadline: None,
         max_attempts: Some(max_attempts),
         backoff: Some(BACKOFF),
         backoff_formula: None,
@@ -103,6 +105,7 @@ fn undoable(name: &str, agent: &str, deps: &[&str], undo_attempts: u32) -> StepS
             http: None,
             payload: json!({ "undo": name }),
             timeout: Some(UNDO_TIMEOUT),
+            deadline: None,
             max_attempts: Some(undo_attempts),
         }),
         ..step(name, agent, deps, 3)
@@ -118,6 +121,7 @@ fn spec(steps: Vec<StepSpec>, run_at: Option<Timestamp>) -> JobSpec {
         ordering_key: None,
         callback_url: None,
         on_failure: None,
+        deadline: None,
         steps,
     }
 }
@@ -674,6 +678,14 @@ fn check_job(job: &Job) {
             ),
             Some(CompPhase::Failed) | None => {}
         }
+        // No lease outlives its attempt's deadline.
+        if let (true, Some(end)) = (s.is_leased(), s.attempt_ends_at) {
+            assert!(
+                s.lease_expires_at.is_some_and(|t| t <= end),
+                "lease past the attempt's deadline: {}",
+                ctx()
+            );
+        }
         // An undo runs only once nothing that depends on its step runs or awaits its own undo,
         // and never beside a step's work.
         if matches!(s.comp_phase, Some(CompPhase::Ready | CompPhase::Running)) {
@@ -766,7 +778,8 @@ fn check_job(job: &Job) {
         }
         JobState::Failed => {
             assert_eq!(job.desired_state, DesiredState::Succeeded, "{}", here());
-            assert!(has(Failed), "{}", here());
+            // A step failed for good, or the job ran out of time.
+            assert!(has(Failed) || job.deadline.is_some(), "{}", here());
         }
         JobState::Cancelled => {
             assert_eq!(job.desired_state, DesiredState::Cancelled, "{}", here());
@@ -812,6 +825,7 @@ fn check_transition(
                 } else {
                     before.state == JobState::Running
                         && before.desired_state == DesiredState::Succeeded
+                        && !before.past_deadline(now)
                 };
                 s.claim_agent().is_some() && due && job_takes_it
             });
@@ -854,6 +868,11 @@ fn check_transition(
             } else {
                 refused_as(Rejection::UnknownStep);
             }
+        }
+        Command::Deadline => {
+            let due = before.deadline_due().is_some_and(|t| t <= now);
+            assert_eq!(result.is_ok(), due, "{here}");
+            refused_as(Rejection::NotDue);
         }
         Command::Cancel => {
             assert_eq!(result.is_err(), before.state.is_terminal(), "{here}");
@@ -917,7 +936,10 @@ fn check_transition(
             // An undo is never told to stop; work is, once the job no longer wants it.
             let s = &before.steps[*step];
             assert_eq!(*cancel, !s.is_compensating() && !wants_work, "{here}");
-            assert_eq!(*lease_expires_at, now.plus(s.lease_timeout()), "{here}");
+            // A heartbeat renews for a timeout, but never past the attempt's hard end.
+            let silence = now.plus(s.lease_timeout());
+            let end = s.attempt_ends_at.map_or(silence, |e| silence.min(e));
+            assert_eq!(*lease_expires_at, end, "{here}");
             assert_eq!(after.steps[*step].lease_expires_at, Some(*lease_expires_at));
         }
         (Command::Complete { step, .. }, Reply::Refused(Rejection::LeaseLost { .. })) => {
@@ -3918,6 +3940,13 @@ fn edge_scenarios() -> Vec<Sim> {
     sim.cancel();
     sim.run("a");
     all.push(sim);
+    // A delayed job whose deadline passes before it starts.
+    let mut late = spec(forked(3).steps, Some(at(60_000)));
+    late.deadline = Some(crate::spec::JobDeadline::After(Span::from_secs(10)));
+    let mut sim = start(&late);
+    sim.set_time(10_000);
+    sim.ok(Command::Deadline);
+    all.push(sim);
     all
 }
 
@@ -3952,7 +3981,7 @@ fn parse_diagram() -> BTreeSet<(String, String, String)> {
     edges
 }
 
-// Proves the hard-coded edge list is exactly the diagram drawn in machine.rs (17 job edges,
+// Proves the hard-coded edge list is exactly the diagram drawn in machine.rs (18 job edges,
 // 19 step edges).
 #[test]
 fn edge_list_matches_the_diagram() {
@@ -3967,7 +3996,7 @@ fn edge_list_matches_the_diagram() {
     );
     assert_eq!(parse_diagram(), listed);
     let jobs = DIAGRAM_EDGES.iter().filter(|e| e.0 == "job").count();
-    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (17, 19));
+    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (18, 19));
 }
 
 // Proves every edge of the diagram is taken by the scenarios (and `Sim` proves no edge outside
@@ -4359,6 +4388,7 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                 payload: json!(i),
                 depends_on: deps,
                 timeout: Some(Span::from_millis(r.timeout_ms)),
+                deadline: None,
                 max_attempts: Some(r.max_attempts),
                 backoff: Some(Backoff {
                     initial: Span::from_millis(500),
@@ -4371,6 +4401,7 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                     http: None,
                     payload: json!({ "undo": i }),
                     timeout: own_timeout.then_some(Span::from_secs(2)),
+                    deadline: None,
                     max_attempts: Some(max_attempts),
                 }),
                 http: None,
@@ -4467,4 +4498,209 @@ fn retry_after_sets_the_delay_within_the_backoff_bounds() {
         a.next_attempt_at,
         Some(sim.now.plus(Span::from_millis(2_000)))
     );
+}
+
+/// A one-step job whose step has a heartbeat timeout of 3 s, a deadline of 10 s and
+/// `max_attempts` attempts.
+fn deadlined(max_attempts: u32) -> JobSpec {
+    job(
+        vec![StepSpec {
+            timeout: Some(Span::from_secs(3)),
+            deadline: Some(Span::from_secs(10)),
+            ..step("a", "x", &[], max_attempts)
+        }],
+        None,
+    )
+}
+
+// Proves a step's deadline bounds an attempt however it heartbeats: the claim fixes its hard end,
+// each heartbeat renews the lease by the timeout but never past that end, and the expiry at the
+// end is recorded as a deadline overrun (not silence), retried by the step's policy, and the
+// last one fails the job.
+#[test]
+fn deadline_caps_heartbeats_and_fails_the_attempt() {
+    let mut sim = start(&deadlined(2));
+    sim.claim("a");
+    assert_eq!(sim.step("a").attempt_ends_at, Some(at(10_000)));
+    assert_eq!(sim.step("a").lease_expires_at, Some(at(3_000)));
+    for beat in 1..=4 {
+        sim.set_time(beat * 2_000);
+        let tr = sim.heartbeat("a");
+        let expected = at((beat * 2_000 + 3_000).min(10_000));
+        assert_eq!(
+            tr.reply,
+            Reply::Heartbeat {
+                lease_expires_at: expected,
+                cancel: false
+            },
+            "beat {beat}"
+        );
+    }
+    // At 8 s the lease already ends at the deadline; a heartbeat at 9.5 s cannot move it.
+    sim.set_time(9_500);
+    let tr = sim.heartbeat("a");
+    assert!(matches!(
+        tr.reply,
+        Reply::Heartbeat { lease_expires_at, .. } if lease_expires_at == at(10_000)
+    ));
+    let tr = sim.expire("a");
+    assert_eq!(sim.now, at(10_000));
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_deadline_exceeded a#1", "step_retry_scheduled a#1"]
+    );
+    assert_eq!(
+        sim.step("a").last_error.as_deref(),
+        Some("deadline exceeded: the attempt ran longer than its deadline of 10s")
+    );
+    // The retry gets a fresh hard end from its own claim; a report after it is refused.
+    sim.claim_when_due("a");
+    let started = sim.now;
+    assert_eq!(
+        sim.step("a").attempt_ends_at,
+        Some(started.plus(Span::from_secs(10)))
+    );
+    let tr = sim.expire("a");
+    assert_eq!(sim.now, started.plus(Span::from_secs(3)));
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_lease_expired a#2", "step_failed a#2", "job_failed"]
+    );
+    let late = sim.send(sim.complete_cmd("a", 2));
+    assert!(matches!(late, Err(Rejection::LeaseLost { .. })));
+}
+
+// Proves a deadline shorter than the timeout makes the first lease end at the deadline, and that
+// an undo's own deadline (or else the step's) bounds each undo attempt.
+#[test]
+fn deadline_shorter_than_timeout_and_undo_deadlines() {
+    let short = job(
+        vec![StepSpec {
+            deadline: Some(Span::from_secs(2)),
+            ..step("a", "x", &[], 1)
+        }],
+        None,
+    );
+    let mut sim = start(&short);
+    sim.claim("a");
+    assert_eq!(sim.step("a").lease_expires_at, Some(at(2_000)));
+    let tr = sim.expire("a");
+    assert_eq!(kinds(&tr.events)[0], "step_deadline_exceeded a#1");
+
+    for (own, expected_end) in [(Some(Span::from_secs(1)), 1_000), (None, 2_000)] {
+        let mut undo = undoable("a", "x", &[], 1);
+        undo.deadline = Some(Span::from_secs(2));
+        if let Some(c) = undo.compensate.as_mut() {
+            c.deadline = own;
+        }
+        let mut sim = start(&job(vec![undo, step("b", "x", &["a"], 1)], None));
+        sim.run("a");
+        sim.claim("b");
+        sim.fail("b", false);
+        let begun = sim.now;
+        sim.claim("a");
+        let end = begun.plus(Span::from_millis(expected_end));
+        assert_eq!(sim.step("a").attempt_ends_at, Some(end), "{own:?}");
+        assert_eq!(sim.step("a").lease_expires_at, Some(end), "{own:?}");
+        let tr = sim.expire("a");
+        assert_eq!(
+            kinds(&tr.events)[0],
+            "compensation_deadline_exceeded a#2",
+            "{own:?}"
+        );
+    }
+}
+
+/// The diamond job (a → b, c → d) with a job deadline.
+fn diamond_by(deadline: &str, on_failure: Option<OnFailure>) -> JobSpec {
+    let mut spec = diamond(3);
+    spec.on_failure = on_failure;
+    spec.deadline = Some(crate::spec::decode(json!(deadline)).expect("a deadline"));
+    spec
+}
+
+// Proves a job deadline, relative or absolute, fails the job once it has passed: before it the
+// command is refused (NotDue); past it no claim is taken even before the sweep comes; a pending
+// job fails without starting; a running one cancels its unstarted steps and fails, while a
+// running step learns it from its heartbeat.
+#[test]
+fn job_deadline_fails_the_job() {
+    let absolute = at(5_000).to_rfc3339();
+    for deadline in ["5s", absolute.as_str()] {
+        let mut sim = start(&diamond_by(deadline, None));
+        assert_eq!(sim.job.deadline, Some(at(5_000)));
+        sim.run("a");
+        sim.claim("b");
+        sim.set_time(4_999);
+        assert_eq!(sim.send(Command::Deadline), Err(Rejection::NotDue));
+        sim.set_time(5_000);
+        let claim = sim.claim_cmd(sim.idx("c"));
+        assert_eq!(sim.send(claim), Err(Rejection::NotClaimable));
+        let tr = sim.ok(Command::Deadline);
+        assert_eq!(
+            kinds(&tr.events),
+            [
+                "job_deadline_passed",
+                "step_cancelled c",
+                "step_cancelled d",
+                "job_failed"
+            ]
+        );
+        assert_eq!(tr.job.state, JobState::Failed);
+        let beat = sim.ok(sim.heartbeat_cmd("b", 1));
+        assert!(matches!(beat.reply, Reply::Heartbeat { cancel: true, .. }));
+        assert_eq!(sim.send(Command::Deadline), Err(Rejection::NotDue));
+    }
+    let mut spec = diamond_by("10s", None);
+    spec.run_at = Some(at(60_000));
+    let (mut sim, _) = Sim::admit(&spec, at(0));
+    sim.set_time(10_000);
+    let tr = sim.ok(Command::Deadline);
+    assert_eq!(tr.job.state, JobState::Failed);
+    assert!(tr.job.steps.iter().all(|s| s.state == StepState::Cancelled));
+}
+
+// Proves a job deadline undoes what succeeded when the job compensates: the job unwinds once the
+// running step has stopped, ends `failed`, and a blocked (held) job past its deadline fails too.
+#[test]
+fn job_deadline_compensates_where_declared() {
+    let mut spec = job(
+        vec![
+            undoable("a", "x", &[], 1),
+            step("b", "x", &["a"], 1),
+            step("c", "x", &["a"], 1),
+        ],
+        None,
+    );
+    spec.deadline = Some(crate::spec::JobDeadline::After(Span::from_secs(5)));
+    let mut sim = start(&spec);
+    sim.run("a");
+    sim.claim("b");
+    sim.set_time(5_000);
+    let tr = sim.ok(Command::Deadline);
+    assert_eq!(tr.job.state, JobState::Compensating);
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "job_deadline_passed",
+            "step_cancelled c",
+            "job_compensating"
+        ]
+    );
+    // The running step reports after the deadline: refused, and the undo may start.
+    let late = sim.ok(sim.complete_cmd("b", 1));
+    assert!(matches!(late.reply, Reply::Refused(_)));
+    let tr = sim.run("a");
+    assert_eq!(tr.job.state, JobState::Failed);
+    assert_eq!(tr.job.compensated_steps(), ["a"]);
+
+    let mut held = diamond_by("5s", Some(OnFailure::Hold));
+    held.steps[0].max_attempts = Some(1);
+    let mut sim = start(&held);
+    sim.claim("a");
+    sim.fail("a", false);
+    assert_eq!(sim.job.state, JobState::Blocked);
+    sim.set_time(5_000);
+    let tr = sim.ok(Command::Deadline);
+    assert_eq!(tr.job.state, JobState::Failed);
 }
