@@ -274,7 +274,10 @@ impl Job {
             self.state,
             JobState::Pending | JobState::Running | JobState::Blocked
         ) && self.desired_state == DesiredState::Succeeded
-            && !self.steps.iter().any(|s| s.state == StepState::Compensating);
+            && !self
+                .steps
+                .iter()
+                .any(|s| s.state == StepState::Compensating);
         self.deadline.filter(|_| wants_work)
     }
 

@@ -584,7 +584,10 @@ fn lease_expired_error() -> String {
 }
 
 fn deadline_error(s: &crate::job::Step) -> String {
-    let limit = s.lease_deadline().map(|d| d.to_string()).unwrap_or_default();
+    let limit = s
+        .lease_deadline()
+        .map(|d| d.to_string())
+        .unwrap_or_default();
     format!("deadline exceeded: the attempt ran longer than its deadline of {limit}")
 }
 

@@ -67,7 +67,9 @@ CREATE TABLE public.jobs (
     updated_at bigint NOT NULL,
     finished_at bigint,
     blocked_reason text,
-    last_event_seq bigint DEFAULT 0 NOT NULL
+    last_event_seq bigint DEFAULT 0 NOT NULL,
+    deadline bigint,
+    deadline_due bigint
 );
 
 ALTER TABLE public.jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
@@ -154,7 +156,9 @@ CREATE TABLE public.steps (
     lease_agent text,
     claim_rank bigint,
     backoff_formula text,
-    http text
+    http text,
+    deadline_ms bigint,
+    attempt_ends_at bigint
 );
 
 CREATE TABLE public.tokens (
@@ -220,6 +224,8 @@ CREATE INDEX deliveries_due ON public.deliveries USING btree (next_attempt_at, i
 CREATE INDEX job_labels_key_value ON public.job_labels USING btree (key, value, job_id);
 
 CREATE INDEX jobs_active ON public.jobs USING btree (id) WHERE (state <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
+
+CREATE INDEX jobs_deadline_due ON public.jobs USING btree (deadline_due, id) WHERE (deadline_due IS NOT NULL);
 
 CREATE INDEX jobs_ordering_key ON public.jobs USING btree (ordering_key, seq) WHERE ((ordering_key IS NOT NULL) AND (state <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])));
 

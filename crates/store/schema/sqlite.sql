@@ -66,7 +66,7 @@ CREATE TABLE jobs (
     finished_at     INTEGER,
     -- The seq of the newest event ever appended; kept here because trimming may delete it.
     last_event_seq  INTEGER NOT NULL DEFAULT 0
-, blocked_reason TEXT, seq INTEGER);
+, blocked_reason TEXT, seq INTEGER, deadline INTEGER, deadline_due INTEGER);
 
 CREATE TABLE leader (
     id         INTEGER PRIMARY KEY CHECK (id = 1),
@@ -129,7 +129,7 @@ CREATE TABLE steps (
     result             TEXT,
     last_error         TEXT,
     -- The job's priority, copied so a claim is one ordered scan of one index.
-    priority           INTEGER NOT NULL, budget_from      INTEGER NOT NULL DEFAULT 0, comp_phase       TEXT, comp_attempts    INTEGER NOT NULL DEFAULT 0, comp_failures    INTEGER NOT NULL DEFAULT 0, comp_budget_from INTEGER NOT NULL DEFAULT 0, claim_agent      TEXT, lease_agent      TEXT, claim_rank INTEGER, backoff_formula TEXT, http TEXT,
+    priority           INTEGER NOT NULL, budget_from      INTEGER NOT NULL DEFAULT 0, comp_phase       TEXT, comp_attempts    INTEGER NOT NULL DEFAULT 0, comp_failures    INTEGER NOT NULL DEFAULT 0, comp_budget_from INTEGER NOT NULL DEFAULT 0, claim_agent      TEXT, lease_agent      TEXT, claim_rank INTEGER, backoff_formula TEXT, http TEXT, deadline_ms INTEGER, attempt_ends_at INTEGER,
     PRIMARY KEY (job_id, idx)
 );
 
@@ -148,6 +148,8 @@ CREATE INDEX deliveries_due ON deliveries (next_attempt_at, id) WHERE dead = 0;
 CREATE INDEX job_labels_key_value ON job_labels (key, value, job_id);
 
 CREATE INDEX jobs_active ON jobs (id) WHERE state NOT IN ('succeeded', 'failed', 'cancelled');
+
+CREATE INDEX jobs_deadline_due ON jobs (deadline_due, id) WHERE deadline_due IS NOT NULL;
 
 CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 

@@ -166,4 +166,9 @@ pub trait Jobs: Send + Sync {
     async fn job_replace(&self, replacement: Replacement) -> Result<Option<Transition>>;
 
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus>;
+
+    /// Jobs whose deadline has come by `now` while it is still to be enforced
+    /// ([`overseer_core::Job::deadline_due`]), earliest deadline first: the supervisor applies
+    /// `Command::Deadline` to each.
+    async fn jobs_past_deadline(&self, due: Due) -> Result<Vec<JobId>>;
 }

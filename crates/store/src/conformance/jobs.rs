@@ -1344,3 +1344,28 @@ pub async fn reschedule_of_a_keyed_job_keeps_its_place_in_the_key(f: &Fixture) {
     assert_eq!(t.job.state, JobState::Cancelled);
     assert_eq!(get(store, next).await.state, JobState::Running);
 }
+
+// Proves a job deadline is stored and found: `next_due_at` wakes the supervisor for it,
+// `jobs_past_deadline` lists the job once it has come (and not before), `Command::Deadline`
+// fails it, after which it is neither listed nor due; a job without a deadline never is.
+pub async fn job_deadline_is_found_and_enforced(f: &Fixture) {
+    let store = &*f.store;
+    let (late, plain) = (job_id(1), job_id(2));
+    let s = spec(json!({"deadline": "5s", "steps": [{"name": "s", "agent": "w"}]}));
+    submit(store, admitted(late, &s, at(0))).await;
+    submit(store, admitted(plain, &one_step("w"), at(0))).await;
+    assert_eq!(get(store, late).await.deadline, Some(at(5_000)));
+    assert_eq!(
+        store.next_due_at(at(0)).await.expect("due"),
+        Some(at(5_000))
+    );
+    let past = |now| store.jobs_past_deadline(Due { now, limit: 10 });
+    assert!(past(at(4_999)).await.expect("past").is_empty());
+    assert_eq!(past(at(5_000)).await.expect("past"), vec![late]);
+    let t = apply(store, late, Command::Deadline, at(5_000)).await;
+    assert_eq!(t.job.state, JobState::Failed);
+    assert_eq!(get(store, late).await, t.job);
+    assert!(past(at(9_000)).await.expect("past").is_empty());
+    assert_eq!(store.next_due_at(at(5_000)).await.expect("due"), None);
+    assert_eq!(get(store, plain).await.state, JobState::Running);
+}
