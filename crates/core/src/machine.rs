@@ -463,7 +463,7 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             Reply::Done
         }
         Command::Deadline => {
-            if !w.job.deadline_due().is_some_and(|t| t <= now) {
+            if w.job.deadline_due().is_none_or(|t| t > now) {
                 return Err(Rejection::NotDue);
             }
             w.deadline_passed();
