@@ -38,6 +38,8 @@ export interface CompensateSpec {
   http?: HttpTarget;
   payload?: Json;
   timeout?: Span;
+  /** The longest one attempt of the undo may run (defaults to the step's). */
+  deadline?: Span;
   max_attempts?: number;
 }
 
@@ -48,7 +50,10 @@ export interface StepSpec {
   http?: HttpTarget;
   payload?: Json;
   depends_on?: string[];
+  /** The longest silence between heartbeats (the lease). */
   timeout?: Span;
+  /** The longest one attempt may run, heartbeats or not. */
+  deadline?: Span;
   max_attempts?: number;
   backoff?: Backoff;
   backoff_formula?: "exponential" | "faktory";
@@ -63,6 +68,8 @@ export interface JobSpec {
   ordering_key?: string;
   callback_url?: string;
   on_failure?: OnFailure;
+  /** An RFC 3339 instant or a duration after submission: past it the job fails. */
+  deadline?: string;
   steps: StepSpec[];
 }
 
@@ -75,6 +82,7 @@ export interface Step {
   failures: number;
   max_attempts: number;
   timeout: Span;
+  deadline?: Span;
   payload: Json;
   worker: string | null;
   created_at: Timestamp;
@@ -110,6 +118,7 @@ export interface Job {
   blocked_reason: string | null;
   compensated: string[];
   callback_url: string | null;
+  deadline?: Timestamp;
   waiting_reason?: WaitingReason;
   steps: Step[];
 }
