@@ -134,7 +134,19 @@ pub struct Job {
     pub blocked_reason: Option<String>,
     /// The instant past which nothing new starts and the job fails (fixed at submission).
     pub deadline: Option<Timestamp>,
+    /// The round a whole-job retry is in, from 1 (always 1 for other jobs).
+    pub round: u32,
+    /// How a `compensate_and_retry` job retries as a whole (fixed at submission).
+    pub retry: Option<JobRetry>,
     pub steps: Vec<Step>,
+}
+
+/// A whole-job retry's policy: at most `attempts` rounds, `backoff` before each new one; the
+/// job fails after the last.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRetry {
+    pub attempts: u32,
+    pub backoff: Backoff,
 }
 
 /// One step of a job, with its current attempt.
@@ -263,6 +275,13 @@ impl Job {
             finished_at: None,
             blocked_reason: None,
             deadline: spec.deadline.map(|d| d.resolve(now)),
+            round: 1,
+            retry: (spec.on_failure == Some(OnFailure::CompensateAndRetry)).then(|| JobRetry {
+                attempts: spec
+                    .job_attempts
+                    .unwrap_or(crate::spec::DEFAULT_JOB_ATTEMPTS),
+                backoff: spec.job_backoff.unwrap_or_default(),
+            }),
             steps,
         }
     }
@@ -330,6 +349,7 @@ impl Job {
             && self.callback_url == other.callback_url
             && self.on_failure == other.on_failure
             && self.deadline == other.deadline
+            && self.retry == other.retry
             && self.created_at == other.created_at
             && self.steps.len() == other.steps.len()
             && self

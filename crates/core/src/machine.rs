@@ -18,6 +18,12 @@
 //! policy. A job's `deadline` bounds the whole job: past it no work is claimed and the supervisor
 //! fails the job (`Deadline`), undoing its succeeded steps when its `on_failure` compensates.
 //!
+//! Whole-job retry (`on_failure: compensate_and_retry`): when a step fails for good the job
+//! unwinds as with `compensate`; once every undo is done, if rounds are left (`job_attempts`)
+//! and the job's deadline has not passed, every step goes back to `waiting`, `round` grows by
+//! one and the roots are ready after the job's backoff (`job_round_started`). Attempt numbers
+//! keep growing across rounds, so a report from an earlier round is always refused.
+//!
 //! An operator may move a job (`Reschedule`): its `run_at` while it is pending, its priority
 //! until it finishes. Neither is a state change of its own; a move of `run_at` to now starts an
 //! unkeyed job at once (the job moves from pending to running).
@@ -42,6 +48,7 @@
 //!         compensating --> blocked: an undo failed for good
 //!         compensating --> failed: every undo done, after a failure
 //!         compensating --> cancelled: every undo done, after a cancel
+//!         compensating --> running: every undo done, a whole-job retry starts its next round
 //!         blocked --> failed: operator skip of the last failed undo, or the job deadline passed
 //!     }
 //!     state "Step" as step {
@@ -63,6 +70,10 @@
 //!         succeeded --> compensating: the job unwinds and the step declares compensate
 //!         compensating --> compensating: undo leased, retried, or failed for good
 //!         compensating --> compensated: undo completed
+//!         compensated --> waiting: the next round of a whole-job retry
+//!         succeeded --> waiting: the next round (a step with nothing to undo)
+//!         cancelled --> waiting: the next round
+//!         skipped --> waiting: the next round (an undo an operator skipped)
 //!         compensating --> skipped: operator skip of a failed undo
 //!     }
 //! ```
@@ -75,6 +86,7 @@
 use serde_json::{json, Value};
 
 use crate::id::LeaseId;
+use crate::job::JobRetry;
 use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, StepState};
 use crate::spec::OnFailure;
 use crate::time::{Span, Timestamp};
@@ -755,7 +767,10 @@ impl Work {
             None,
             Some(json!({ "deadline": deadline })),
         );
-        let undoes = matches!(self.job.on_failure, OnFailure::Compensate);
+        let undoes = matches!(
+            self.job.on_failure,
+            OnFailure::Compensate | OnFailure::CompensateAndRetry
+        );
         let to_undo = self
             .job
             .steps
@@ -972,14 +987,13 @@ impl Work {
                 let reason = format!("step `{name}` failed: {error}");
                 self.block(reason);
             }
-            OnFailure::Compensate => {
+            OnFailure::Compensate | OnFailure::CompensateAndRetry => {
                 self.cancel_unstarted("the job is compensating");
-                self.event(
-                    "job_compensating",
-                    None,
-                    None,
-                    Some(json!({ "step": name, "error": error })),
-                );
+                let mut detail = json!({ "step": name, "error": error });
+                if self.job.retry.is_some() {
+                    detail["round"] = json!(self.job.round);
+                }
+                self.event("job_compensating", None, None, Some(detail));
                 self.begin_unwind();
             }
         }
@@ -1170,12 +1184,73 @@ impl Work {
             .all(|s| !matches!(s.state, StepState::Compensating | StepState::Running));
         if done {
             let undone = self.job.compensated_steps();
-            let state = if self.job.desired_state == DesiredState::Cancelled {
-                JobState::Cancelled
+            if self.job.desired_state == DesiredState::Cancelled {
+                self.finish_job(JobState::Cancelled, Some(json!({ "compensated": undone })));
+            } else if let Some(retry) = self.next_round() {
+                self.new_round(retry, undone);
             } else {
-                JobState::Failed
-            };
-            self.finish_job(state, Some(json!({ "compensated": undone })));
+                self.finish_job(JobState::Failed, Some(json!({ "compensated": undone })));
+            }
+        }
+    }
+
+    /// The policy of a whole-job retry that may run another round now: rounds left, and the
+    /// job's deadline (if any) not passed.
+    fn next_round(&self) -> Option<JobRetry> {
+        let retry = self.job.retry?;
+        let left = self.job.round < retry.attempts;
+        (left && !self.job.past_deadline(self.now)).then_some(retry)
+    }
+
+    /// Starts the whole job again once a round was undone: every step back to its initial
+    /// state, the roots ready after the job's backoff. Attempts keep counting (they are the
+    /// fencing token), so a late report of an earlier round can never be taken in this one;
+    /// each round gets fresh attempt budgets (`failures` keeps counting, so backoff keeps growing).
+    fn new_round(&mut self, retry: JobRetry, undone: Vec<String>) {
+        let delay = retry.backoff.delay(self.job.round, 0.0);
+        self.job.round += 1;
+        let round = self.job.round;
+        for s in &mut self.job.steps {
+            s.state = StepState::Waiting;
+            s.budget_from = s.attempt;
+            s.comp_phase = None;
+            s.comp_budget_from = s.comp_attempts;
+            s.lease_id = None;
+            s.worker = None;
+            s.ready_at = None;
+            s.started_at = None;
+            s.finished_at = None;
+            s.lease_expires_at = None;
+            s.next_attempt_at = None;
+            s.result = None;
+        }
+        self.job.state = JobState::Running;
+        let at = self.now.plus(delay);
+        self.event(
+            "job_round_started",
+            None,
+            None,
+            Some(json!({ "round": round, "undone": undone, "delay": delay, "at": at })),
+        );
+        for i in 0..self.job.steps.len() {
+            self.event("step_reset", Some(i), None, Some(json!({ "round": round })));
+        }
+        let before = self.effects.len();
+        self.promote();
+        // The roots wait out the job's backoff: each is claimable only from `at`.
+        let woken: Vec<Effect> = self.effects.split_off(before);
+        for s in &mut self.job.steps {
+            if s.state == StepState::Ready {
+                s.next_attempt_at = Some(at);
+            }
+        }
+        for e in woken {
+            match e {
+                Effect::Ready { agent } if delay > Span::ZERO => {
+                    self.effects.push(Effect::ReadyAt { agent, at })
+                }
+                other => self.effects.push(other),
+            }
         }
     }
 
@@ -1345,7 +1420,8 @@ impl Work {
             || self.job.state != before.state
             || self.job.desired_state != before.desired_state
             || self.job.finished_at != before.finished_at
-            || self.job.blocked_reason != before.blocked_reason;
+            || self.job.blocked_reason != before.blocked_reason
+            || self.job.round != before.round;
         if job_fields_changed || !self.events.is_empty() {
             self.job.updated_at = self.now;
         }

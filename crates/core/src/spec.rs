@@ -33,8 +33,19 @@ pub struct JobSpec {
     /// JSON when not given, so specs written before it existed keep their fingerprints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<JobDeadline>,
+    /// Rounds a `compensate_and_retry` job runs at most (default 3), the first included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_attempts: Option<u32>,
+    /// The wait before each new round of a `compensate_and_retry` job (default: no backoff
+    /// parameters given means 1 s doubling up to 5 min).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_backoff: Option<Backoff>,
     pub steps: Vec<StepSpec>,
 }
+
+/// The most rounds one whole-job retry may ask for.
+pub const JOB_ATTEMPTS_MAX: u32 = 100;
+pub const DEFAULT_JOB_ATTEMPTS: u32 = 3;
 
 /// A job's deadline as submitted: an instant, or a length of time after submission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,6 +166,9 @@ pub enum OnFailure {
     Compensate,
     Hold,
     Fail,
+    /// Undo every succeeded step, then run the whole job again from its roots (a new round),
+    /// up to `job_attempts` rounds.
+    CompensateAndRetry,
 }
 
 impl OnFailure {
@@ -163,6 +177,7 @@ impl OnFailure {
             OnFailure::Compensate => "compensate",
             OnFailure::Hold => "hold",
             OnFailure::Fail => "fail",
+            OnFailure::CompensateAndRetry => "compensate_and_retry",
         }
     }
 
@@ -171,6 +186,7 @@ impl OnFailure {
             "compensate" => Some(OnFailure::Compensate),
             "hold" => Some(OnFailure::Hold),
             "fail" => Some(OnFailure::Fail),
+            "compensate_and_retry" => Some(OnFailure::CompensateAndRetry),
             _ => None,
         }
     }
@@ -389,6 +405,7 @@ impl JobSpec {
                 ));
             }
         }
+        self.validate_job_retry()?;
         if let Some(key) = &self.ordering_key {
             check_name("ordering_key", key, limits)?;
         }
@@ -542,6 +559,47 @@ impl JobSpec {
                 format!("steps[{i}].depends_on"),
                 format!("dependency cycle: {}", cycle.join(" -> ")),
             ));
+        }
+        Ok(())
+    }
+}
+
+impl JobSpec {
+    /// `job_attempts` and `job_backoff` shape a whole-job retry only.
+    fn validate_job_retry(&self) -> Result<(), SpecError> {
+        let retrying = self.on_failure == Some(OnFailure::CompensateAndRetry);
+        for (field, given) in [
+            ("job_attempts", self.job_attempts.is_some()),
+            ("job_backoff", self.job_backoff.is_some()),
+        ] {
+            if given && !retrying {
+                return Err(SpecError::new(
+                    field,
+                    "applies only with `on_failure: compensate_and_retry`",
+                ));
+            }
+        }
+        if let Some(n) = self.job_attempts {
+            if !(1..=JOB_ATTEMPTS_MAX).contains(&n) {
+                return Err(SpecError::new(
+                    "job_attempts",
+                    format!("job_attempts must be between 1 and {JOB_ATTEMPTS_MAX}"),
+                ));
+            }
+        }
+        if let Some(b) = &self.job_backoff {
+            if !(b.factor.is_finite() && (1.0..=100.0).contains(&b.factor)) {
+                return Err(SpecError::new(
+                    "job_backoff.factor",
+                    "factor must be between 1 and 100",
+                ));
+            }
+            if b.max < b.initial {
+                return Err(SpecError::new(
+                    "job_backoff.max",
+                    "max must not be below initial",
+                ));
+            }
         }
         Ok(())
     }

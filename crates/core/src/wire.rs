@@ -49,6 +49,12 @@ pub struct JobView {
     /// The instant past which nothing new starts and the job fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Timestamp>,
+    /// The round a whole-job retry (`compensate_and_retry`) is in, from 1; 1 for other jobs.
+    #[serde(default = "first_round")]
+    pub round: u32,
+    /// Rounds a whole-job retry runs at most; absent for other jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_attempts: Option<u32>,
     /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -115,6 +121,8 @@ impl From<&Job> for JobView {
             compensated: job.compensated_steps(),
             callback_url: job.callback_url.clone(),
             deadline: job.deadline,
+            round: job.round,
+            job_attempts: job.retry.map(|r| r.attempts),
             waiting_reason: None,
             steps: job
                 .steps
@@ -152,6 +160,10 @@ impl From<&Job> for JobView {
                 .collect(),
         }
     }
+}
+
+fn first_round() -> u32 {
+    1
 }
 
 /// `GET /v1/jobs` answer.

@@ -140,6 +140,8 @@ pub fn from_push(
         callback_url: None,
         on_failure: Some(OnFailure::Fail),
         deadline: None,
+        job_attempts: None,
+        job_backoff: None,
         steps: vec![StepSpec {
             name: jobtype,
             agent: queue,

@@ -69,7 +69,9 @@ CREATE TABLE public.jobs (
     blocked_reason text,
     last_event_seq bigint DEFAULT 0 NOT NULL,
     deadline bigint,
-    deadline_due bigint
+    deadline_due bigint,
+    round bigint DEFAULT 1 NOT NULL,
+    job_retry text
 );
 
 ALTER TABLE public.jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (

@@ -66,7 +66,7 @@ CREATE TABLE jobs (
     finished_at     INTEGER,
     -- The seq of the newest event ever appended; kept here because trimming may delete it.
     last_event_seq  INTEGER NOT NULL DEFAULT 0
-, blocked_reason TEXT, seq INTEGER, deadline INTEGER, deadline_due INTEGER);
+, blocked_reason TEXT, seq INTEGER, deadline INTEGER, deadline_due INTEGER, round INTEGER NOT NULL DEFAULT 1, job_retry TEXT);
 
 CREATE TABLE leader (
     id         INTEGER PRIMARY KEY CHECK (id = 1),

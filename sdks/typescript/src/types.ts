@@ -15,7 +15,7 @@ export type StepState =
   | "waiting" | "ready" | "running" | "succeeded" | "failed" | "skipped" | "cancelled"
   | "compensating" | "compensated";
 export type CompPhase = "waiting" | "ready" | "running" | "failed";
-export type OnFailure = "compensate" | "fail" | "hold";
+export type OnFailure = "compensate" | "fail" | "hold" | "compensate_and_retry";
 export type LeaseKind = "work" | "compensate";
 
 export interface Backoff { initial?: Span; factor?: number; max?: Span }
@@ -70,6 +70,10 @@ export interface JobSpec {
   on_failure?: OnFailure;
   /** An RFC 3339 instant or a duration after submission: past it the job fails. */
   deadline?: string;
+  /** Rounds a `compensate_and_retry` job runs at most (default 3). */
+  job_attempts?: number;
+  /** The wait before each new round of a `compensate_and_retry` job. */
+  job_backoff?: Backoff;
   steps: StepSpec[];
 }
 
@@ -119,6 +123,9 @@ export interface Job {
   compensated: string[];
   callback_url: string | null;
   deadline?: Timestamp;
+  /** The round of a whole-job retry, from 1. */
+  round: number;
+  job_attempts?: number;
   waiting_reason?: WaitingReason;
   steps: Step[];
 }

@@ -55,6 +55,7 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("job", "compensating", "blocked"),
     ("job", "compensating", "failed"),
     ("job", "compensating", "cancelled"),
+    ("job", "compensating", "running"),
     ("job", "blocked", "failed"),
     ("step", "[*]", "waiting"),
     ("step", "waiting", "ready"),
@@ -75,6 +76,10 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("step", "compensating", "compensating"),
     ("step", "compensating", "compensated"),
     ("step", "compensating", "skipped"),
+    ("step", "compensated", "waiting"),
+    ("step", "succeeded", "waiting"),
+    ("step", "cancelled", "waiting"),
+    ("step", "skipped", "waiting"),
 ];
 
 fn at(ms: i64) -> Timestamp {
@@ -122,6 +127,8 @@ fn spec(steps: Vec<StepSpec>, run_at: Option<Timestamp>) -> JobSpec {
         callback_url: None,
         on_failure: None,
         deadline: None,
+        job_attempts: None,
+        job_backoff: None,
         steps,
     }
 }
@@ -315,7 +322,27 @@ impl Sim {
             if tr.job.state != self.job.state {
                 taken.push(("job", self.job.state.as_str(), tr.job.state.as_str()));
             }
+            let new_round = tr.events.iter().any(|e| e.kind == "job_round_started");
             for (i, (b, a)) in self.job.steps.iter().zip(&tr.job.steps).enumerate() {
+                if new_round {
+                    // Every step went back to waiting (an undo that completed in this very
+                    // transition first to compensated), and the roots on to ready.
+                    let mut from = b.state.as_str();
+                    if b.state == StepState::Compensating {
+                        let skipped = tr.events.iter().any(|e| {
+                            e.kind == "compensation_skipped" && e.step.as_deref() == Some(&b.name)
+                        });
+                        from = if skipped { "skipped" } else { "compensated" };
+                        taken.push(("step", "compensating", from));
+                    }
+                    if from != "waiting" {
+                        taken.push(("step", from, "waiting"));
+                    }
+                    if a.state == StepState::Ready {
+                        taken.push(("step", "waiting", "ready"));
+                    }
+                    continue;
+                }
                 // A heartbeat, or any change that keeps the state, is a self-edge
                 // (running → running), even when the lease happens to end where it did.
                 let beat = matches!(command, Command::Heartbeat { step, .. } if step == i);
@@ -342,8 +369,22 @@ impl Sim {
     /// What the history says against the steps: every lease is one `*_leased` event, a step is
     /// compensated at most once, and only a step that succeeded is ever compensated.
     fn check_history(&self) {
-        let mut count: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        // Leases count over the whole history (attempts never restart); the rest over the
+        // current round of a whole-job retry.
+        let mut leases: BTreeMap<(&str, &str), u32> = BTreeMap::new();
         for e in &self.history {
+            if let Some(step) = &e.step {
+                *leases.entry((e.kind, step.as_str())).or_default() += 1;
+            }
+        }
+        self.check_rounds();
+        let round_start = self
+            .history
+            .iter()
+            .rposition(|e| e.kind == "job_round_started")
+            .unwrap_or(0);
+        let mut count: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        for e in &self.history[round_start..] {
             if let Some(step) = &e.step {
                 *count.entry((e.kind, step.as_str())).or_default() += 1;
             }
@@ -352,8 +393,9 @@ impl Sim {
             |kind: &str, step: &Step| count.get(&(kind, step.name.as_str())).copied().unwrap_or(0);
         for s in &self.job.steps {
             let ctx = || format!("step {}: {}", s.name, states(&self.job));
-            let work = n("step_leased", s);
-            let undo = n("compensation_leased", s);
+            let all = |kind: &str| leases.get(&(kind, s.name.as_str())).copied().unwrap_or(0);
+            let work = all("step_leased");
+            let undo = all("compensation_leased");
             assert_eq!(work + undo, s.attempt, "leases: {}", ctx());
             assert_eq!(undo, s.comp_attempts, "undo leases: {}", ctx());
             assert!(
@@ -361,7 +403,9 @@ impl Sim {
                 "compensated twice: {}",
                 ctx()
             );
-            if matches!(s.state, StepState::Compensating | StepState::Compensated) || undo > 0 {
+            if matches!(s.state, StepState::Compensating | StepState::Compensated)
+                || n("compensation_leased", s) > 0
+            {
                 assert!(
                     n("step_succeeded", s) == 1,
                     "undo of a step that never succeeded: {}",
@@ -374,6 +418,40 @@ impl Sim {
                 "{}",
                 ctx()
             );
+        }
+    }
+
+    /// Every finished round of a whole-job retry undid exactly the steps that succeeded in it
+    /// and declare an undo (or an operator skipped that undo), and the next round started
+    /// with every step waiting or ready again.
+    fn check_rounds(&self) {
+        let mut start = 0;
+        for (i, e) in self.history.iter().enumerate() {
+            if e.kind != "job_round_started" {
+                continue;
+            }
+            let round = &self.history[start..i];
+            let names = |kinds: &[&str]| -> BTreeSet<String> {
+                round
+                    .iter()
+                    .filter(|e| kinds.contains(&e.kind))
+                    .filter_map(|e| e.step.clone())
+                    .collect()
+            };
+            let undoable: BTreeSet<String> = names(&["step_succeeded"])
+                .into_iter()
+                .filter(|n| {
+                    let i = self.job.step_index(n).expect("a step of the job");
+                    self.job.steps[i].compensate.is_some()
+                })
+                .collect();
+            let undone = names(&["step_compensated", "compensation_skipped"]);
+            assert_eq!(
+                undone, undoable,
+                "round ending at event {i}: {:?}",
+                e.detail
+            );
+            start = i;
         }
     }
 
@@ -598,8 +676,14 @@ fn check_job(job: &Job) {
     let undo_in = |phase: CompPhase| job.steps.iter().any(|s| s.comp_phase == Some(phase));
     for (i, s) in job.steps.iter().enumerate() {
         let ctx = || format!("step {}: {} ({:?})", s.name, here(), s);
-        // A step that ever ran found its dependencies done (they may be undone since).
-        if s.attempt > 0 || matches!(s.state, Running | Succeeded) {
+        // A step that ever ran (in this round, for a whole-job retry, which starts every step
+        // over with a fresh budget) found its dependencies done (they may be undone since).
+        let ran = if job.round > 1 {
+            s.attempt > s.budget_from
+        } else {
+            s.attempt > 0
+        };
+        if ran || matches!(s.state, Running | Succeeded) {
             for d in &s.depends_on {
                 let dep = &job.steps[job.step_index(d).expect("dependencies exist")];
                 assert!(
@@ -634,9 +718,10 @@ fn check_job(job: &Job) {
             );
         }
         match s.state {
-            // A step that ran waits again only when parked by a blocked job.
+            // A step that ran waits again only when parked by a blocked job, or in a new round
+            // of a whole-job retry.
             Waiting => assert!(
-                s.attempt == 0 || job.state == JobState::Blocked,
+                !ran || job.state == JobState::Blocked,
                 "a waiting step that ran: {}",
                 ctx()
             ),
@@ -947,7 +1032,10 @@ fn check_transition(
                 !wants_work && !before.steps[*step].is_compensating(),
                 "{here}"
             );
-            assert_eq!(after.steps[*step].state, StepState::Cancelled, "{here}");
+            // Cancelled, unless that ended an unwind and a whole-job retry started over.
+            if after.round == before.round {
+                assert_eq!(after.steps[*step].state, StepState::Cancelled, "{here}");
+            }
         }
         (Command::Complete { step, .. }, Reply::Done) => {
             assert!(
@@ -1020,7 +1108,20 @@ fn check_transition(
         || after.finished_at != before.finished_at
         || after.blocked_reason != before.blocked_reason
         || after.priority != before.priority
-        || after.run_at != before.run_at;
+        || after.run_at != before.run_at
+        || after.round != before.round;
+    // A new round starts only when an unwind of a whole-job retry ends, by one, and says so.
+    if after.round != before.round {
+        assert_eq!(after.round, before.round + 1, "{here}");
+        assert!(
+            before.retry.is_some_and(|r| after.round <= r.attempts),
+            "{here}"
+        );
+        assert!(
+            tr.events.iter().any(|e| e.kind == "job_round_started"),
+            "{here}"
+        );
+    }
     // Only a reschedule moves a job in time or rank, and it says so in the history.
     if after.priority != before.priority || after.run_at != before.run_at {
         assert!(matches!(command, Command::Reschedule { .. }), "{here}");
@@ -1043,6 +1144,7 @@ fn check_transition(
     rest.updated_at = before.updated_at;
     rest.priority = before.priority;
     rest.run_at = before.run_at;
+    rest.round = before.round;
     assert_eq!(
         &rest, before,
         "a job field changed that never should: {here}"
@@ -1133,7 +1235,8 @@ fn check_transition(
     let mut wakes = Vec::new();
     for (b, a) in before.steps.iter().zip(&after.steps) {
         // A retry that is scheduled (ready, or parked while the job is blocked).
-        let retrying = matches!(a.state, StepState::Ready | StepState::Waiting);
+        let retrying =
+            matches!(a.state, StepState::Ready | StepState::Waiting) && after.round == before.round;
         if retrying && a.failures == POISON_FAILURES && b.failures == POISON_FAILURES - 1 {
             expected.push(Effect::Alert {
                 kind: "step_poisoned",
@@ -1141,7 +1244,9 @@ fn check_transition(
                 message: String::new(),
             });
         }
-        let work_ready = a.state == StepState::Ready && b.state != StepState::Ready;
+        // A new round of a whole-job retry readies its roots anew, whatever they were.
+        let work_ready = a.state == StepState::Ready
+            && (b.state != StepState::Ready || after.round != before.round);
         let undo_ready =
             a.comp_phase == Some(CompPhase::Ready) && b.comp_phase != Some(CompPhase::Ready);
         let agent = if work_ready {
@@ -3940,6 +4045,24 @@ fn edge_scenarios() -> Vec<Sim> {
     sim.cancel();
     sim.run("a");
     all.push(sim);
+    // A whole-job retry: the failed round is undone and every step starts over.
+    // The second round's undo fails and is skipped by an operator before the third round.
+    let mut again = whole_job(3);
+    again.steps.push(step("c", "x", &[], 1));
+    again.steps.push(step("d", "x", &["b"], 1));
+    let mut sim = start(&again);
+    sim.run("a");
+    sim.run("c");
+    sim.run_fatal("b");
+    sim.run("a");
+    assert_eq!(sim.job.round, 2);
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.run_fatal("a");
+    assert_eq!(sim.job.state, JobState::Blocked);
+    sim.skip("a");
+    assert_eq!(sim.job.round, 3);
+    all.push(sim);
     // A delayed job whose deadline passes before it starts.
     let mut late = spec(forked(3).steps, Some(at(60_000)));
     late.deadline = Some(crate::spec::JobDeadline::After(Span::from_secs(10)));
@@ -3981,7 +4104,7 @@ fn parse_diagram() -> BTreeSet<(String, String, String)> {
     edges
 }
 
-// Proves the hard-coded edge list is exactly the diagram drawn in machine.rs (18 job edges,
+// Proves the hard-coded edge list is exactly the diagram drawn in machine.rs (19 job edges,
 // 19 step edges).
 #[test]
 fn edge_list_matches_the_diagram() {
@@ -3996,7 +4119,7 @@ fn edge_list_matches_the_diagram() {
     );
     assert_eq!(parse_diagram(), listed);
     let jobs = DIAGRAM_EDGES.iter().filter(|e| e.0 == "job").count();
-    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (18, 19));
+    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (19, 23));
 }
 
 // Proves every edge of the diagram is taken by the scenarios (and `Sim` proves no edge outside
@@ -4133,6 +4256,7 @@ fn plan() -> impl Strategy<Value = Plan> {
         Just(Some(OnFailure::Fail)),
         Just(Some(OnFailure::Hold)),
         Just(Some(OnFailure::Compensate)),
+        Just(Some(OnFailure::CompensateAndRetry)),
     ];
     (
         prop::collection::vec(random_step, 1..=8),
@@ -4703,4 +4827,90 @@ fn job_deadline_compensates_where_declared() {
     sim.set_time(5_000);
     let tr = sim.ok(Command::Deadline);
     assert_eq!(tr.job.state, JobState::Failed);
+}
+
+/// A chain a → b whose `b` fails for good on its one attempt, `a` undoable, retried as a whole
+/// in up to `rounds` rounds.
+fn whole_job(rounds: u32) -> JobSpec {
+    let mut spec = job(
+        vec![undoable("a", "x", &[], 1), step("b", "x", &["a"], 1)],
+        Some(OnFailure::CompensateAndRetry),
+    );
+    spec.job_attempts = Some(rounds);
+    spec.job_backoff = Some(BACKOFF);
+    spec
+}
+
+// Proves whole-job retry: a step failing for good undoes the round's succeeded steps, then the
+// whole job runs again from its roots after the job backoff, with attempt numbers still growing
+// (a report of round 1 is refused in round 2) and fresh budgets; the last round's failure is
+// undone and the job ends `failed`, its `round` counting the rounds run.
+#[test]
+fn whole_job_retry_undoes_each_round_and_runs_again() {
+    let mut sim = start(&whole_job(2));
+    assert_eq!(sim.job.round, 1);
+    sim.run("a");
+    sim.claim("b");
+    let tr = sim.fail("b", false);
+    assert_eq!(tr.job.state, JobState::Compensating);
+    let undo_at = sim.now;
+    let tr = sim.run("a");
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "step_compensated a#2",
+            "job_round_started",
+            "step_reset a",
+            "step_reset b",
+            "step_ready a"
+        ]
+    );
+    assert_eq!((tr.job.round, tr.job.state), (2, JobState::Running));
+    assert_eq!(states(&tr.job), "a:ready b:waiting");
+    // The roots wait out the job backoff (1 s after the first round).
+    assert_eq!(
+        tr.job.steps[0].next_attempt_at,
+        Some(undo_at.plus(Span::from_secs(1)))
+    );
+    assert!(tr
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ReadyAt { .. })));
+    let stale = sim.send(sim.complete_cmd("b", 1));
+    assert!(matches!(stale, Err(Rejection::LeaseLost { .. })));
+    let tr = sim.run("a");
+    assert_eq!(
+        tr.job.steps[0].attempt, 3,
+        "attempts keep counting across rounds"
+    );
+    sim.claim("b");
+    assert_eq!(sim.attempt("b"), 2);
+    sim.fail("b", false);
+    let tr = sim.run("a");
+    assert_eq!(tr.job.state, JobState::Failed);
+    assert_eq!(tr.job.round, 2);
+    assert_eq!(tr.job.compensated_steps(), ["a"]);
+}
+
+// Proves a whole-job retry round that succeeds ends the job `succeeded`, and that a job past its
+// deadline starts no new round.
+#[test]
+fn whole_job_retry_succeeds_in_a_later_round_and_stops_at_the_deadline() {
+    let mut sim = start(&whole_job(3));
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.run("a");
+    assert_eq!(sim.job.round, 2);
+    sim.run("a");
+    let tr = sim.run("b");
+    assert_eq!((tr.job.state, tr.job.round), (JobState::Succeeded, 2));
+
+    let mut late = whole_job(3);
+    late.deadline = Some(crate::spec::JobDeadline::After(Span::from_secs(1)));
+    let mut sim = start(&late);
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.set_time(1_000);
+    let tr = sim.run("a");
+    assert_eq!((tr.job.state, tr.job.round), (JobState::Failed, 1));
 }

@@ -98,6 +98,7 @@ macro_rules! conformance_tests {
             reschedule_moves_run_at_and_priority,
             reschedule_of_a_keyed_job_keeps_its_place_in_the_key,
             job_deadline_is_found_and_enforced,
+            whole_job_retry_rounds_are_stored,
         );
         $crate::conformance_tests!(@noun ordering:
             ordering_key_runs_one_job_at_a_time,

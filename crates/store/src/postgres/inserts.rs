@@ -30,17 +30,19 @@ pub(super) async fn insert_job_rows(
         tx,
         "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
            ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
-           finished_at, blocked_reason, last_event_seq, deadline, deadline_due) \
+           finished_at, blocked_reason, last_event_seq, deadline, deadline_due, round, \
+           job_retry) \
          SELECT id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
            callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-           blocked_reason, last_event_seq, deadline, deadline_due \
+           blocked_reason, last_event_seq, deadline, deadline_due, round, job_retry \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], \
            $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
            $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[], \
-           $17::bigint[], $18::bigint[]) \
+           $17::bigint[], $18::bigint[], $19::bigint[], $20::text[]) \
            WITH ORDINALITY AS v (id, idempotency_key, fingerprint, labels, priority, run_at, \
              ordering_key, callback_url, on_failure, state, desired_state, created_at, \
-             updated_at, finished_at, blocked_reason, last_event_seq, deadline, deadline_due, n) \
+             updated_at, finished_at, blocked_reason, last_event_seq, deadline, deadline_due, \
+             round, job_retry, n) \
          ORDER BY n \
          ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, seq",
         &[
@@ -62,6 +64,8 @@ pub(super) async fn insert_job_rows(
             &c.last_event_seq,
             &c.deadline,
             &c.deadline_due,
+            &c.round,
+            &c.job_retry,
         ],
     )
     .await?;
@@ -101,6 +105,8 @@ struct JobRows<'a> {
     last_event_seq: Vec<i64>,
     deadline: Vec<Option<i64>>,
     deadline_due: Vec<Option<i64>>,
+    round: Vec<i64>,
+    job_retry: Vec<Option<String>>,
 }
 
 impl<'a> JobRows<'a> {
@@ -126,6 +132,14 @@ impl<'a> JobRows<'a> {
         self.last_event_seq.push(events);
         self.deadline.push(ms(job.deadline));
         self.deadline_due.push(ms(job.deadline_due()));
+        self.round.push(i64::from(job.round));
+        self.job_retry.push(
+            job.retry
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| corrupt("jobs.job_retry", e))?,
+        );
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use deadpool_postgres::Transaction;
 use overseer_core::backoff::{Backoff, Formula};
+use overseer_core::job::JobRetry;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::spec::{CompensateSpec, OnFailure};
 use overseer_core::{
@@ -113,7 +114,7 @@ macro_rules! job_columns {
     () => {
         "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
          callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-         blocked_reason, deadline"
+         blocked_reason, deadline, round, job_retry"
     };
 }
 
@@ -164,6 +165,10 @@ fn job_from_row(row: &Row) -> Res<Job> {
         finished_at: ts(get(row, 13, "jobs.finished_at")?),
         blocked_reason: get(row, 14, "jobs.blocked_reason")?,
         deadline: ts(get(row, 15, "jobs.deadline")?),
+        round: to_u32("jobs.round", get(row, 16, "jobs.round")?)?,
+        retry: get::<Option<String>>(row, 17, "jobs.job_retry")?
+            .map(|r| parse_json::<JobRetry>("jobs.job_retry", &r))
+            .transpose()?,
         steps: Vec::new(),
     })
 }

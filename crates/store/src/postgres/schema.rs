@@ -25,6 +25,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0006_settings.sql"),
     include_str!("../../migrations/postgres/0007_http_targets.sql"),
     include_str!("../../migrations/postgres/0008_deadlines.sql"),
+    include_str!("../../migrations/postgres/0009_job_rounds.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

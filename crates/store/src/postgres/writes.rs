@@ -91,6 +91,7 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
             &events.detail,
             &keep,
             &jobs.deadline_due,
+            &jobs.round,
         ],
     )
     .await?;
@@ -118,14 +119,15 @@ fn all_written(table: &str, written: u64, wanted: usize) -> Res<()> {
 const WRITE_JOBS_SQL: &str = "\
 WITH v AS ( \
   SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::text[], $5::text[], \
-                       $6::bigint[], $7::bigint[], $8::text[], $9::bigint[], $18::bigint[]) \
+                       $6::bigint[], $7::bigint[], $8::text[], $9::bigint[], $18::bigint[], \
+                       $19::bigint[]) \
     AS v (id, priority, run_at, state, desired_state, updated_at, finished_at, blocked_reason, \
-          n_events, deadline_due)), \
+          n_events, deadline_due, round)), \
 j AS ( \
   UPDATE jobs SET priority = v.priority, run_at = v.run_at, state = v.state, \
     desired_state = v.desired_state, updated_at = v.updated_at, finished_at = v.finished_at, \
     blocked_reason = v.blocked_reason, last_event_seq = jobs.last_event_seq + v.n_events, \
-    deadline_due = v.deadline_due \
+    deadline_due = v.deadline_due, round = v.round \
   FROM v WHERE jobs.id = v.id \
   RETURNING jobs.id, jobs.last_event_seq AS last, v.n_events), \
 e AS ( \
@@ -157,6 +159,7 @@ struct JobColumns<'a> {
     /// Events appended to the job by the batch.
     events: Vec<i64>,
     deadline_due: Vec<Option<i64>>,
+    round: Vec<i64>,
 }
 
 impl<'a> JobColumns<'a> {
@@ -173,6 +176,7 @@ impl<'a> JobColumns<'a> {
             .push(job.blocked_reason.as_deref().map(text));
         self.events.push(w.events.len() as i64);
         self.deadline_due.push(ms(job.deadline_due()));
+        self.round.push(i64::from(job.round));
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use overseer_core::backoff::{Backoff, Formula};
-use overseer_core::job::PRIORITY_AGING;
+use overseer_core::job::{JobRetry, PRIORITY_AGING};
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::push::HttpTarget;
 use overseer_core::spec::{CompensateSpec, OnFailure};
@@ -92,7 +92,7 @@ pub(super) fn job_id_text(id: JobId) -> String {
 const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
      callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-     blocked_reason, deadline";
+     blocked_reason, deadline, round, job_retry";
 
 const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
@@ -189,6 +189,15 @@ fn formula_from_column(text: Option<String>) -> Result<Formula> {
     }
 }
 
+/// `jobs.job_retry`: the whole-job retry policy as JSON, NULL for other jobs.
+fn retry_text(job: &Job) -> Result<Option<String>> {
+    job.retry
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| corrupt("jobs.job_retry", e))
+}
+
 fn job_from_row(row: &Row<'_>) -> Result<Job> {
     let id: String = row.get(0).db()?;
     let labels: String = row.get(3).db()?;
@@ -214,6 +223,12 @@ fn job_from_row(row: &Row<'_>) -> Result<Job> {
         finished_at: ts(row.get(13).db()?),
         blocked_reason: row.get(14).db()?,
         deadline: ts(row.get(15).db()?),
+        round: to_u32("jobs.round", row.get(16).db()?)?,
+        retry: row
+            .get::<_, Option<String>>(17)
+            .db()?
+            .map(|r| parse_json::<JobRetry>("jobs.job_retry", &r))
+            .transpose()?,
         steps: Vec::new(),
     })
 }
@@ -322,7 +337,8 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         .ok_or_else(|| corrupt("job_seq", "the submission counter row is missing"))?;
     conn.prepare_cached(&format!(
         "INSERT INTO jobs ({JOB_COLUMNS}, seq, deadline_due) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+         ?19, ?20)"
     ))
     .db()?
     .execute(params![
@@ -342,6 +358,8 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         ms(job.finished_at),
         job.blocked_reason,
         ms(job.deadline),
+        job.round,
+        retry_text(job)?,
         seq,
         ms(job.deadline_due()),
     ])
@@ -373,7 +391,7 @@ pub(super) fn update_job(
             "UPDATE jobs SET fingerprint = ?2, priority = ?3, run_at = ?4, ordering_key = ?5, \
              callback_url = ?6, on_failure = ?7, state = ?8, desired_state = ?9, created_at = ?10, \
              updated_at = ?11, finished_at = ?12, blocked_reason = ?13, \
-             last_event_seq = last_event_seq + ?14, deadline_due = ?15 \
+             last_event_seq = last_event_seq + ?14, deadline_due = ?15, round = ?16 \
              WHERE id = ?1 RETURNING last_event_seq",
         )
         .db()?
@@ -394,6 +412,7 @@ pub(super) fn update_job(
                 job.blocked_reason,
                 new_events as i64,
                 ms(job.deadline_due()),
+                job.round,
             ],
             |r| r.get(0),
         )

@@ -18,4 +18,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0007_settings.sql"),
     include_str!("../../migrations/sqlite/0008_http_targets.sql"),
     include_str!("../../migrations/sqlite/0009_deadlines.sql"),
+    include_str!("../../migrations/sqlite/0010_job_rounds.sql"),
 ];

@@ -196,8 +196,10 @@ class JobSpec(_JobSpecRequired, total=False):
     run_at: str
     ordering_key: str
     callback_url: str
-    on_failure: Literal["compensate", "hold", "fail"]
+    on_failure: Literal["compensate", "hold", "fail", "compensate_and_retry"]
     deadline: str
+    job_attempts: int
+    job_backoff: Backoff
 
 
 class _StepRequired(TypedDict):
@@ -256,4 +258,6 @@ class Job(_JobRequired, total=False):
     compensated: List[str]
     callback_url: Optional[str]
     deadline: str
+    round: int
+    job_attempts: int
     waiting_reason: WaitingReason
