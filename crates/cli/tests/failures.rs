@@ -722,3 +722,74 @@ async fn a_step_past_its_deadline_is_stopped_retried_and_fails() {
         assert!(error.starts_with("deadline exceeded"), "{e}");
     }
 }
+
+// Proves whole-job retry end to end: with `on_failure: compensate_and_retry` and
+// `job_attempts: 2`, a job whose second step always fails undoes its first step, runs the whole
+// job again from its root (a new attempt number, never a reused one), undoes it again, and ends
+// `failed` in round 2; `overseer status` shows the round, and the history has each round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_job_retry_undoes_and_runs_each_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let journal = dir.path().join("journal");
+    let _work = Agent::start(&server, "work", &journaling(&journal, "do"));
+    let _undo = Agent::start(&server, "undo", &journaling(&journal, "undo"));
+    let _broken = Agent::start_with(
+        &server,
+        "broken",
+        &["--fatal-exit-codes", "3"],
+        &["sh", "-c", "cat >/dev/null; echo 'declined' >&2; exit 3"],
+    );
+    let api = server.api();
+    let id = api
+        .submit(
+            &json!({"on_failure": "compensate_and_retry", "job_attempts": 2,
+            "job_backoff": {"initial": "100ms"},
+            "steps": [
+                {"name": "reserve", "agent": "work", "compensate": {"agent": "undo"}},
+                {"name": "charge", "agent": "broken", "depends_on": ["reserve"]}
+            ]}),
+        )
+        .await;
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(
+        (job["round"].as_u64(), job["job_attempts"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(step(&job, "reserve")["state"], "compensated", "{job}");
+    assert_eq!(
+        step(&job, "reserve")["attempt"],
+        4,
+        "do, undo, do, undo: {job}"
+    );
+    assert_eq!(step(&job, "charge")["attempt"], 2, "{job}");
+    let lines: Vec<String> = journal_lines(&journal)
+        .into_iter()
+        .map(|l| l.split(' ').take(4).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "do reserve 1 work",
+            "undo reserve 2 compensate",
+            "do reserve 3 work",
+            "undo reserve 4 compensate"
+        ],
+        "each round undoes exactly what succeeded in it"
+    );
+    let kinds: Vec<String> = api
+        .events(&id)
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    let rounds = kinds.iter().filter(|k| *k == "job_round_started").count();
+    assert_eq!(rounds, 1, "{kinds:?}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_overseer"))
+        .args(["status", &id, "--server", &server.url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("round: 2 of 2"), "{text}");
+}
