@@ -230,6 +230,9 @@ pub fn job_view(key: Option<String>) -> JobView {
         blocked_reason: None,
         compensated: vec![],
         callback_url: None,
+        deadline: None,
+        round: 1,
+        job_attempts: None,
         waiting_reason: None,
         steps: vec![],
     }
