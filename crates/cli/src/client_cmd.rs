@@ -299,6 +299,12 @@ fn render_job(job: &JobView) -> String {
         out.push_str(&format!(" (desired: {})", job.desired_state));
     }
     out.push('\n');
+    if let Some(rounds) = job.job_attempts {
+        out.push_str(&format!("round: {} of {rounds}\n", job.round));
+    }
+    if let Some(deadline) = job.deadline {
+        out.push_str(&format!("deadline: {deadline}\n"));
+    }
     if let Some(reason) = &job.blocked_reason {
         out.push_str(&format!("blocked: {reason}\n"));
     }

@@ -631,3 +631,165 @@ async fn a_generated_webhook_key_is_shared_by_the_cluster() {
         assert!(!logs.contains(key), "the key leaked into a log");
     }
 }
+
+// Proves a step's deadline stops work that heartbeats forever: a command that sleeps 60 s under
+// `timeout: 3s, deadline: 10s` keeps its lease past 3 s (the agent heartbeats), is killed with
+// its whole process group at 10 s, is retried, and the job ends `failed` after `max_attempts`;
+// the history names the deadline, and each attempt ended within one sweep of its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_past_its_deadline_is_stopped_retried_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let pids = dir.path().join("pids");
+    let _agent = Agent::start(
+        &server,
+        "hang",
+        &format!(
+            "cat >/dev/null; sleep 60 & echo $! >> {p}; wait",
+            p = pids.display()
+        ),
+    );
+    let id = api
+        .submit(
+            &json!({"steps": [{"name": "hang", "agent": "hang", "timeout": "3s",
+            "deadline": "10s", "max_attempts": 2, "backoff": {"initial": "100ms"}}]}),
+        )
+        .await;
+    // Watch each attempt's process: alive past the 3 s timeout, dead soon after 10 s.
+    let mut lifetimes = Vec::new();
+    for n in 1..=2 {
+        let (pid, started) = wait_for("an attempt to start", || {
+            let pids = pids.clone();
+            async move {
+                let text = std::fs::read_to_string(&pids).unwrap_or_default();
+                let pid: u32 = text.lines().nth(n - 1)?.trim().parse().ok()?;
+                Some((pid, std::time::Instant::now()))
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(process_alive(pid), "attempt {n} died before its deadline");
+        wait_for("the attempt's process to be killed", || async move {
+            (!process_alive(pid)).then_some(())
+        })
+        .await;
+        lifetimes.push(started.elapsed());
+    }
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    let s = step(&job, "hang");
+    assert_eq!(
+        (s["attempt"].as_u64(), s["failures"].as_u64()),
+        (Some(2), Some(2)),
+        "{job}"
+    );
+    assert_eq!(s["deadline"], "10s", "{job}");
+    for life in &lifetimes {
+        assert!(
+            *life >= Duration::from_secs(8) && *life < Duration::from_secs(13),
+            "an attempt lived {life:?}, not about 10 s: {lifetimes:?}"
+        );
+    }
+    let events = api.events(&id).await;
+    let at = |kind: &str| -> Vec<i64> {
+        events
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| millis(&e["at"]))
+            .collect()
+    };
+    let (leased, overrun) = (at("step_leased"), at("step_deadline_exceeded"));
+    assert_eq!((leased.len(), overrun.len()), (2, 2), "{events:?}");
+    assert!(
+        at("step_lease_expired").is_empty(),
+        "silence was never the cause: {events:?}"
+    );
+    for (start, end) in leased.iter().zip(&overrun) {
+        // The sweep runs every 200 ms in tests: no attempt outlives its deadline by more.
+        let over = end - start - 10_000;
+        assert!(
+            (0..=1_000).contains(&over),
+            "ended {over} ms after its deadline"
+        );
+    }
+    // Every failure is the deadline: the agent never reported after it.
+    for e in events
+        .iter()
+        .filter(|e| e["kind"] == "step_retry_scheduled" || e["kind"] == "step_failed")
+    {
+        let error = e["detail"]["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("deadline exceeded"), "{e}");
+    }
+}
+
+// Proves whole-job retry end to end: with `on_failure: compensate_and_retry` and
+// `job_attempts: 2`, a job whose second step always fails undoes its first step, runs the whole
+// job again from its root (a new attempt number, never a reused one), undoes it again, and ends
+// `failed` in round 2; `overseer status` shows the round, and the history has each round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_job_retry_undoes_and_runs_each_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let journal = dir.path().join("journal");
+    let _work = Agent::start(&server, "work", &journaling(&journal, "do"));
+    let _undo = Agent::start(&server, "undo", &journaling(&journal, "undo"));
+    let _broken = Agent::start_with(
+        &server,
+        "broken",
+        &["--fatal-exit-codes", "3"],
+        &["sh", "-c", "cat >/dev/null; echo 'declined' >&2; exit 3"],
+    );
+    let api = server.api();
+    let id = api
+        .submit(
+            &json!({"on_failure": "compensate_and_retry", "job_attempts": 2,
+            "job_backoff": {"initial": "100ms"},
+            "steps": [
+                {"name": "reserve", "agent": "work", "compensate": {"agent": "undo"}},
+                {"name": "charge", "agent": "broken", "depends_on": ["reserve"]}
+            ]}),
+        )
+        .await;
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(
+        (job["round"].as_u64(), job["job_attempts"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(step(&job, "reserve")["state"], "compensated", "{job}");
+    assert_eq!(
+        step(&job, "reserve")["attempt"],
+        4,
+        "do, undo, do, undo: {job}"
+    );
+    assert_eq!(step(&job, "charge")["attempt"], 2, "{job}");
+    let lines: Vec<String> = journal_lines(&journal)
+        .into_iter()
+        .map(|l| l.split(' ').take(4).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "do reserve 1 work",
+            "undo reserve 2 compensate",
+            "do reserve 3 work",
+            "undo reserve 4 compensate"
+        ],
+        "each round undoes exactly what succeeded in it"
+    );
+    let kinds: Vec<String> = api
+        .events(&id)
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    let rounds = kinds.iter().filter(|k| *k == "job_round_started").count();
+    assert_eq!(rounds, 1, "{kinds:?}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_overseer"))
+        .args(["status", &id, "--server", &server.url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("round: 2 of 2"), "{text}");
+}

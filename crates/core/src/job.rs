@@ -138,7 +138,21 @@ pub struct Job {
     /// and for jobs the server makes itself (schedules, Faktory). A `submit`-only token sees
     /// only the jobs it submitted.
     pub submitted_by: Option<String>,
+    /// The instant past which nothing new starts and the job fails (fixed at submission).
+    pub deadline: Option<Timestamp>,
+    /// The round a whole-job retry is in, from 1 (always 1 for other jobs).
+    pub round: u32,
+    /// How a `compensate_and_retry` job retries as a whole (fixed at submission).
+    pub retry: Option<JobRetry>,
     pub steps: Vec<Step>,
+}
+
+/// A whole-job retry's policy: at most `attempts` rounds, `backoff` before each new one; the
+/// job fails after the last.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRetry {
+    pub attempts: u32,
+    pub backoff: Backoff,
 }
 
 /// One step of a job, with its current attempt.
@@ -149,6 +163,8 @@ pub struct Step {
     pub payload: Value,
     pub depends_on: Vec<String>,
     pub timeout: Span,
+    /// The longest one attempt of the work may run, heartbeats or not.
+    pub deadline: Option<Span>,
     /// 0 means no limit.
     pub max_attempts: u32,
     pub backoff: Backoff,
@@ -178,6 +194,9 @@ pub struct Step {
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
     pub lease_expires_at: Option<Timestamp>,
+    /// The hard end of the current (or last) attempt, from its lease's deadline: no heartbeat
+    /// moves `lease_expires_at` past it.
+    pub attempt_ends_at: Option<Timestamp>,
     pub next_attempt_at: Option<Timestamp>,
     pub result: Option<Value>,
     pub last_error: Option<String>,
@@ -208,6 +227,7 @@ impl Job {
                     .timeout
                     .or(s.http.as_ref().and_then(|h| h.timeout))
                     .unwrap_or(DEFAULT_TIMEOUT),
+                deadline: s.deadline,
                 max_attempts: s.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS),
                 backoff: s.backoff.unwrap_or_default(),
                 backoff_formula: s.backoff_formula.unwrap_or_default(),
@@ -232,6 +252,7 @@ impl Job {
                 started_at: None,
                 finished_at: None,
                 lease_expires_at: None,
+                attempt_ends_at: None,
                 next_attempt_at: None,
                 result: None,
                 last_error: None,
@@ -261,8 +282,35 @@ impl Job {
             finished_at: None,
             blocked_reason: None,
             submitted_by: None,
+            deadline: spec.deadline.map(|d| d.resolve(now)),
+            round: 1,
+            retry: (spec.on_failure == Some(OnFailure::CompensateAndRetry)).then(|| JobRetry {
+                attempts: spec
+                    .job_attempts
+                    .unwrap_or(crate::spec::DEFAULT_JOB_ATTEMPTS),
+                backoff: spec.job_backoff.unwrap_or_default(),
+            }),
             steps,
         }
+    }
+
+    /// When the supervisor must enforce the job's deadline: while the job still wants its work
+    /// (not finished, not being cancelled, not unwinding). The stores index it.
+    pub fn deadline_due(&self) -> Option<Timestamp> {
+        let wants_work = matches!(
+            self.state,
+            JobState::Pending | JobState::Running | JobState::Blocked
+        ) && self.desired_state == DesiredState::Succeeded
+            && !self
+                .steps
+                .iter()
+                .any(|s| s.state == StepState::Compensating);
+        self.deadline.filter(|_| wants_work)
+    }
+
+    /// Whether the job's deadline has come at `now`.
+    pub fn past_deadline(&self, now: Timestamp) -> bool {
+        self.deadline.is_some_and(|d| d <= now)
     }
 
     pub fn step_index(&self, name: &str) -> Option<usize> {
@@ -309,6 +357,8 @@ impl Job {
             && self.callback_url == other.callback_url
             && self.on_failure == other.on_failure
             && self.retention == other.retention
+            && self.deadline == other.deadline
+            && self.retry == other.retry
             && self.created_at == other.created_at
             && self.steps.len() == other.steps.len()
             && self
@@ -399,6 +449,7 @@ impl Step {
             && self.payload == other.payload
             && self.depends_on == other.depends_on
             && self.timeout == other.timeout
+            && self.deadline == other.deadline
             && self.max_attempts == other.max_attempts
             && self.backoff == other.backoff
             && self.backoff_formula == other.backoff_formula
@@ -461,6 +512,27 @@ impl Step {
             (Some(c), true) => c.timeout.unwrap_or(self.timeout),
             _ => self.timeout,
         }
+    }
+
+    /// The deadline of the current or next lease: an undo's own, else the step's.
+    pub fn lease_deadline(&self) -> Option<Span> {
+        match (&self.compensate, self.is_compensating()) {
+            (Some(c), true) => c.deadline.or(self.deadline),
+            _ => self.deadline,
+        }
+    }
+
+    /// When a lease renewed at `now` ends: a timeout from now, but never past the attempt's
+    /// hard end.
+    pub fn lease_end(&self, now: Timestamp) -> Timestamp {
+        let silence = now.plus(self.lease_timeout());
+        self.attempt_ends_at.map_or(silence, |end| silence.min(end))
+    }
+
+    /// Whether the live lease ends at the attempt's hard end rather than for want of a
+    /// heartbeat: its expiry is then a deadline overrun, not silence.
+    pub fn lease_ends_at_deadline(&self) -> bool {
+        self.attempt_ends_at.is_some() && self.attempt_ends_at == self.lease_expires_at
     }
 
     pub fn comp_max_attempts(&self) -> u32 {

@@ -11,6 +11,19 @@
 //! `compensate` action, in reverse dependency order, each undo being its own leased, fenced and
 //! retried unit of work. A cancel compensates the same way once no step is running.
 //!
+//! Time bounds: a step's `timeout` bounds the silence between heartbeats; its `deadline` bounds
+//! one attempt however it heartbeats. A claim fixes the attempt's hard end (`attempt_ends_at`,
+//! claim time + deadline) and no heartbeat renews the lease past it, so the ordinary expiry sweep
+//! ends an overrunning attempt as a failed one (`step_deadline_exceeded`), retried by the step's
+//! policy. A job's `deadline` bounds the whole job: past it no work is claimed and the supervisor
+//! fails the job (`Deadline`), undoing its succeeded steps when its `on_failure` compensates.
+//!
+//! Whole-job retry (`on_failure: compensate_and_retry`): when a step fails for good the job
+//! unwinds as with `compensate`; once every undo is done, if rounds are left (`job_attempts`)
+//! and the job's deadline has not passed, every step goes back to `waiting`, `round` grows by
+//! one and the roots are ready after the job's backoff (`job_round_started`). Attempt numbers
+//! keep growing across rounds, so a report from an earlier round is always refused.
+//!
 //! An operator may move a job (`Reschedule`): its `run_at` while it is pending, its priority
 //! until it finishes. Neither is a state change of its own; a move of `run_at` to now starts an
 //! unkeyed job at once (the job moves from pending to running).
@@ -22,19 +35,21 @@
 //!         [*] --> running: submit
 //!         pending --> running: run_at reached (or rescheduled to now)
 //!         pending --> cancelled: cancel
+//!         pending --> failed: job deadline passed
 //!         running --> succeeded: every step succeeded or skipped
-//!         running --> failed: a step failed for good (fail, or compensate with nothing to undo)
+//!         running --> failed: a step failed for good (fail, or compensate with nothing to undo), or the job deadline passed
 //!         running --> blocked: a step failed for good (hold)
-//!         running --> compensating: a step failed for good (compensate), or cancelled
+//!         running --> compensating: a step failed for good (compensate), cancelled, or the job deadline passed
 //!         running --> cancelled: cancel, once no step runs, nothing to undo
 //!         blocked --> running: operator retry, skip or resume
 //!         blocked --> succeeded: operator skip of the last step not done
-//!         blocked --> compensating: cancel once no step runs; operator retry or skip of a failed undo
+//!         blocked --> compensating: cancel once no step runs; operator retry or skip of a failed undo; job deadline
 //!         blocked --> cancelled: cancel, nothing to undo; operator skip of the last failed undo
 //!         compensating --> blocked: an undo failed for good
 //!         compensating --> failed: every undo done, after a failure
 //!         compensating --> cancelled: every undo done, after a cancel
-//!         blocked --> failed: operator skip of the last failed undo
+//!         compensating --> running: every undo done, a whole-job retry starts its next round
+//!         blocked --> failed: operator skip of the last failed undo, or the job deadline passed
 //!     }
 //!     state "Step" as step {
 //!         [*] --> waiting
@@ -42,7 +57,7 @@
 //!         ready --> running: claim (attempt + 1)
 //!         running --> running: heartbeat
 //!         running --> succeeded: complete
-//!         running --> ready: fail (retryable) / lease expired, attempts left
+//!         running --> ready: fail (retryable) / lease expired or deadline exceeded, attempts left
 //!         running --> waiting: the same while the job is blocked
 //!         ready --> waiting: the job is blocked
 //!         running --> failed: fail (fatal) / attempts exhausted
@@ -55,6 +70,10 @@
 //!         succeeded --> compensating: the job unwinds and the step declares compensate
 //!         compensating --> compensating: undo leased, retried, or failed for good
 //!         compensating --> compensated: undo completed
+//!         compensated --> waiting: the next round of a whole-job retry
+//!         succeeded --> waiting: the next round (a step with nothing to undo)
+//!         cancelled --> waiting: the next round
+//!         skipped --> waiting: the next round (an undo an operator skipped)
 //!         compensating --> skipped: operator skip of a failed undo
 //!     }
 //! ```
@@ -67,6 +86,7 @@
 use serde_json::{json, Value};
 
 use crate::id::LeaseId;
+use crate::job::JobRetry;
 use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, StepState};
 use crate::spec::OnFailure;
 use crate::time::{Span, Timestamp};
@@ -134,6 +154,9 @@ pub enum Command {
         attempt: u32,
         jitter: f64,
     },
+    /// The supervisor found the job past its deadline while it still wanted its work: nothing
+    /// new starts, and the job fails (undoing what it declares, when its `on_failure` undoes).
+    Deadline,
     /// A client wants the job stopped.
     Cancel,
     /// An operator gives a failed step (or a failed undo) of a blocked job a fresh budget.
@@ -176,6 +199,7 @@ impl Command {
             Command::Complete { .. } => "complete",
             Command::Fail { .. } | Command::FailRetryAfter { .. } => "fail",
             Command::Expire { .. } => "expire",
+            Command::Deadline => "deadline",
             Command::Cancel => "cancel",
             Command::Retry { .. } => "retry",
             Command::Skip { .. } => "skip",
@@ -363,7 +387,7 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             // An undo is never told to stop: it is how a stopping job cleans up.
             let cancel = !w.job.steps[step].is_compensating() && !w.wants_work();
             let s = &mut w.job.steps[step];
-            let expires = now.plus(s.lease_timeout());
+            let expires = s.lease_end(now);
             s.lease_expires_at = Some(expires);
             Reply::Heartbeat {
                 lease_expires_at: expires,
@@ -431,21 +455,30 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             if !expired {
                 return Err(Rejection::NotExpired);
             }
-            let kind = if s.is_compensating() {
-                "compensation_lease_expired"
-            } else {
-                "step_lease_expired"
+            // The history tells a deadline overrun from silence: one ran too long, the other
+            // stopped heartbeating.
+            let (kind, error) = match (s.is_compensating(), s.lease_ends_at_deadline()) {
+                (true, false) => ("compensation_lease_expired", lease_expired_error()),
+                (false, false) => ("step_lease_expired", lease_expired_error()),
+                (true, true) => ("compensation_deadline_exceeded", deadline_error(s)),
+                (false, true) => ("step_deadline_exceeded", deadline_error(s)),
             };
             w.event(kind, Some(step), Some(attempt), None);
-            let error = "lease expired: no report before complete_by";
             w.report_failure(
                 step,
                 attempt,
-                error,
+                &error,
                 true,
                 Delay::Backoff(jitter),
                 "expired",
             );
+            Reply::Done
+        }
+        Command::Deadline => {
+            if w.job.deadline_due().is_none_or(|t| t > now) {
+                return Err(Rejection::NotDue);
+            }
+            w.deadline_passed();
             Reply::Done
         }
         Command::Cancel => {
@@ -556,6 +589,18 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
         }
     };
     Ok(w.finish(job, reply))
+}
+
+fn lease_expired_error() -> String {
+    "lease expired: no report before complete_by".to_string()
+}
+
+fn deadline_error(s: &crate::job::Step) -> String {
+    let limit = s
+        .lease_deadline()
+        .map(|d| d.to_string())
+        .unwrap_or_default();
+    format!("deadline exceeded: the attempt ran longer than its deadline of {limit}")
 }
 
 /// A transition being built.
@@ -675,15 +720,16 @@ impl Work {
             && if undo {
                 self.job.state == JobState::Compensating
             } else {
+                // Past the job's deadline no work starts, even before the sweep fails the job.
                 work && self.job.state == JobState::Running
                     && self.job.desired_state == DesiredState::Succeeded
+                    && !self.job.past_deadline(now)
             };
         if !claimable {
             return Err(Rejection::NotClaimable);
         }
         let s = &mut self.job.steps[step];
         s.attempt += 1;
-        let timeout = s.lease_timeout();
         if undo {
             s.comp_phase = Some(CompPhase::Running);
             s.comp_attempts += 1;
@@ -693,7 +739,9 @@ impl Work {
         }
         s.lease_id = Some(lease_id);
         s.worker = Some(worker.clone());
-        s.lease_expires_at = Some(now.plus(timeout));
+        // The attempt's hard end is fixed now; heartbeats renew the lease only up to it.
+        s.attempt_ends_at = s.lease_deadline().map(|d| now.plus(d));
+        s.lease_expires_at = Some(s.lease_end(now));
         s.next_attempt_at = None;
         let (attempt, expires) = (s.attempt, s.lease_expires_at);
         let kind = if undo {
@@ -708,6 +756,39 @@ impl Work {
             Some(json!({ "worker": worker, "lease_expires_at": expires })),
         );
         Ok(())
+    }
+
+    /// The job's deadline has come while it still wants its work (see [`Command::Deadline`]).
+    fn deadline_passed(&mut self) {
+        let deadline = self.job.deadline;
+        self.event(
+            "job_deadline_passed",
+            None,
+            None,
+            Some(json!({ "deadline": deadline })),
+        );
+        let undoes = matches!(
+            self.job.on_failure,
+            OnFailure::Compensate | OnFailure::CompensateAndRetry
+        );
+        let to_undo = self
+            .job
+            .steps
+            .iter()
+            .any(|s| s.state == StepState::Succeeded && s.compensate.is_some());
+        self.cancel_unstarted("the job's deadline passed");
+        if undoes && to_undo && self.job.state != JobState::Pending {
+            self.event(
+                "job_compensating",
+                None,
+                None,
+                Some(json!({ "cause": "deadline" })),
+            );
+            self.begin_unwind();
+        } else {
+            let detail = json!({ "cause": "deadline", "deadline": deadline });
+            self.finish_job(JobState::Failed, Some(detail));
+        }
     }
 
     fn start(&mut self) {
@@ -906,14 +987,13 @@ impl Work {
                 let reason = format!("step `{name}` failed: {error}");
                 self.block(reason);
             }
-            OnFailure::Compensate => {
+            OnFailure::Compensate | OnFailure::CompensateAndRetry => {
                 self.cancel_unstarted("the job is compensating");
-                self.event(
-                    "job_compensating",
-                    None,
-                    None,
-                    Some(json!({ "step": name, "error": error })),
-                );
+                let mut detail = json!({ "step": name, "error": error });
+                if self.job.retry.is_some() {
+                    detail["round"] = json!(self.job.round);
+                }
+                self.event("job_compensating", None, None, Some(detail));
                 self.begin_unwind();
             }
         }
@@ -1104,12 +1184,73 @@ impl Work {
             .all(|s| !matches!(s.state, StepState::Compensating | StepState::Running));
         if done {
             let undone = self.job.compensated_steps();
-            let state = if self.job.desired_state == DesiredState::Cancelled {
-                JobState::Cancelled
+            if self.job.desired_state == DesiredState::Cancelled {
+                self.finish_job(JobState::Cancelled, Some(json!({ "compensated": undone })));
+            } else if let Some(retry) = self.next_round() {
+                self.new_round(retry, undone);
             } else {
-                JobState::Failed
-            };
-            self.finish_job(state, Some(json!({ "compensated": undone })));
+                self.finish_job(JobState::Failed, Some(json!({ "compensated": undone })));
+            }
+        }
+    }
+
+    /// The policy of a whole-job retry that may run another round now: rounds left, and the
+    /// job's deadline (if any) not passed.
+    fn next_round(&self) -> Option<JobRetry> {
+        let retry = self.job.retry?;
+        let left = self.job.round < retry.attempts;
+        (left && !self.job.past_deadline(self.now)).then_some(retry)
+    }
+
+    /// Starts the whole job again once a round was undone: every step back to its initial
+    /// state, the roots ready after the job's backoff. Attempts keep counting (they are the
+    /// fencing token), so a late report of an earlier round can never be taken in this one;
+    /// each round gets fresh attempt budgets (`failures` keeps counting, so backoff keeps growing).
+    fn new_round(&mut self, retry: JobRetry, undone: Vec<String>) {
+        let delay = retry.backoff.delay(self.job.round, 0.0);
+        self.job.round += 1;
+        let round = self.job.round;
+        for s in &mut self.job.steps {
+            s.state = StepState::Waiting;
+            s.budget_from = s.attempt;
+            s.comp_phase = None;
+            s.comp_budget_from = s.comp_attempts;
+            s.lease_id = None;
+            s.worker = None;
+            s.ready_at = None;
+            s.started_at = None;
+            s.finished_at = None;
+            s.lease_expires_at = None;
+            s.next_attempt_at = None;
+            s.result = None;
+        }
+        self.job.state = JobState::Running;
+        let at = self.now.plus(delay);
+        self.event(
+            "job_round_started",
+            None,
+            None,
+            Some(json!({ "round": round, "undone": undone, "delay": delay, "at": at })),
+        );
+        for i in 0..self.job.steps.len() {
+            self.event("step_reset", Some(i), None, Some(json!({ "round": round })));
+        }
+        let before = self.effects.len();
+        self.promote();
+        // The roots wait out the job's backoff: each is claimable only from `at`.
+        let woken: Vec<Effect> = self.effects.split_off(before);
+        for s in &mut self.job.steps {
+            if s.state == StepState::Ready {
+                s.next_attempt_at = Some(at);
+            }
+        }
+        for e in woken {
+            match e {
+                Effect::Ready { agent } if delay > Span::ZERO => {
+                    self.effects.push(Effect::ReadyAt { agent, at })
+                }
+                other => self.effects.push(other),
+            }
         }
     }
 
@@ -1279,7 +1420,8 @@ impl Work {
             || self.job.state != before.state
             || self.job.desired_state != before.desired_state
             || self.job.finished_at != before.finished_at
-            || self.job.blocked_reason != before.blocked_reason;
+            || self.job.blocked_reason != before.blocked_reason
+            || self.job.round != before.round;
         if job_fields_changed || !self.events.is_empty() {
             self.job.updated_at = self.now;
         }

@@ -50,10 +50,81 @@ pub struct JobSpec {
     /// it ends in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Span>,
+    /// The latest the job may run: an RFC 3339 instant, or a duration counted from submission.
+    /// Past it nothing new starts and the job fails (undoing what it declares). Left out of the
+    /// JSON when not given, so specs written before it existed keep their fingerprints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<JobDeadline>,
+    /// Rounds a `compensate_and_retry` job runs at most (default 3), the first included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_attempts: Option<u32>,
+    /// The wait before each new round of a `compensate_and_retry` job (default: no backoff
+    /// parameters given means 1 s doubling up to 5 min).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_backoff: Option<Backoff>,
     /// 1 to `limits.steps_per_job` (100).
     #[schema(min_items = 1, max_items = 100)]
     pub steps: Vec<StepSpec>,
 }
+
+/// The most rounds one whole-job retry may ask for.
+pub const JOB_ATTEMPTS_MAX: u32 = 100;
+pub const DEFAULT_JOB_ATTEMPTS: u32 = 3;
+
+/// A job's deadline as submitted: an instant, or a length of time after submission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobDeadline {
+    At(Timestamp),
+    After(Span),
+}
+
+impl JobDeadline {
+    /// The instant it names, for a job submitted at `submitted`.
+    pub fn resolve(self, submitted: Timestamp) -> Timestamp {
+        match self {
+            JobDeadline::At(t) => t,
+            JobDeadline::After(span) => submitted.plus(span),
+        }
+    }
+}
+
+impl Serialize for JobDeadline {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            JobDeadline::At(t) => t.serialize(s),
+            JobDeadline::After(span) => span.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for JobDeadline {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if let Ok(span) = text.parse::<Span>() {
+            return Ok(JobDeadline::After(span));
+        }
+        Timestamp::parse_rfc3339(&text)
+            .map(JobDeadline::At)
+            .map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "`{text}` is neither an RFC 3339 time nor a duration (e.g. \"2030-01-01T00:00:00Z\", \"10m\")"
+                ))
+            })
+    }
+}
+
+impl utoipa::PartialSchema for JobDeadline {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "An RFC 3339 instant, or a duration after submission such as `10m`",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for JobDeadline {}
 
 /// One step as submitted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -76,8 +147,13 @@ pub struct StepSpec {
     pub payload: Value,
     #[serde(default)]
     pub depends_on: Vec<String>,
+    /// The longest silence between heartbeats before the lease is lost (the lease timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Span>,
+    /// The longest one attempt may run, heartbeats or not (start-to-close): past it the attempt
+    /// has failed and is retried by `max_attempts` and `backoff`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Span>,
     /// 0 (no limit) to `limits.max_attempts` (1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 1000)]
@@ -109,6 +185,9 @@ pub struct CompensateSpec {
     pub payload: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Span>,
+    /// The longest one attempt of the undo may run; defaults to the step's `deadline`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Span>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 1000)]
     pub max_attempts: Option<u32>,
@@ -121,6 +200,9 @@ pub enum OnFailure {
     Compensate,
     Hold,
     Fail,
+    /// Undo every succeeded step, then run the whole job again from its roots (a new round),
+    /// up to `job_attempts` rounds.
+    CompensateAndRetry,
 }
 
 impl OnFailure {
@@ -129,6 +211,7 @@ impl OnFailure {
             OnFailure::Compensate => "compensate",
             OnFailure::Hold => "hold",
             OnFailure::Fail => "fail",
+            OnFailure::CompensateAndRetry => "compensate_and_retry",
         }
     }
 
@@ -137,6 +220,7 @@ impl OnFailure {
             "compensate" => Some(OnFailure::Compensate),
             "hold" => Some(OnFailure::Hold),
             "fail" => Some(OnFailure::Fail),
+            "compensate_and_retry" => Some(OnFailure::CompensateAndRetry),
             _ => None,
         }
     }
@@ -347,6 +431,15 @@ impl JobSpec {
                 ));
             }
         }
+        if let Some(JobDeadline::At(t)) = self.deadline {
+            if !(RUN_AT_MIN..=RUN_AT_MAX).contains(&t) {
+                return Err(SpecError::new(
+                    "deadline",
+                    "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
+                ));
+            }
+        }
+        self.validate_job_retry()?;
         if let Some(key) = &self.ordering_key {
             check_name("ordering_key", key, limits)?;
         }
@@ -417,6 +510,7 @@ impl JobSpec {
                     ));
                 }
             }
+            check_deadline(&at("deadline"), step.deadline, limits)?;
             if let Some(n) = step.max_attempts {
                 if n > limits.max_attempts {
                     return Err(SpecError::new(
@@ -478,6 +572,7 @@ impl JobSpec {
                         ));
                     }
                 }
+                check_deadline(&at("compensate.deadline"), c.deadline, limits)?;
                 if c.max_attempts.is_some_and(|n| n > limits.max_attempts) {
                     return Err(SpecError::new(
                         at("compensate.max_attempts"),
@@ -515,6 +610,62 @@ impl JobSpec {
             ));
         }
         Ok(())
+    }
+}
+
+impl JobSpec {
+    /// `job_attempts` and `job_backoff` shape a whole-job retry only.
+    fn validate_job_retry(&self) -> Result<(), SpecError> {
+        let retrying = self.on_failure == Some(OnFailure::CompensateAndRetry);
+        for (field, given) in [
+            ("job_attempts", self.job_attempts.is_some()),
+            ("job_backoff", self.job_backoff.is_some()),
+        ] {
+            if given && !retrying {
+                return Err(SpecError::new(
+                    field,
+                    "applies only with `on_failure: compensate_and_retry`",
+                ));
+            }
+        }
+        if let Some(n) = self.job_attempts {
+            if !(1..=JOB_ATTEMPTS_MAX).contains(&n) {
+                return Err(SpecError::new(
+                    "job_attempts",
+                    format!("job_attempts must be between 1 and {JOB_ATTEMPTS_MAX}"),
+                ));
+            }
+        }
+        if let Some(b) = &self.job_backoff {
+            if !(b.factor.is_finite() && (1.0..=100.0).contains(&b.factor)) {
+                return Err(SpecError::new(
+                    "job_backoff.factor",
+                    "factor must be between 1 and 100",
+                ));
+            }
+            if b.max < b.initial {
+                return Err(SpecError::new(
+                    "job_backoff.max",
+                    "max must not be below initial",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An attempt's deadline is bounded like a timeout: long enough to be more than noise, no
+/// longer than the longest lease.
+fn check_deadline(field: &str, deadline: Option<Span>, limits: &Limits) -> Result<(), SpecError> {
+    match deadline {
+        Some(d) if d < MIN_TIMEOUT || d > limits.timeout_max => Err(SpecError::new(
+            field,
+            format!(
+                "deadline must be between {MIN_TIMEOUT} and {}",
+                limits.timeout_max
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

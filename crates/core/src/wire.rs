@@ -56,6 +56,15 @@ pub struct JobView {
     /// setting, and for jobs of schedules and Faktory).
     #[serde(default)]
     pub submitted_by: Option<String>,
+    /// The instant past which nothing new starts and the job fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// The round a whole-job retry (`compensate_and_retry`) is in, from 1; 1 for other jobs.
+    #[serde(default = "first_round")]
+    pub round: u32,
+    /// Rounds a whole-job retry runs at most; absent for other jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_attempts: Option<u32>,
     /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -73,6 +82,9 @@ pub struct StepView {
     pub failures: u32,
     pub max_attempts: u32,
     pub timeout: Span,
+    /// The longest one attempt may run, heartbeats or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Span>,
     pub payload: Value,
     pub worker: Option<String>,
     pub created_at: Timestamp,
@@ -121,6 +133,9 @@ impl From<&Job> for JobView {
             retention: job.retention,
             removable_at: None,
             submitted_by: job.submitted_by.clone(),
+            deadline: job.deadline,
+            round: job.round,
+            job_attempts: job.retry.map(|r| r.attempts),
             waiting_reason: None,
             steps: job
                 .steps
@@ -134,6 +149,7 @@ impl From<&Job> for JobView {
                     failures: s.failures,
                     max_attempts: s.max_attempts,
                     timeout: s.timeout,
+                    deadline: s.deadline,
                     payload: s.payload.clone(),
                     worker: s.worker.clone(),
                     created_at: s.created_at,
@@ -157,6 +173,10 @@ impl From<&Job> for JobView {
                 .collect(),
         }
     }
+}
+
+fn first_round() -> u32 {
+    1
 }
 
 /// `GET /v1/jobs` answer.

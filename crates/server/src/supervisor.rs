@@ -72,6 +72,8 @@ pub struct Sweep {
     pub repaired: usize,
     /// Finished jobs removed because their retention passed.
     pub pruned: usize,
+    /// Jobs failed because their deadline passed.
+    pub deadlines: usize,
 }
 
 impl Supervisor {
@@ -166,7 +168,15 @@ impl Supervisor {
         loop {
             let now = self.app.now();
             match self.sweep(now).await {
-                Ok(s) if s.expired + s.activated + s.fired + s.repaired + s.woken_agents > 0 => {
+                Ok(s)
+                    if s.expired
+                        + s.activated
+                        + s.fired
+                        + s.repaired
+                        + s.woken_agents
+                        + s.deadlines
+                        > 0 =>
+                {
                     tracing::debug!(?s, "sweep")
                 }
                 Ok(_) => {}
@@ -311,6 +321,7 @@ impl Supervisor {
                 Err(e) => per_item(e, "job")?,
             }
         }
+        done.deadlines = self.enforce_deadlines(now, fence).await?;
         // Issued together so the store can commit them as one group (one fsync), which is what
         // keeps a crowd of jobs due at the same instant on time.
         let due = store
@@ -390,6 +401,35 @@ impl Supervisor {
         }
         self.next_prune_at = if backlog { now } else { now.plus(PRUNE_EVERY) };
         Ok(pruned)
+    }
+
+    /// Fails the jobs whose deadline has come (`Command::Deadline`): before activations, so a
+    /// pending job past its deadline never starts.
+    async fn enforce_deadlines(&self, now: Timestamp, fence: &Fence) -> Result<usize, StoreError> {
+        let store = self.app.store();
+        let mut failed = 0;
+        for job in store
+            .jobs_past_deadline(Due {
+                now,
+                limit: SWEEP_BATCH,
+            })
+            .await?
+        {
+            match store
+                .job_apply(Apply::new(job, Command::Deadline, now).fenced(fence))
+                .await
+            {
+                Ok(t) => {
+                    failed += 1;
+                    tracing::info!(%job, "job deadline passed");
+                    self.app.committed(&t);
+                }
+                // It finished or started unwinding meanwhile: nothing left to enforce.
+                Err(StoreError::Rejected(Rejection::NotDue)) => {}
+                Err(e) => per_item(e, "job")?,
+            }
+        }
+        Ok(failed)
     }
 
     /// Fires every due time of a schedule up to `now` (within the misfire rule).

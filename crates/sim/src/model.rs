@@ -33,6 +33,8 @@ pub struct StepShape {
     /// The undo's payload, when the step declares `compensate`.
     pub undo_payload: Option<Value>,
     pub undo_max_attempts: u32,
+    /// The longest one attempt (work or undo) may run, heartbeats or not.
+    pub deadline_ms: Option<u64>,
 }
 
 /// One job the clients submitted (or tried to).
@@ -66,6 +68,7 @@ pub struct StepModel {
     pub max_attempts: u32,
     pub undo_payload: Option<Value>,
     pub undo_max_attempts: u32,
+    pub deadline_ms: Option<u64>,
     /// Every step that depends on this one, directly or not.
     pub dependants: Vec<usize>,
     pub compensate: bool,
@@ -93,6 +96,10 @@ pub struct LeaseModel {
     pub expires_at: Timestamp,
     /// The end it was handed out with.
     pub granted_until: Timestamp,
+    /// The attempt's hard end (grant + the step's deadline): no lease end may pass it.
+    pub hard_end: Option<Timestamp>,
+    /// A leader's sweep after `hard_end` was seen to have ended the attempt.
+    pub deadline_swept: bool,
     pub worker: String,
     /// A complete or fail was acknowledged, or a late complete settled the step.
     pub ended: bool,
@@ -193,6 +200,7 @@ impl Model {
                 compensate: shape.undo_payload.is_some(),
                 undo_payload: shape.undo_payload,
                 undo_max_attempts: shape.undo_max_attempts,
+                deadline_ms: shape.deadline_ms,
                 dependants: Vec::new(),
                 leases: Vec::new(),
                 work_done: None,
@@ -397,6 +405,10 @@ impl Model {
             granted_at: now,
             expires_at: lease.complete_by,
             granted_until: lease.complete_by,
+            hard_end: step
+                .deadline_ms
+                .map(|d| now.plus(overseer_core::Span::from_millis(d))),
+            deadline_swept: false,
             worker: worker.to_string(),
             ended: false,
             result: None,
@@ -450,6 +462,11 @@ impl Model {
                                 "{what}: heartbeat moved the lease's end back to {until}"
                             ));
                         }
+                        if let Some(end) = step.leases[l].hard_end.filter(|e| until > *e) {
+                            return Err(format!(
+                                "{what}: heartbeat renewed the lease to {until}, past the attempt's deadline {end}"
+                            ));
+                        }
                         step.leases[l].expires_at = until;
                     }
                     ReportKind::Complete => {
@@ -489,6 +506,23 @@ impl Model {
             404 => Err(format!("{what}: the server does not know the lease (404)")),
             other => Err(format!("{what} was answered {other}: {answer}")),
         }
+    }
+
+    /// Leases whose attempt's hard end had come by `now` and that no check has yet seen ended:
+    /// `(job, step, lease)`.
+    pub fn overdue(&self, now: Timestamp) -> Vec<(usize, usize, usize)> {
+        let mut out = Vec::new();
+        for (j, job) in self.jobs.iter().enumerate() {
+            for (s, step) in job.steps.iter().enumerate() {
+                for (l, lease) in step.leases.iter().enumerate() {
+                    let due = lease.hard_end.is_some_and(|e| e <= now);
+                    if due && !lease.ended && !lease.deadline_swept {
+                        out.push((j, s, l));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// A move of the job's `run_at` to `to` was applied (answered 2xx): no work may start
@@ -793,10 +827,14 @@ fn check_lease_content(
             lease.lease_id, lease.payload
         ));
     }
-    let until = now.plus(overseer_core::Span::from_millis(step.timeout_ms));
+    // The first lease ends at the timeout, or at the attempt's deadline when that comes first.
+    let lease_ms = step
+        .deadline_ms
+        .map_or(step.timeout_ms, |d| d.min(step.timeout_ms));
+    let until = now.plus(overseer_core::Span::from_millis(lease_ms));
     if lease.timeout_ms != step.timeout_ms
         || lease.complete_by != until
-        || lease.lease_ms != step.timeout_ms
+        || lease.lease_ms != lease_ms
     {
         return Err(format!(
             "{what}: lease {} runs until {} ({} ms, timeout {} ms); the step's timeout is {} ms from now",
@@ -999,7 +1037,7 @@ fn check_start_history(tag: &str, events: &[Event]) -> Check {
 }
 
 /// A finished job's history ends with its `job_<state>` event; after it only the settling of
-/// steps that were still running may follow (their late report or expiry cancels them).
+/// steps that were still running may follow (their late report, expiry or deadline cancels them).
 fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check {
     let kind = format!("job_{state}");
     let Some(pos) = events.iter().rposition(|e| e.kind.starts_with("job_")) else {
@@ -1015,7 +1053,11 @@ fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check
         return Err(format!("{tag}: more than one {kind} event"));
     }
     if let Some(e) = events[pos + 1..].iter().find(|e| {
-        e.step.is_none() || !matches!(e.kind.as_str(), "step_lease_expired" | "step_cancelled")
+        e.step.is_none()
+            || !matches!(
+                e.kind.as_str(),
+                "step_lease_expired" | "step_deadline_exceeded" | "step_cancelled"
+            )
     }) {
         return Err(format!(
             "{tag}: event {} ({}) recorded after {kind}",

@@ -607,6 +607,9 @@ impl Sim {
                     s.leader, s.expired, s.activated, s.fired, s.repaired
                 ));
                 self.note_sweep(s.leader, now);
+                if s.leader {
+                    self.check_deadlines_swept(now).await?;
+                }
                 if s.expired + s.activated + s.repaired + s.fired == 0 {
                     return Ok(());
                 }
@@ -619,6 +622,31 @@ impl Sim {
             }
             Err(e) => Err(format!("supervisor sweep failed: {e}")),
         }
+    }
+
+    /// No attempt outlives its deadline by more than one sweep: after a leader's sweep at `now`,
+    /// every attempt whose hard end has come is over on the server (its step moved on to
+    /// another attempt, or is no longer leased).
+    async fn check_deadlines_swept(&mut self, now: Timestamp) -> Check {
+        for (j, s, l) in self.model.overdue(now) {
+            let Some(id) = self.model.jobs[j].id else {
+                continue;
+            };
+            let view = self.get_job(id).await?;
+            let lease = &self.model.jobs[j].steps[s].leases[l];
+            let sv = &view.steps[s];
+            let leased = sv.state == StepState::Running
+                || sv.comp_phase == Some(overseer_core::CompPhase::Running);
+            if leased && sv.attempt == lease.attempt {
+                return Err(format!(
+                    "job {j} step {}: attempt {} still runs after a sweep at {now}, past its deadline {:?}: an attempt outlived its deadline by more than one sweep",
+                    sv.name, lease.attempt, lease.hard_end
+                ));
+            }
+            self.model.jobs[j].steps[s].leases[l].deadline_swept = true;
+            self.cover("deadline ended an attempt");
+        }
+        Ok(())
     }
 
     /// A leader's sweep that ran to its end fired every schedule due time up to `now`.
@@ -757,6 +785,13 @@ impl Sim {
                 "max_attempts": max_attempts,
                 "backoff": {"initial": format!("{initial}ms"), "factor": 2.0, "max": "10s"},
             });
+            // Some attempts are bounded by a deadline, shorter or longer than the timeout.
+            let deadline_ms = self
+                .chance(0.3)
+                .then(|| self.rng.gen_range(1_000..=timeout_ms * 2));
+            if let Some(d) = deadline_ms {
+                spec["deadline"] = json!(format!("{d}ms"));
+            }
             let compensate = self.chance(self.mix.compensate);
             let undo_payload = compensate.then(|| json!({"undo": i}));
             let mut undo_max_attempts = overseer_core::spec::DEFAULT_MAX_ATTEMPTS;
@@ -778,6 +813,7 @@ impl Sim {
                 max_attempts,
                 undo_payload,
                 undo_max_attempts,
+                deadline_ms,
             });
         }
         let mut body = json!({
@@ -1130,6 +1166,7 @@ impl Sim {
                         .as_ref()
                         .and_then(|c| c.max_attempts)
                         .unwrap_or(overseer_core::spec::DEFAULT_MAX_ATTEMPTS),
+                    deadline_ms: s.deadline.map(|d| d.as_millis()),
                 }
             })
             .collect();

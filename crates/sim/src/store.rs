@@ -172,6 +172,11 @@ impl Jobs for SimStore {
         self.inner.job_replace(replacement).await
     }
 
+    async fn jobs_past_deadline(&self, due: Due) -> Result<Vec<JobId>> {
+        self.crash.check_alive()?;
+        self.inner.jobs_past_deadline(due).await
+    }
+
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
         self.crash.check_alive()?;
         self.inner.ordering_key_status(key).await

@@ -200,4 +200,8 @@ pub trait Jobs: Send + Sync {
     /// minutes and states that have any, sorted. Read from the `jobs_finished` index, so the
     /// cost follows the jobs finished in the window, not the jobs stored.
     async fn jobs_finished_per_minute(&self, window: Window) -> Result<Vec<FinishedCount>>;
+    /// Jobs whose deadline has come by `now` while it is still to be enforced
+    /// ([`overseer_core::Job::deadline_due`]), earliest deadline first: the supervisor applies
+    /// `Command::Deadline` to each.
+    async fn jobs_past_deadline(&self, due: Due) -> Result<Vec<JobId>>;
 }

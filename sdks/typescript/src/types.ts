@@ -15,7 +15,7 @@ export type StepState =
   | "waiting" | "ready" | "running" | "succeeded" | "failed" | "skipped" | "cancelled"
   | "compensating" | "compensated";
 export type CompPhase = "waiting" | "ready" | "running" | "failed";
-export type OnFailure = "compensate" | "fail" | "hold";
+export type OnFailure = "compensate" | "fail" | "hold" | "compensate_and_retry";
 export type LeaseKind = "work" | "compensate";
 
 export interface Backoff { initial?: Span; factor?: number; max?: Span }
@@ -38,6 +38,8 @@ export interface CompensateSpec {
   http?: HttpTarget;
   payload?: Json;
   timeout?: Span;
+  /** The longest one attempt of the undo may run (defaults to the step's). */
+  deadline?: Span;
   max_attempts?: number;
 }
 
@@ -48,7 +50,10 @@ export interface StepSpec {
   http?: HttpTarget;
   payload?: Json;
   depends_on?: string[];
+  /** The longest silence between heartbeats (the lease). */
   timeout?: Span;
+  /** The longest one attempt may run, heartbeats or not. */
+  deadline?: Span;
   max_attempts?: number;
   backoff?: Backoff;
   backoff_formula?: "exponential" | "faktory";
@@ -63,6 +68,12 @@ export interface JobSpec {
   ordering_key?: string;
   callback_url?: string;
   on_failure?: OnFailure;
+  /** An RFC 3339 instant or a duration after submission: past it the job fails. */
+  deadline?: string;
+  /** Rounds a `compensate_and_retry` job runs at most (default 3). */
+  job_attempts?: number;
+  /** The wait before each new round of a `compensate_and_retry` job. */
+  job_backoff?: Backoff;
   steps: StepSpec[];
 }
 
@@ -75,6 +86,7 @@ export interface Step {
   failures: number;
   max_attempts: number;
   timeout: Span;
+  deadline?: Span;
   payload: Json;
   worker: string | null;
   created_at: Timestamp;
@@ -112,6 +124,10 @@ export interface Job {
   callback_url: string | null;
   /** The name of the token that submitted the job (null without auth or for server-made jobs). */
   submitted_by: string | null;
+  deadline?: Timestamp;
+  /** The round of a whole-job retry, from 1. */
+  round: number;
+  job_attempts?: number;
   waiting_reason?: WaitingReason;
   steps: Step[];
 }

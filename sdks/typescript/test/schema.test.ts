@@ -39,11 +39,13 @@ const types: Array<[string, string, string[]]> = [
     id: true, state: true, desired_state: true, idempotency_key: true, labels: true,
     priority: true, run_at: true, ordering_key: true, on_failure: true, created_at: true,
     updated_at: true, finished_at: true, blocked_reason: true, compensated: true,
-    callback_url: true, waiting_reason: true, steps: true,
+    callback_url: true, deadline: true, round: true, job_attempts: true, waiting_reason: true,
+    steps: true,
   })],
   ["Step", "StepView", keys<Step>({
     name: true, agent: true, state: true, depends_on: true, attempt: true, failures: true,
-    max_attempts: true, timeout: true, payload: true, worker: true, created_at: true,
+    max_attempts: true, timeout: true, deadline: true, payload: true, worker: true,
+    created_at: true,
     ready_at: true, started_at: true, finished_at: true, lease_expires_at: true,
     next_attempt_at: true, result: true, last_error: true, compensate: true, comp_phase: true,
     comp_attempts: true, comp_failures: true, http: true, waiting_reason: true,
@@ -54,14 +56,15 @@ const types: Array<[string, string, string[]]> = [
   })],
   ["JobSpec", "JobSpec", keys<JobSpec>({
     idempotency_key: true, labels: true, priority: true, run_at: true, ordering_key: true,
-    callback_url: true, on_failure: true, steps: true,
+    callback_url: true, on_failure: true, deadline: true, job_attempts: true, job_backoff: true,
+    steps: true,
   })],
   ["StepSpec", "StepSpec", keys<StepSpec>({
     name: true, agent: true, http: true, payload: true, depends_on: true, timeout: true,
-    max_attempts: true, backoff: true, backoff_formula: true, compensate: true,
+    deadline: true, max_attempts: true, backoff: true, backoff_formula: true, compensate: true,
   })],
   ["CompensateSpec", "CompensateSpec", keys<CompensateSpec>({
-    agent: true, http: true, payload: true, timeout: true, max_attempts: true,
+    agent: true, http: true, payload: true, timeout: true, deadline: true, max_attempts: true,
   })],
   ["HttpTarget", "HttpTarget", keys<HttpTarget>({
     url: true, method: true, headers: true, timeout: true, async: true,

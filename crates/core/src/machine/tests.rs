@@ -42,6 +42,7 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("job", "[*]", "running"),
     ("job", "pending", "running"),
     ("job", "pending", "cancelled"),
+    ("job", "pending", "failed"),
     ("job", "running", "succeeded"),
     ("job", "running", "failed"),
     ("job", "running", "blocked"),
@@ -54,6 +55,7 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("job", "compensating", "blocked"),
     ("job", "compensating", "failed"),
     ("job", "compensating", "cancelled"),
+    ("job", "compensating", "running"),
     ("job", "blocked", "failed"),
     ("step", "[*]", "waiting"),
     ("step", "waiting", "ready"),
@@ -74,6 +76,10 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("step", "compensating", "compensating"),
     ("step", "compensating", "compensated"),
     ("step", "compensating", "skipped"),
+    ("step", "compensated", "waiting"),
+    ("step", "succeeded", "waiting"),
+    ("step", "cancelled", "waiting"),
+    ("step", "skipped", "waiting"),
 ];
 
 fn at(ms: i64) -> Timestamp {
@@ -87,6 +93,7 @@ fn step(name: &str, agent: &str, deps: &[&str], max_attempts: u32) -> StepSpec {
         payload: json!({ "step": name }),
         depends_on: deps.iter().map(|d| d.to_string()).collect(),
         timeout: Some(TIMEOUT),
+        deadline: None,
         max_attempts: Some(max_attempts),
         backoff: Some(BACKOFF),
         backoff_formula: None,
@@ -103,6 +110,7 @@ fn undoable(name: &str, agent: &str, deps: &[&str], undo_attempts: u32) -> StepS
             http: None,
             payload: json!({ "undo": name }),
             timeout: Some(UNDO_TIMEOUT),
+            deadline: None,
             max_attempts: Some(undo_attempts),
         }),
         ..step(name, agent, deps, 3)
@@ -119,6 +127,9 @@ fn spec(steps: Vec<StepSpec>, run_at: Option<Timestamp>) -> JobSpec {
         callback_url: None,
         on_failure: None,
         retention: None,
+        deadline: None,
+        job_attempts: None,
+        job_backoff: None,
         steps,
     }
 }
@@ -312,7 +323,27 @@ impl Sim {
             if tr.job.state != self.job.state {
                 taken.push(("job", self.job.state.as_str(), tr.job.state.as_str()));
             }
+            let new_round = tr.events.iter().any(|e| e.kind == "job_round_started");
             for (i, (b, a)) in self.job.steps.iter().zip(&tr.job.steps).enumerate() {
+                if new_round {
+                    // Every step went back to waiting (an undo that completed in this very
+                    // transition first to compensated), and the roots on to ready.
+                    let mut from = b.state.as_str();
+                    if b.state == StepState::Compensating {
+                        let skipped = tr.events.iter().any(|e| {
+                            e.kind == "compensation_skipped" && e.step.as_deref() == Some(&b.name)
+                        });
+                        from = if skipped { "skipped" } else { "compensated" };
+                        taken.push(("step", "compensating", from));
+                    }
+                    if from != "waiting" {
+                        taken.push(("step", from, "waiting"));
+                    }
+                    if a.state == StepState::Ready {
+                        taken.push(("step", "waiting", "ready"));
+                    }
+                    continue;
+                }
                 // A heartbeat, or any change that keeps the state, is a self-edge
                 // (running → running), even when the lease happens to end where it did.
                 let beat = matches!(command, Command::Heartbeat { step, .. } if step == i);
@@ -339,8 +370,22 @@ impl Sim {
     /// What the history says against the steps: every lease is one `*_leased` event, a step is
     /// compensated at most once, and only a step that succeeded is ever compensated.
     fn check_history(&self) {
-        let mut count: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        // Leases count over the whole history (attempts never restart); the rest over the
+        // current round of a whole-job retry.
+        let mut leases: BTreeMap<(&str, &str), u32> = BTreeMap::new();
         for e in &self.history {
+            if let Some(step) = &e.step {
+                *leases.entry((e.kind, step.as_str())).or_default() += 1;
+            }
+        }
+        self.check_rounds();
+        let round_start = self
+            .history
+            .iter()
+            .rposition(|e| e.kind == "job_round_started")
+            .unwrap_or(0);
+        let mut count: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        for e in &self.history[round_start..] {
             if let Some(step) = &e.step {
                 *count.entry((e.kind, step.as_str())).or_default() += 1;
             }
@@ -349,8 +394,9 @@ impl Sim {
             |kind: &str, step: &Step| count.get(&(kind, step.name.as_str())).copied().unwrap_or(0);
         for s in &self.job.steps {
             let ctx = || format!("step {}: {}", s.name, states(&self.job));
-            let work = n("step_leased", s);
-            let undo = n("compensation_leased", s);
+            let all = |kind: &str| leases.get(&(kind, s.name.as_str())).copied().unwrap_or(0);
+            let work = all("step_leased");
+            let undo = all("compensation_leased");
             assert_eq!(work + undo, s.attempt, "leases: {}", ctx());
             assert_eq!(undo, s.comp_attempts, "undo leases: {}", ctx());
             assert!(
@@ -358,7 +404,9 @@ impl Sim {
                 "compensated twice: {}",
                 ctx()
             );
-            if matches!(s.state, StepState::Compensating | StepState::Compensated) || undo > 0 {
+            if matches!(s.state, StepState::Compensating | StepState::Compensated)
+                || n("compensation_leased", s) > 0
+            {
                 assert!(
                     n("step_succeeded", s) == 1,
                     "undo of a step that never succeeded: {}",
@@ -371,6 +419,40 @@ impl Sim {
                 "{}",
                 ctx()
             );
+        }
+    }
+
+    /// Every finished round of a whole-job retry undid exactly the steps that succeeded in it
+    /// and declare an undo (or an operator skipped that undo), and the next round started
+    /// with every step waiting or ready again.
+    fn check_rounds(&self) {
+        let mut start = 0;
+        for (i, e) in self.history.iter().enumerate() {
+            if e.kind != "job_round_started" {
+                continue;
+            }
+            let round = &self.history[start..i];
+            let names = |kinds: &[&str]| -> BTreeSet<String> {
+                round
+                    .iter()
+                    .filter(|e| kinds.contains(&e.kind))
+                    .filter_map(|e| e.step.clone())
+                    .collect()
+            };
+            let undoable: BTreeSet<String> = names(&["step_succeeded"])
+                .into_iter()
+                .filter(|n| {
+                    let i = self.job.step_index(n).expect("a step of the job");
+                    self.job.steps[i].compensate.is_some()
+                })
+                .collect();
+            let undone = names(&["step_compensated", "compensation_skipped"]);
+            assert_eq!(
+                undone, undoable,
+                "round ending at event {i}: {:?}",
+                e.detail
+            );
+            start = i;
         }
     }
 
@@ -595,8 +677,14 @@ fn check_job(job: &Job) {
     let undo_in = |phase: CompPhase| job.steps.iter().any(|s| s.comp_phase == Some(phase));
     for (i, s) in job.steps.iter().enumerate() {
         let ctx = || format!("step {}: {} ({:?})", s.name, here(), s);
-        // A step that ever ran found its dependencies done (they may be undone since).
-        if s.attempt > 0 || matches!(s.state, Running | Succeeded) {
+        // A step that ever ran (in this round, for a whole-job retry, which starts every step
+        // over with a fresh budget) found its dependencies done (they may be undone since).
+        let ran = if job.round > 1 {
+            s.attempt > s.budget_from
+        } else {
+            s.attempt > 0
+        };
+        if ran || matches!(s.state, Running | Succeeded) {
             for d in &s.depends_on {
                 let dep = &job.steps[job.step_index(d).expect("dependencies exist")];
                 assert!(
@@ -631,9 +719,10 @@ fn check_job(job: &Job) {
             );
         }
         match s.state {
-            // A step that ran waits again only when parked by a blocked job.
+            // A step that ran waits again only when parked by a blocked job, or in a new round
+            // of a whole-job retry.
             Waiting => assert!(
-                s.attempt == 0 || job.state == JobState::Blocked,
+                !ran || job.state == JobState::Blocked,
                 "a waiting step that ran: {}",
                 ctx()
             ),
@@ -674,6 +763,14 @@ fn check_job(job: &Job) {
                 ctx()
             ),
             Some(CompPhase::Failed) | None => {}
+        }
+        // No lease outlives its attempt's deadline.
+        if let (true, Some(end)) = (s.is_leased(), s.attempt_ends_at) {
+            assert!(
+                s.lease_expires_at.is_some_and(|t| t <= end),
+                "lease past the attempt's deadline: {}",
+                ctx()
+            );
         }
         // An undo runs only once nothing that depends on its step runs or awaits its own undo,
         // and never beside a step's work.
@@ -767,7 +864,8 @@ fn check_job(job: &Job) {
         }
         JobState::Failed => {
             assert_eq!(job.desired_state, DesiredState::Succeeded, "{}", here());
-            assert!(has(Failed), "{}", here());
+            // A step failed for good, or the job ran out of time.
+            assert!(has(Failed) || job.deadline.is_some(), "{}", here());
         }
         JobState::Cancelled => {
             assert_eq!(job.desired_state, DesiredState::Cancelled, "{}", here());
@@ -813,6 +911,7 @@ fn check_transition(
                 } else {
                     before.state == JobState::Running
                         && before.desired_state == DesiredState::Succeeded
+                        && !before.past_deadline(now)
                 };
                 s.claim_agent().is_some() && due && job_takes_it
             });
@@ -855,6 +954,11 @@ fn check_transition(
             } else {
                 refused_as(Rejection::UnknownStep);
             }
+        }
+        Command::Deadline => {
+            let due = before.deadline_due().is_some_and(|t| t <= now);
+            assert_eq!(result.is_ok(), due, "{here}");
+            refused_as(Rejection::NotDue);
         }
         Command::Cancel => {
             assert_eq!(result.is_err(), before.state.is_terminal(), "{here}");
@@ -918,7 +1022,10 @@ fn check_transition(
             // An undo is never told to stop; work is, once the job no longer wants it.
             let s = &before.steps[*step];
             assert_eq!(*cancel, !s.is_compensating() && !wants_work, "{here}");
-            assert_eq!(*lease_expires_at, now.plus(s.lease_timeout()), "{here}");
+            // A heartbeat renews for a timeout, but never past the attempt's hard end.
+            let silence = now.plus(s.lease_timeout());
+            let end = s.attempt_ends_at.map_or(silence, |e| silence.min(e));
+            assert_eq!(*lease_expires_at, end, "{here}");
             assert_eq!(after.steps[*step].lease_expires_at, Some(*lease_expires_at));
         }
         (Command::Complete { step, .. }, Reply::Refused(Rejection::LeaseLost { .. })) => {
@@ -926,7 +1033,10 @@ fn check_transition(
                 !wants_work && !before.steps[*step].is_compensating(),
                 "{here}"
             );
-            assert_eq!(after.steps[*step].state, StepState::Cancelled, "{here}");
+            // Cancelled, unless that ended an unwind and a whole-job retry started over.
+            if after.round == before.round {
+                assert_eq!(after.steps[*step].state, StepState::Cancelled, "{here}");
+            }
         }
         (Command::Complete { step, .. }, Reply::Done) => {
             assert!(
@@ -999,7 +1109,20 @@ fn check_transition(
         || after.finished_at != before.finished_at
         || after.blocked_reason != before.blocked_reason
         || after.priority != before.priority
-        || after.run_at != before.run_at;
+        || after.run_at != before.run_at
+        || after.round != before.round;
+    // A new round starts only when an unwind of a whole-job retry ends, by one, and says so.
+    if after.round != before.round {
+        assert_eq!(after.round, before.round + 1, "{here}");
+        assert!(
+            before.retry.is_some_and(|r| after.round <= r.attempts),
+            "{here}"
+        );
+        assert!(
+            tr.events.iter().any(|e| e.kind == "job_round_started"),
+            "{here}"
+        );
+    }
     // Only a reschedule moves a job in time or rank, and it says so in the history.
     if after.priority != before.priority || after.run_at != before.run_at {
         assert!(matches!(command, Command::Reschedule { .. }), "{here}");
@@ -1022,6 +1145,7 @@ fn check_transition(
     rest.updated_at = before.updated_at;
     rest.priority = before.priority;
     rest.run_at = before.run_at;
+    rest.round = before.round;
     assert_eq!(
         &rest, before,
         "a job field changed that never should: {here}"
@@ -1112,7 +1236,8 @@ fn check_transition(
     let mut wakes = Vec::new();
     for (b, a) in before.steps.iter().zip(&after.steps) {
         // A retry that is scheduled (ready, or parked while the job is blocked).
-        let retrying = matches!(a.state, StepState::Ready | StepState::Waiting);
+        let retrying =
+            matches!(a.state, StepState::Ready | StepState::Waiting) && after.round == before.round;
         if retrying && a.failures == POISON_FAILURES && b.failures == POISON_FAILURES - 1 {
             expected.push(Effect::Alert {
                 kind: "step_poisoned",
@@ -1120,7 +1245,9 @@ fn check_transition(
                 message: String::new(),
             });
         }
-        let work_ready = a.state == StepState::Ready && b.state != StepState::Ready;
+        // A new round of a whole-job retry readies its roots anew, whatever they were.
+        let work_ready = a.state == StepState::Ready
+            && (b.state != StepState::Ready || after.round != before.round);
         let undo_ready =
             a.comp_phase == Some(CompPhase::Ready) && b.comp_phase != Some(CompPhase::Ready);
         let agent = if work_ready {
@@ -3919,6 +4046,31 @@ fn edge_scenarios() -> Vec<Sim> {
     sim.cancel();
     sim.run("a");
     all.push(sim);
+    // A whole-job retry: the failed round is undone and every step starts over.
+    // The second round's undo fails and is skipped by an operator before the third round.
+    let mut again = whole_job(3);
+    again.steps.push(step("c", "x", &[], 1));
+    again.steps.push(step("d", "x", &["b"], 1));
+    let mut sim = start(&again);
+    sim.run("a");
+    sim.run("c");
+    sim.run_fatal("b");
+    sim.run("a");
+    assert_eq!(sim.job.round, 2);
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.run_fatal("a");
+    assert_eq!(sim.job.state, JobState::Blocked);
+    sim.skip("a");
+    assert_eq!(sim.job.round, 3);
+    all.push(sim);
+    // A delayed job whose deadline passes before it starts.
+    let mut late = spec(forked(3).steps, Some(at(60_000)));
+    late.deadline = Some(crate::spec::JobDeadline::After(Span::from_secs(10)));
+    let mut sim = start(&late);
+    sim.set_time(10_000);
+    sim.ok(Command::Deadline);
+    all.push(sim);
     all
 }
 
@@ -3953,7 +4105,7 @@ fn parse_diagram() -> BTreeSet<(String, String, String)> {
     edges
 }
 
-// Proves the hard-coded edge list is exactly the diagram drawn in machine.rs (17 job edges,
+// Proves the hard-coded edge list is exactly the diagram drawn in machine.rs (19 job edges,
 // 19 step edges).
 #[test]
 fn edge_list_matches_the_diagram() {
@@ -3968,7 +4120,7 @@ fn edge_list_matches_the_diagram() {
     );
     assert_eq!(parse_diagram(), listed);
     let jobs = DIAGRAM_EDGES.iter().filter(|e| e.0 == "job").count();
-    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (17, 19));
+    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (19, 23));
 }
 
 // Proves every edge of the diagram is taken by the scenarios (and `Sim` proves no edge outside
@@ -4105,6 +4257,7 @@ fn plan() -> impl Strategy<Value = Plan> {
         Just(Some(OnFailure::Fail)),
         Just(Some(OnFailure::Hold)),
         Just(Some(OnFailure::Compensate)),
+        Just(Some(OnFailure::CompensateAndRetry)),
     ];
     (
         prop::collection::vec(random_step, 1..=8),
@@ -4360,6 +4513,7 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                 payload: json!(i),
                 depends_on: deps,
                 timeout: Some(Span::from_millis(r.timeout_ms)),
+                deadline: None,
                 max_attempts: Some(r.max_attempts),
                 backoff: Some(Backoff {
                     initial: Span::from_millis(500),
@@ -4372,6 +4526,7 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                     http: None,
                     payload: json!({ "undo": i }),
                     timeout: own_timeout.then_some(Span::from_secs(2)),
+                    deadline: None,
                     max_attempts: Some(max_attempts),
                 }),
                 http: None,
@@ -4468,4 +4623,295 @@ fn retry_after_sets_the_delay_within_the_backoff_bounds() {
         a.next_attempt_at,
         Some(sim.now.plus(Span::from_millis(2_000)))
     );
+}
+
+/// A one-step job whose step has a heartbeat timeout of 3 s, a deadline of 10 s and
+/// `max_attempts` attempts.
+fn deadlined(max_attempts: u32) -> JobSpec {
+    job(
+        vec![StepSpec {
+            timeout: Some(Span::from_secs(3)),
+            deadline: Some(Span::from_secs(10)),
+            ..step("a", "x", &[], max_attempts)
+        }],
+        None,
+    )
+}
+
+// Proves a step's deadline bounds an attempt however it heartbeats: the claim fixes its hard end,
+// each heartbeat renews the lease by the timeout but never past that end, and the expiry at the
+// end is recorded as a deadline overrun (not silence), retried by the step's policy, and the
+// last one fails the job.
+#[test]
+fn deadline_caps_heartbeats_and_fails_the_attempt() {
+    let mut sim = start(&deadlined(2));
+    sim.claim("a");
+    assert_eq!(sim.step("a").attempt_ends_at, Some(at(10_000)));
+    assert_eq!(sim.step("a").lease_expires_at, Some(at(3_000)));
+    for beat in 1..=4 {
+        sim.set_time(beat * 2_000);
+        let tr = sim.heartbeat("a");
+        let expected = at((beat * 2_000 + 3_000).min(10_000));
+        assert_eq!(
+            tr.reply,
+            Reply::Heartbeat {
+                lease_expires_at: expected,
+                cancel: false
+            },
+            "beat {beat}"
+        );
+    }
+    // At 8 s the lease already ends at the deadline; a heartbeat at 9.5 s cannot move it.
+    sim.set_time(9_500);
+    let tr = sim.heartbeat("a");
+    assert!(matches!(
+        tr.reply,
+        Reply::Heartbeat { lease_expires_at, .. } if lease_expires_at == at(10_000)
+    ));
+    let tr = sim.expire("a");
+    assert_eq!(sim.now, at(10_000));
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_deadline_exceeded a#1", "step_retry_scheduled a#1"]
+    );
+    assert_eq!(
+        sim.step("a").last_error.as_deref(),
+        Some("deadline exceeded: the attempt ran longer than its deadline of 10s")
+    );
+    // The retry gets a fresh hard end from its own claim; a report after it is refused.
+    sim.claim_when_due("a");
+    let started = sim.now;
+    assert_eq!(
+        sim.step("a").attempt_ends_at,
+        Some(started.plus(Span::from_secs(10)))
+    );
+    let tr = sim.expire("a");
+    assert_eq!(sim.now, started.plus(Span::from_secs(3)));
+    assert_eq!(
+        kinds(&tr.events),
+        ["step_lease_expired a#2", "step_failed a#2", "job_failed"]
+    );
+    let late = sim.send(sim.complete_cmd("a", 2));
+    assert!(matches!(late, Err(Rejection::LeaseLost { .. })));
+}
+
+// Proves a deadline shorter than the timeout makes the first lease end at the deadline, and that
+// an undo's own deadline (or else the step's) bounds each undo attempt.
+#[test]
+fn deadline_shorter_than_timeout_and_undo_deadlines() {
+    let short = job(
+        vec![StepSpec {
+            deadline: Some(Span::from_secs(2)),
+            ..step("a", "x", &[], 1)
+        }],
+        None,
+    );
+    let mut sim = start(&short);
+    sim.claim("a");
+    assert_eq!(sim.step("a").lease_expires_at, Some(at(2_000)));
+    let tr = sim.expire("a");
+    assert_eq!(kinds(&tr.events)[0], "step_deadline_exceeded a#1");
+
+    for (own, expected_end) in [(Some(Span::from_secs(1)), 1_000), (None, 2_000)] {
+        let mut undo = undoable("a", "x", &[], 1);
+        undo.deadline = Some(Span::from_secs(2));
+        if let Some(c) = undo.compensate.as_mut() {
+            c.deadline = own;
+        }
+        let mut sim = start(&job(vec![undo, step("b", "x", &["a"], 1)], None));
+        sim.run("a");
+        sim.claim("b");
+        sim.fail("b", false);
+        let begun = sim.now;
+        sim.claim("a");
+        let end = begun.plus(Span::from_millis(expected_end));
+        assert_eq!(sim.step("a").attempt_ends_at, Some(end), "{own:?}");
+        assert_eq!(sim.step("a").lease_expires_at, Some(end), "{own:?}");
+        let tr = sim.expire("a");
+        assert_eq!(
+            kinds(&tr.events)[0],
+            "compensation_deadline_exceeded a#2",
+            "{own:?}"
+        );
+    }
+}
+
+/// The diamond job (a → b, c → d) with a job deadline.
+fn diamond_by(deadline: &str, on_failure: Option<OnFailure>) -> JobSpec {
+    let mut spec = diamond(3);
+    spec.on_failure = on_failure;
+    spec.deadline = Some(crate::spec::decode(json!(deadline)).expect("a deadline"));
+    spec
+}
+
+// Proves a job deadline, relative or absolute, fails the job once it has passed: before it the
+// command is refused (NotDue); past it no claim is taken even before the sweep comes; a pending
+// job fails without starting; a running one cancels its unstarted steps and fails, while a
+// running step learns it from its heartbeat.
+#[test]
+fn job_deadline_fails_the_job() {
+    let absolute = at(5_000).to_rfc3339();
+    for deadline in ["5s", absolute.as_str()] {
+        let mut sim = start(&diamond_by(deadline, None));
+        assert_eq!(sim.job.deadline, Some(at(5_000)));
+        sim.run("a");
+        sim.claim("b");
+        sim.set_time(4_999);
+        assert_eq!(sim.send(Command::Deadline), Err(Rejection::NotDue));
+        sim.set_time(5_000);
+        let claim = sim.claim_cmd(sim.idx("c"));
+        assert_eq!(sim.send(claim), Err(Rejection::NotClaimable));
+        let tr = sim.ok(Command::Deadline);
+        assert_eq!(
+            kinds(&tr.events),
+            [
+                "job_deadline_passed",
+                "step_cancelled c",
+                "step_cancelled d",
+                "job_failed"
+            ]
+        );
+        assert_eq!(tr.job.state, JobState::Failed);
+        let beat = sim.ok(sim.heartbeat_cmd("b", 1));
+        assert!(matches!(beat.reply, Reply::Heartbeat { cancel: true, .. }));
+        assert_eq!(sim.send(Command::Deadline), Err(Rejection::NotDue));
+    }
+    let mut spec = diamond_by("10s", None);
+    spec.run_at = Some(at(60_000));
+    let (mut sim, _) = Sim::admit(&spec, at(0));
+    sim.set_time(10_000);
+    let tr = sim.ok(Command::Deadline);
+    assert_eq!(tr.job.state, JobState::Failed);
+    assert!(tr.job.steps.iter().all(|s| s.state == StepState::Cancelled));
+}
+
+// Proves a job deadline undoes what succeeded when the job compensates: the job unwinds once the
+// running step has stopped, ends `failed`, and a blocked (held) job past its deadline fails too.
+#[test]
+fn job_deadline_compensates_where_declared() {
+    let mut spec = job(
+        vec![
+            undoable("a", "x", &[], 1),
+            step("b", "x", &["a"], 1),
+            step("c", "x", &["a"], 1),
+        ],
+        None,
+    );
+    spec.deadline = Some(crate::spec::JobDeadline::After(Span::from_secs(5)));
+    let mut sim = start(&spec);
+    sim.run("a");
+    sim.claim("b");
+    sim.set_time(5_000);
+    let tr = sim.ok(Command::Deadline);
+    assert_eq!(tr.job.state, JobState::Compensating);
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "job_deadline_passed",
+            "step_cancelled c",
+            "job_compensating"
+        ]
+    );
+    // The running step reports after the deadline: refused, and the undo may start.
+    let late = sim.ok(sim.complete_cmd("b", 1));
+    assert!(matches!(late.reply, Reply::Refused(_)));
+    let tr = sim.run("a");
+    assert_eq!(tr.job.state, JobState::Failed);
+    assert_eq!(tr.job.compensated_steps(), ["a"]);
+
+    let mut held = diamond_by("5s", Some(OnFailure::Hold));
+    held.steps[0].max_attempts = Some(1);
+    let mut sim = start(&held);
+    sim.claim("a");
+    sim.fail("a", false);
+    assert_eq!(sim.job.state, JobState::Blocked);
+    sim.set_time(5_000);
+    let tr = sim.ok(Command::Deadline);
+    assert_eq!(tr.job.state, JobState::Failed);
+}
+
+/// A chain a → b whose `b` fails for good on its one attempt, `a` undoable, retried as a whole
+/// in up to `rounds` rounds.
+fn whole_job(rounds: u32) -> JobSpec {
+    let mut spec = job(
+        vec![undoable("a", "x", &[], 1), step("b", "x", &["a"], 1)],
+        Some(OnFailure::CompensateAndRetry),
+    );
+    spec.job_attempts = Some(rounds);
+    spec.job_backoff = Some(BACKOFF);
+    spec
+}
+
+// Proves whole-job retry: a step failing for good undoes the round's succeeded steps, then the
+// whole job runs again from its roots after the job backoff, with attempt numbers still growing
+// (a report of round 1 is refused in round 2) and fresh budgets; the last round's failure is
+// undone and the job ends `failed`, its `round` counting the rounds run.
+#[test]
+fn whole_job_retry_undoes_each_round_and_runs_again() {
+    let mut sim = start(&whole_job(2));
+    assert_eq!(sim.job.round, 1);
+    sim.run("a");
+    sim.claim("b");
+    let tr = sim.fail("b", false);
+    assert_eq!(tr.job.state, JobState::Compensating);
+    let undo_at = sim.now;
+    let tr = sim.run("a");
+    assert_eq!(
+        kinds(&tr.events),
+        [
+            "step_compensated a#2",
+            "job_round_started",
+            "step_reset a",
+            "step_reset b",
+            "step_ready a"
+        ]
+    );
+    assert_eq!((tr.job.round, tr.job.state), (2, JobState::Running));
+    assert_eq!(states(&tr.job), "a:ready b:waiting");
+    // The roots wait out the job backoff (1 s after the first round).
+    assert_eq!(
+        tr.job.steps[0].next_attempt_at,
+        Some(undo_at.plus(Span::from_secs(1)))
+    );
+    assert!(tr
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ReadyAt { .. })));
+    let stale = sim.send(sim.complete_cmd("b", 1));
+    assert!(matches!(stale, Err(Rejection::LeaseLost { .. })));
+    let tr = sim.run("a");
+    assert_eq!(
+        tr.job.steps[0].attempt, 3,
+        "attempts keep counting across rounds"
+    );
+    sim.claim("b");
+    assert_eq!(sim.attempt("b"), 2);
+    sim.fail("b", false);
+    let tr = sim.run("a");
+    assert_eq!(tr.job.state, JobState::Failed);
+    assert_eq!(tr.job.round, 2);
+    assert_eq!(tr.job.compensated_steps(), ["a"]);
+}
+
+// Proves a whole-job retry round that succeeds ends the job `succeeded`, and that a job past its
+// deadline starts no new round.
+#[test]
+fn whole_job_retry_succeeds_in_a_later_round_and_stops_at_the_deadline() {
+    let mut sim = start(&whole_job(3));
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.run("a");
+    assert_eq!(sim.job.round, 2);
+    sim.run("a");
+    let tr = sim.run("b");
+    assert_eq!((tr.job.state, tr.job.round), (JobState::Succeeded, 2));
+
+    let mut late = whole_job(3);
+    late.deadline = Some(crate::spec::JobDeadline::After(Span::from_secs(1)));
+    let mut sim = start(&late);
+    sim.run("a");
+    sim.run_fatal("b");
+    sim.set_time(1_000);
+    let tr = sim.run("a");
+    assert_eq!((tr.job.state, tr.job.round), (JobState::Failed, 1));
 }

@@ -1505,5 +1505,80 @@ pub async fn submitted_by_is_kept_and_filters_the_list(f: &Fixture) {
     assert_eq!(
         get(store, job_id(1)).await.submitted_by.as_deref(),
         Some("ci")
+
+// Proves a job deadline is stored and found: `next_due_at` wakes the supervisor for it,
+// `jobs_past_deadline` lists the job once it has come (and not before), `Command::Deadline`
+// fails it, after which it is neither listed nor due; a job without a deadline never is.
+pub async fn job_deadline_is_found_and_enforced(f: &Fixture) {
+    let store = &*f.store;
+    let (late, plain) = (job_id(1), job_id(2));
+    let s = spec(json!({"deadline": "5s", "steps": [{"name": "s", "agent": "w"}]}));
+    submit(store, admitted(late, &s, at(0))).await;
+    submit(store, admitted(plain, &one_step("w"), at(0))).await;
+    assert_eq!(get(store, late).await.deadline, Some(at(5_000)));
+    assert_eq!(
+        store.next_due_at(at(0)).await.expect("due"),
+        Some(at(5_000))
+    );
+    let past = |now| store.jobs_past_deadline(Due { now, limit: 10 });
+    assert!(past(at(4_999)).await.expect("past").is_empty());
+    assert_eq!(past(at(5_000)).await.expect("past"), vec![late]);
+    let t = apply(store, late, Command::Deadline, at(5_000)).await;
+    assert_eq!(t.job.state, JobState::Failed);
+    assert_eq!(get(store, late).await, t.job);
+    assert!(past(at(9_000)).await.expect("past").is_empty());
+    assert_eq!(store.next_due_at(at(5_000)).await.expect("due"), None);
+    assert_eq!(get(store, plain).await.state, JobState::Running);
+}
+
+// Proves a whole-job retry is stored round by round: the policy and the round survive a reload,
+// the failed round is undone (the undo is claimed by its compensate agent), the next round starts
+// with the root claimable only after the job backoff and a higher attempt number, and a report
+// of the first round is refused in the second.
+pub async fn whole_job_retry_rounds_are_stored(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let s = spec(
+        json!({"on_failure": "compensate_and_retry", "job_attempts": 2,
+        "job_backoff": {"initial": "1s", "factor": 2, "max": "1m"},
+        "steps": [
+            {"name": "a", "agent": "w", "compensate": {"agent": "undo"}},
+            {"name": "b", "agent": "w", "depends_on": ["a"], "max_attempts": 1}]}),
+    );
+    submit(store, admitted(id, &s, at(0))).await;
+    let stored = get(store, id).await;
+    assert_eq!(
+        (stored.round, stored.retry.map(|r| r.attempts)),
+        (1, Some(2))
+    );
+    claim(store, "w", 1, 1, at(0)).await;
+    apply(store, id, complete(0, 1, json!("a1")), at(10)).await;
+    claim(store, "w", 1, 2, at(20)).await;
+    apply(store, id, fatal(1, 1, "no"), at(30)).await;
+    assert_eq!(claim(store, "undo", 1, 3, at(40)).await.len(), 1);
+    let t = apply(store, id, complete(0, 2, json!("undone")), at(50)).await;
+    assert_eq!((t.job.round, t.job.state), (2, JobState::Running));
+    let stored = get(store, id).await;
+    assert_eq!(stored, t.job);
+    assert_eq!(stored.steps[0].state, StepState::Ready);
+    assert_eq!(stored.steps[0].next_attempt_at, Some(at(1_050)));
+    assert!(claim(store, "w", 1, 4, at(1_049)).await.is_empty());
+    let again = claim(store, "w", 1, 5, at(1_050)).await;
+    assert_eq!(again[0].transition.job.steps[0].attempt, 3);
+    match store
+        .job_apply(Apply::new(id, complete(1, 1, json!("late")), at(1_060)))
+        .await
+    {
+        Err(Error::Rejected(Rejection::LeaseLost { .. })) => {}
+        other => panic!("a report of round 1 was not refused: {other:?}"),
+    }
+    let kinds: Vec<String> = all_events(store, id)
+        .await
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        kinds.contains(&"job_round_started".to_string()),
+        "{kinds:?}"
     );
 }

@@ -668,3 +668,85 @@ pub async fn http_targets_round_trip_and_are_claimed_per_host(f: &Fixture) {
     let again = claim(store, "http:billing.example:8443", 1, 3, at(8_000)).await;
     assert_eq!(again[0].transition.job.steps[0].attempt, 2);
 }
+
+// Proves a step's deadline is stored and enforced by the stored lease: the claim fixes the
+// attempt's hard end, a heartbeat renews the lease only up to it, `leases_expired` and
+// `next_due_at` see the capped expiry, and the expiry is recorded as a deadline overrun.
+pub async fn step_deadline_caps_the_stored_lease(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let s = spec(
+        json!({"steps": [{"name": "s", "agent": "w", "timeout": "3s",
+        "deadline": "10s", "max_attempts": 2,
+        "backoff": {"initial": "1s", "factor": 2, "max": "1m"}}]}),
+    );
+    submit(store, admitted(id, &s, at(0))).await;
+    let claimed = claim(store, "w", 1, 1, at(0)).await;
+    assert_eq!(claimed.len(), 1);
+    let stored = get(store, id).await;
+    assert_eq!(
+        stored.steps[0].deadline,
+        Some(overseer_core::Span::from_secs(10))
+    );
+    assert_eq!(stored.steps[0].attempt_ends_at, Some(at(10_000)));
+    assert_eq!(stored.steps[0].lease_expires_at, Some(at(3_000)));
+    let beat = |now| {
+        apply(
+            store,
+            id,
+            Command::Heartbeat {
+                step: 0,
+                attempt: 1,
+            },
+            now,
+        )
+    };
+    beat(at(2_000)).await;
+    assert_eq!(
+        get(store, id).await.steps[0].lease_expires_at,
+        Some(at(5_000))
+    );
+    beat(at(4_500)).await;
+    let t = beat(at(7_000)).await;
+    assert_eq!(
+        t.reply,
+        Reply::Heartbeat {
+            lease_expires_at: at(10_000),
+            cancel: false
+        }
+    );
+    assert_eq!(get(store, id).await, t.job);
+    assert_eq!(
+        store.next_due_at(at(7_000)).await.expect("due"),
+        Some(at(10_000))
+    );
+    let due = |now| store.leases_expired(Due { now, limit: 10 });
+    assert!(due(at(9_999)).await.expect("expired").is_empty());
+    assert_eq!(due(at(10_000)).await.expect("expired").len(), 1);
+    apply(
+        store,
+        id,
+        Command::Expire {
+            step: 0,
+            attempt: 1,
+            jitter: 0.0,
+        },
+        at(10_000),
+    )
+    .await;
+    let kinds: Vec<String> = all_events(store, id)
+        .await
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        kinds.contains(&"step_deadline_exceeded".to_string()),
+        "{kinds:?}"
+    );
+    let stored = get(store, id).await;
+    assert_eq!(stored.steps[0].state, StepState::Ready);
+    assert!(stored.steps[0]
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("deadline exceeded")));
+}

@@ -102,6 +102,8 @@ macro_rules! conformance_tests {
             reschedule_moves_run_at_and_priority,
             reschedule_of_a_keyed_job_keeps_its_place_in_the_key,
             stats_count_states_and_finished_minutes,
+            job_deadline_is_found_and_enforced,
+            whole_job_retry_rounds_are_stored,
         );
         $crate::conformance_tests!(@noun ordering:
             ordering_key_runs_one_job_at_a_time,
@@ -120,6 +122,7 @@ macro_rules! conformance_tests {
             undo_leases_expire_and_backoff_wakes_the_compensate_agent,
             claim_order_ages_priority,
             http_targets_round_trip_and_are_claimed_per_host,
+            step_deadline_caps_the_stored_lease,
         );
         $crate::conformance_tests!(@noun agents:
             agents_counts_ready_and_running,

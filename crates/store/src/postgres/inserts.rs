@@ -30,18 +30,21 @@ pub(super) async fn insert_job_rows(
         tx,
         "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
            ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
-           finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by) \
+           finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, \
+           deadline_due, round, job_retry) \
          SELECT id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
            callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-           blocked_reason, last_event_seq, retention_ms, submitted_by \
+           blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, deadline_due, \
+           round, job_retry \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], \
            $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
            $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[], \
-           $17::bigint[], $18::text[]) \
+           $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], \
+           $22::text[]) \
            WITH ORDINALITY AS v (id, idempotency_key, fingerprint, labels, priority, run_at, \
              ordering_key, callback_url, on_failure, state, desired_state, created_at, \
              updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, \
-             submitted_by, n) \
+             submitted_by, deadline, deadline_due, round, job_retry, n) \
          ORDER BY n \
          ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, seq",
         &[
@@ -63,6 +66,10 @@ pub(super) async fn insert_job_rows(
             &c.last_event_seq,
             &c.retention_ms,
             &c.submitted_by,
+            &c.deadline,
+            &c.deadline_due,
+            &c.round,
+            &c.job_retry,
         ],
     )
     .await?;
@@ -102,6 +109,10 @@ struct JobRows<'a> {
     last_event_seq: Vec<i64>,
     retention_ms: Vec<Option<i64>>,
     submitted_by: Vec<Option<&'a str>>,
+    deadline: Vec<Option<i64>>,
+    deadline_due: Vec<Option<i64>>,
+    round: Vec<i64>,
+    job_retry: Vec<Option<String>>,
 }
 
 impl<'a> JobRows<'a> {
@@ -128,6 +139,16 @@ impl<'a> JobRows<'a> {
         self.retention_ms
             .push(job.retention.map(|r| r.as_millis_i64()));
         self.submitted_by.push(job.submitted_by.as_deref());
+        self.deadline.push(ms(job.deadline));
+        self.deadline_due.push(ms(job.deadline_due()));
+        self.round.push(i64::from(job.round));
+        self.job_retry.push(
+            job.retry
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| corrupt("jobs.job_retry", e))?,
+        );
         Ok(())
     }
 }
@@ -171,15 +192,16 @@ const INSERT_STEPS_SQL: &str = "\
 INSERT INTO steps (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
   started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, budget_from, \
   comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, lease_agent, \
-  claim_rank, name, agent, payload, depends_on, timeout_ms, max_attempts, backoff_initial_ms, \
-  backoff_factor, backoff_max_ms, compensate, created_at, backoff_formula, http) \
+  claim_rank, attempt_ends_at, name, agent, payload, depends_on, timeout_ms, max_attempts, \
+  backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, created_at, backoff_formula, \
+  http, deadline_ms) \
 SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], \
   $6::bigint[], $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], \
   $12::bigint[], $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], \
   $18::bigint[], $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
-  $24::text[], $25::text[], $26::text[], $27::text[], $28::bigint[], $29::bigint[], \
-  $30::bigint[], $31::double precision[], $32::bigint[], $33::text[], $34::bigint[], \
-  $35::text[], $36::text[])";
+  $24::bigint[], $25::text[], $26::text[], $27::text[], $28::text[], $29::bigint[], \
+  $30::bigint[], $31::bigint[], $32::double precision[], $33::bigint[], $34::text[], \
+  $35::bigint[], $36::text[], $37::text[], $38::bigint[])";
 
 /// What admission fixed about each step, column by column.
 #[derive(Default)]
@@ -197,6 +219,7 @@ struct StepDefinitions<'a> {
     created_at: Vec<i64>,
     backoff_formula: Vec<Option<&'static str>>,
     http: Vec<Option<String>>,
+    deadline_ms: Vec<Option<i64>>,
 }
 
 impl<'a> StepDefinitions<'a> {
@@ -232,6 +255,7 @@ impl<'a> StepDefinitions<'a> {
                 .transpose()
                 .map_err(|e| corrupt("steps.http", e))?,
         );
+        self.deadline_ms.push(s.deadline.map(|d| d.as_millis_i64()));
         Ok(())
     }
 
@@ -250,6 +274,7 @@ impl<'a> StepDefinitions<'a> {
             &self.created_at,
             &self.backoff_formula,
             &self.http,
+            &self.deadline_ms,
         ]
     }
 }

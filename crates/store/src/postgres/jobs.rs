@@ -432,6 +432,22 @@ pub(super) async fn due(tx: &Transaction<'_>, now: Timestamp, limit: usize) -> R
     job_ids(&rows, "jobs.id")
 }
 
+/// Jobs whose enforced deadline has come, earliest first (see `Jobs::jobs_past_deadline`).
+pub(super) async fn past_deadline(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    limit: usize,
+) -> Res<Vec<JobId>> {
+    let rows = query(
+        tx,
+        "SELECT id FROM jobs WHERE deadline_due IS NOT NULL AND deadline_due <= $1 \
+         ORDER BY deadline_due, id LIMIT $2",
+        &[&now.as_millis(), &limit_param(limit)],
+    )
+    .await?;
+    job_ids(&rows, "jobs.id")
+}
+
 /// The earliest instant something becomes due. Past instants count only where the leader's sweep
 /// clears them: a pending job without a key, an expired lease, a schedule's due time. A keyed job
 /// waiting behind its head, or a retry already due, counts only while still in the future, or
@@ -446,6 +462,7 @@ pub(super) async fn next_due_at(tx: &Transaction<'_>, now: Timestamp) -> Res<Opt
            (SELECT MIN(next_attempt_at) FROM steps \
               WHERE claim_agent IS NOT NULL AND next_attempt_at > $1), \
            (SELECT MIN(lease_expires_at) FROM steps WHERE lease_expires_at IS NOT NULL), \
+           (SELECT MIN(deadline_due) FROM jobs WHERE deadline_due IS NOT NULL), \
            (SELECT MIN(next_fire_at) FROM schedules WHERE NOT paused))",
         &[&now.as_millis()],
     )
@@ -586,6 +603,11 @@ impl Jobs for PgStore {
         let history = self.inner.history_per_job;
         let r = &r;
         self.write(move |tx, _| Box::pin(removal::replace(tx, r.old, &r.states, &r.new, history)))
+            .await
+    }
+
+    async fn jobs_past_deadline(&self, d: Due) -> crate::Result<Vec<JobId>> {
+        self.read(move |tx, _| Box::pin(past_deadline(tx, d.now, d.limit)))
             .await
     }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use deadpool_postgres::Transaction;
 use overseer_core::backoff::{Backoff, Formula};
+use overseer_core::job::JobRetry;
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::spec::{CompensateSpec, OnFailure};
 use overseer_core::{
@@ -113,7 +114,7 @@ macro_rules! job_columns {
     () => {
         "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
          callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-         blocked_reason, retention_ms, submitted_by"
+         blocked_reason, retention_ms, submitted_by, deadline, round, job_retry"
     };
 }
 
@@ -124,7 +125,7 @@ macro_rules! step_columns {
          backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
          lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
          next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, \
-         comp_failures, comp_budget_from, backoff_formula, http"
+         comp_failures, comp_budget_from, backoff_formula, http, deadline_ms, attempt_ends_at"
     };
 }
 const STEP_COLUMNS: &str = step_columns!();
@@ -167,6 +168,11 @@ fn job_from_row(row: &Row) -> Res<Job> {
             .and_then(|ms| u64::try_from(ms).ok())
             .map(overseer_core::Span::from_millis),
         submitted_by: get(row, 16, "jobs.submitted_by")?,
+        deadline: ts(get(row, 17, "jobs.deadline")?),
+        round: to_u32("jobs.round", get(row, 18, "jobs.round")?)?,
+        retry: get::<Option<String>>(row, 19, "jobs.job_retry")?
+            .map(|r| parse_json::<JobRetry>("jobs.job_retry", &r))
+            .transpose()?,
         steps: Vec::new(),
     })
 }
@@ -192,6 +198,9 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
             "steps.timeout_ms",
             get(row, 5, "steps.timeout_ms")?,
         )?),
+        deadline: get::<Option<i64>>(row, 31, "steps.deadline_ms")?
+            .map(|d| to_u64("steps.deadline_ms", d).map(Span::from_millis))
+            .transpose()?,
         max_attempts: to_u32("steps.max_attempts", get(row, 6, "steps.max_attempts")?)?,
         backoff: Backoff {
             initial: Span::from_millis(to_u64(
@@ -224,6 +233,7 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
         started_at: ts(get(row, 18, "steps.started_at")?),
         finished_at: ts(get(row, 19, "steps.finished_at")?),
         lease_expires_at: ts(get(row, 20, "steps.lease_expires_at")?),
+        attempt_ends_at: ts(get(row, 32, "steps.attempt_ends_at")?),
         next_attempt_at: ts(get(row, 21, "steps.next_attempt_at")?),
         result: result
             .map(|r| parse_json::<Value>("steps.result", &r))

@@ -27,6 +27,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0008_console.sql"),
     include_str!("../../migrations/postgres/0009_retention.sql"),
     include_str!("../../migrations/postgres/0010_submitted_by.sql"),
+    include_str!("../../migrations/postgres/0011_deadlines.sql"),
+    include_str!("../../migrations/postgres/0012_job_rounds.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

@@ -90,6 +90,8 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
             &events.attempt,
             &events.detail,
             &keep,
+            &jobs.deadline_due,
+            &jobs.round,
         ],
     )
     .await?;
@@ -117,13 +119,15 @@ fn all_written(table: &str, written: u64, wanted: usize) -> Res<()> {
 const WRITE_JOBS_SQL: &str = "\
 WITH v AS ( \
   SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::text[], $5::text[], \
-                       $6::bigint[], $7::bigint[], $8::text[], $9::bigint[]) \
+                       $6::bigint[], $7::bigint[], $8::text[], $9::bigint[], $18::bigint[], \
+                       $19::bigint[]) \
     AS v (id, priority, run_at, state, desired_state, updated_at, finished_at, blocked_reason, \
-          n_events)), \
+          n_events, deadline_due, round)), \
 j AS ( \
   UPDATE jobs SET priority = v.priority, run_at = v.run_at, state = v.state, \
     desired_state = v.desired_state, updated_at = v.updated_at, finished_at = v.finished_at, \
-    blocked_reason = v.blocked_reason, last_event_seq = jobs.last_event_seq + v.n_events \
+    blocked_reason = v.blocked_reason, last_event_seq = jobs.last_event_seq + v.n_events, \
+    deadline_due = v.deadline_due, round = v.round \
   FROM v WHERE jobs.id = v.id \
   RETURNING jobs.id, jobs.last_event_seq AS last, v.n_events), \
 e AS ( \
@@ -154,6 +158,8 @@ struct JobColumns<'a> {
     blocked_reason: Vec<Option<std::borrow::Cow<'a, str>>>,
     /// Events appended to the job by the batch.
     events: Vec<i64>,
+    deadline_due: Vec<Option<i64>>,
+    round: Vec<i64>,
 }
 
 impl<'a> JobColumns<'a> {
@@ -169,6 +175,8 @@ impl<'a> JobColumns<'a> {
         self.blocked_reason
             .push(job.blocked_reason.as_deref().map(text));
         self.events.push(w.events.len() as i64);
+        self.deadline_due.push(ms(job.deadline_due()));
+        self.round.push(i64::from(job.round));
     }
 }
 
@@ -216,7 +224,7 @@ async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
 }
 
 impl StepColumns<'_> {
-    /// The columns as statement parameters, `$1` to `$23`.
+    /// The columns as statement parameters, `$1` to `$24`.
     pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         let c = self;
         vec![
@@ -243,6 +251,7 @@ impl StepColumns<'_> {
             &c.claim_agent,
             &c.lease_agent,
             &c.claim_rank,
+            &c.attempt_ends_at,
         ]
     }
 }
@@ -254,15 +263,17 @@ UPDATE steps SET priority = v.priority, state = v.state, attempt = v.attempt, \
   next_attempt_at = v.next_attempt_at, result = v.result, last_error = v.last_error, \
   budget_from = v.budget_from, comp_phase = v.comp_phase, comp_attempts = v.comp_attempts, \
   comp_failures = v.comp_failures, comp_budget_from = v.comp_budget_from, \
-  claim_agent = v.claim_agent, lease_agent = v.lease_agent, claim_rank = v.claim_rank \
+  claim_agent = v.claim_agent, lease_agent = v.lease_agent, claim_rank = v.claim_rank, \
+  attempt_ends_at = v.attempt_ends_at \
 FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], $6::bigint[], \
             $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], \
             $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], $18::bigint[], \
-            $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[]) \
+            $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
+            $24::bigint[]) \
   AS v (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
         started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, \
         budget_from, comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, \
-        lease_agent, claim_rank) \
+        lease_agent, claim_rank, attempt_ends_at) \
 WHERE steps.job_id = v.job_id AND steps.idx = v.idx";
 
 /// The run-time columns of step rows, column by column (in `WRITE_STEPS_SQL`'s order).
@@ -291,6 +302,7 @@ pub(super) struct StepColumns<'a> {
     claim_agent: Vec<Option<&'a str>>,
     lease_agent: Vec<Option<&'a str>>,
     claim_rank: Vec<Option<i64>>,
+    attempt_ends_at: Vec<Option<i64>>,
 }
 
 impl<'a> StepColumns<'a> {
@@ -326,6 +338,7 @@ impl<'a> StepColumns<'a> {
         self.claim_agent.push(s.claim_agent());
         self.lease_agent.push(rows::lease_agent(s));
         self.claim_rank.push(job.claim_rank(idx));
+        self.attempt_ends_at.push(ms(s.attempt_ends_at));
         Ok(())
     }
 }

@@ -98,6 +98,10 @@ impl Jobs for SqliteStore {
             .await
     }
 
+    async fn jobs_past_deadline(&self, due: Due) -> Result<Vec<JobId>> {
+        self.read(move |conn| past_deadline(conn, due)).await
+    }
+
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
         let key = key.to_string();
         self.read(move |conn| ordering::status(conn, &key)).await
@@ -216,4 +220,28 @@ fn list_jobs(conn: &Connection, query: &JobQuery) -> Result<Vec<Job>> {
         }
     }
     Ok(jobs)
+}
+
+/// Jobs whose enforced deadline has come, earliest first (see `Jobs::jobs_past_deadline`).
+fn past_deadline(conn: &rusqlite::Connection, due: Due) -> Result<Vec<JobId>> {
+    let ids: Vec<String> = conn
+        .prepare_cached(
+            "SELECT id FROM jobs INDEXED BY jobs_deadline_due \
+             WHERE deadline_due IS NOT NULL AND deadline_due <= ?1 \
+             ORDER BY deadline_due, id LIMIT ?2",
+        )
+        .db()?
+        .query_map(
+            rusqlite::params![due.now.as_millis(), rows::limit_param(due.limit)],
+            |r| r.get(0),
+        )
+        .db()?
+        .collect::<rusqlite::Result<_>>()
+        .db()?;
+    ids.into_iter()
+        .map(|id| {
+            id.parse()
+                .map_err(|e| crate::Error::Corrupt(format!("jobs.id `{id}`: {e}")))
+        })
+        .collect()
 }

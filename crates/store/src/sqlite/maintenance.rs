@@ -47,6 +47,9 @@ impl Maintenance for SqliteStore {
                        SELECT MIN(lease_expires_at) FROM steps INDEXED BY steps_lease_expiry \
                          WHERE lease_expires_at IS NOT NULL \
                        UNION ALL \
+                       SELECT MIN(deadline_due) FROM jobs INDEXED BY jobs_deadline_due \
+                         WHERE deadline_due IS NOT NULL \
+                       UNION ALL \
                        SELECT MIN(next_fire_at) FROM schedules INDEXED BY schedules_due \
                          WHERE paused = 0)",
                 )

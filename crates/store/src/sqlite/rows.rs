@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use overseer_core::backoff::{Backoff, Formula};
-use overseer_core::job::PRIORITY_AGING;
+use overseer_core::job::{JobRetry, PRIORITY_AGING};
 use overseer_core::outbox::DeliveryKind;
 use overseer_core::push::HttpTarget;
 use overseer_core::spec::{CompensateSpec, OnFailure};
@@ -98,17 +98,17 @@ pub(super) fn job_id_text(id: JobId) -> String {
 const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
      callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-     blocked_reason, retention_ms, submitted_by";
+     blocked_reason, retention_ms, submitted_by, deadline, round, job_retry";
 
 const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
      lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
      next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
-     comp_budget_from, backoff_formula, http";
+     comp_budget_from, backoff_formula, http, deadline_ms, attempt_ends_at";
 
 /// Everything a step write sets: the job's key and copied priority, the step's own columns, and
 /// the columns derived from the step for the queries that find work (see schemas V2 and V3).
-const STEP_WRITE_COLUMNS: [&str; 36] = [
+const STEP_WRITE_COLUMNS: [&str; 38] = [
     "job_id",
     "priority",
     "idx",
@@ -145,6 +145,8 @@ const STEP_WRITE_COLUMNS: [&str; 36] = [
     "claim_rank",
     "backoff_formula",
     "http",
+    "deadline_ms",
+    "attempt_ends_at",
 ];
 
 /// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
@@ -193,6 +195,15 @@ fn formula_from_column(text: Option<String>) -> Result<Formula> {
     }
 }
 
+/// `jobs.job_retry`: the whole-job retry policy as JSON, NULL for other jobs.
+fn retry_text(job: &Job) -> Result<Option<String>> {
+    job.retry
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| corrupt("jobs.job_retry", e))
+}
+
 fn job_from_row(row: &Row<'_>) -> Result<Job> {
     let id: String = row.get(0).db()?;
     let labels: String = row.get(3).db()?;
@@ -219,6 +230,13 @@ fn job_from_row(row: &Row<'_>) -> Result<Job> {
         blocked_reason: row.get(14).db()?,
         retention: span(row.get(15).db()?),
         submitted_by: row.get(16).db()?,
+        deadline: ts(row.get(17).db()?),
+        round: to_u32("jobs.round", row.get(18).db()?)?,
+        retry: row
+            .get::<_, Option<String>>(19)
+            .db()?
+            .map(|r| parse_json::<JobRetry>("jobs.job_retry", &r))
+            .transpose()?,
         steps: Vec::new(),
     })
 }
@@ -241,6 +259,11 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
         payload: parse_json("steps.payload", &payload)?,
         depends_on: parse_json("steps.depends_on", &depends_on)?,
         timeout: Span::from_millis(to_u64("steps.timeout_ms", row.get(5).db()?)?),
+        deadline: row
+            .get::<_, Option<i64>>(31)
+            .db()?
+            .map(|d| to_u64("steps.deadline_ms", d).map(Span::from_millis))
+            .transpose()?,
         max_attempts: to_u32("steps.max_attempts", row.get(6).db()?)?,
         backoff: Backoff {
             initial: Span::from_millis(to_u64("steps.backoff_initial_ms", row.get(7).db()?)?),
@@ -266,6 +289,7 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
         started_at: ts(row.get(18).db()?),
         finished_at: ts(row.get(19).db()?),
         lease_expires_at: ts(row.get(20).db()?),
+        attempt_ends_at: ts(row.get(32).db()?),
         next_attempt_at: ts(row.get(21).db()?),
         result: result
             .map(|r| parse_json::<Value>("steps.result", &r))
@@ -320,8 +344,9 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         .db()?
         .ok_or_else(|| corrupt("job_seq", "the submission counter row is missing"))?;
     conn.prepare_cached(&format!(
-        "INSERT INTO jobs ({JOB_COLUMNS}, seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+        "INSERT INTO jobs ({JOB_COLUMNS}, seq, deadline_due) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+         ?19, ?20, ?21, ?22)"
     ))
     .db()?
     .execute(params![
@@ -342,7 +367,11 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         job.blocked_reason,
         job.retention.map(|r| r.as_millis_i64()),
         job.submitted_by,
+        ms(job.deadline),
+        job.round,
+        retry_text(job)?,
         seq,
+        ms(job.deadline_due()),
     ])
     .db()?;
     let mut label = conn
@@ -372,7 +401,8 @@ pub(super) fn update_job(
             "UPDATE jobs SET fingerprint = ?2, priority = ?3, run_at = ?4, ordering_key = ?5, \
              callback_url = ?6, on_failure = ?7, state = ?8, desired_state = ?9, created_at = ?10, \
              updated_at = ?11, finished_at = ?12, blocked_reason = ?13, \
-             last_event_seq = last_event_seq + ?14 WHERE id = ?1 RETURNING last_event_seq",
+             last_event_seq = last_event_seq + ?14, deadline_due = ?15, round = ?16 \
+             WHERE id = ?1 RETURNING last_event_seq",
         )
         .db()?
         .query_row(
@@ -391,6 +421,8 @@ pub(super) fn update_job(
                 ms(job.finished_at),
                 job.blocked_reason,
                 new_events as i64,
+                ms(job.deadline_due()),
+                job.round,
             ],
             |r| r.get(0),
         )
@@ -514,6 +546,8 @@ fn write_step_with(conn: &Connection, job: &Job, idx: usize, sql: &str) -> Resul
             job.claim_rank(idx),
             formula_column(s.backoff_formula),
             http,
+            s.deadline.map(|d| d.as_millis_i64()),
+            ms(s.attempt_ends_at),
         ])
         .db()
 }

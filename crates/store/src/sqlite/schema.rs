@@ -20,4 +20,6 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0009_console.sql"),
     include_str!("../../migrations/sqlite/0010_retention.sql"),
     include_str!("../../migrations/sqlite/0011_submitted_by.sql"),
+    include_str!("../../migrations/sqlite/0012_deadlines.sql"),
+    include_str!("../../migrations/sqlite/0013_job_rounds.sql"),
 ];

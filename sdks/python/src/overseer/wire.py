@@ -160,6 +160,7 @@ class CompensateSpec(TypedDict, total=False):
     http: HttpTarget
     payload: Json
     timeout: str
+    deadline: str
     max_attempts: int
 
 
@@ -175,6 +176,7 @@ class StepSpec(_StepSpecRequired, total=False):
     payload: Json
     depends_on: List[str]
     timeout: str
+    deadline: str
     max_attempts: int
     backoff: Backoff
     backoff_formula: Literal["exponential", "faktory"]
@@ -194,7 +196,10 @@ class JobSpec(_JobSpecRequired, total=False):
     run_at: str
     ordering_key: str
     callback_url: str
-    on_failure: Literal["compensate", "hold", "fail"]
+    on_failure: Literal["compensate", "hold", "fail", "compensate_and_retry"]
+    deadline: str
+    job_attempts: int
+    job_backoff: Backoff
 
 
 class _StepRequired(TypedDict):
@@ -213,6 +218,7 @@ class _StepRequired(TypedDict):
 class Step(_StepRequired, total=False):
     """A step as the API shows it."""
 
+    deadline: str
     worker: Optional[str]
     ready_at: Optional[str]
     started_at: Optional[str]
@@ -251,4 +257,7 @@ class Job(_JobRequired, total=False):
     blocked_reason: Optional[str]
     compensated: List[str]
     callback_url: Optional[str]
+    deadline: str
+    round: int
+    job_attempts: int
     waiting_reason: WaitingReason
