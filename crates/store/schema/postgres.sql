@@ -22,7 +22,8 @@ CREATE TABLE public.deliveries (
     created_at bigint NOT NULL,
     next_attempt_at bigint NOT NULL,
     last_error text,
-    dead boolean DEFAULT false NOT NULL
+    dead boolean DEFAULT false NOT NULL,
+    delivered_at bigint
 );
 
 ALTER TABLE public.deliveries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -68,6 +69,8 @@ CREATE TABLE public.jobs (
     finished_at bigint,
     blocked_reason text,
     last_event_seq bigint DEFAULT 0 NOT NULL,
+    retention_ms bigint,
+    submitted_by text,
     deadline bigint,
     deadline_due bigint,
     round bigint DEFAULT 1 NOT NULL,
@@ -221,7 +224,13 @@ ALTER TABLE ONLY public.tokens
 ALTER TABLE ONLY public.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (name);
 
-CREATE INDEX deliveries_due ON public.deliveries USING btree (next_attempt_at, id) WHERE (NOT dead);
+CREATE INDEX deliveries_delivered ON public.deliveries USING btree (delivered_at) WHERE (delivered_at IS NOT NULL);
+
+CREATE INDEX deliveries_due ON public.deliveries USING btree (next_attempt_at, id) WHERE ((NOT dead) AND (delivered_at IS NULL));
+
+CREATE INDEX deliveries_job ON public.deliveries USING btree (job_id);
+
+CREATE INDEX deliveries_kind ON public.deliveries USING btree (kind, id);
 
 CREATE INDEX job_labels_key_value ON public.job_labels USING btree (key, value, job_id);
 
@@ -229,11 +238,17 @@ CREATE INDEX jobs_active ON public.jobs USING btree (id) WHERE (state <> ALL (AR
 
 CREATE INDEX jobs_deadline_due ON public.jobs USING btree (deadline_due, id) WHERE (deadline_due IS NOT NULL);
 
+CREATE INDEX jobs_finished ON public.jobs USING btree (finished_at, state) WHERE (finished_at IS NOT NULL);
+
 CREATE INDEX jobs_ordering_key ON public.jobs USING btree (ordering_key, seq) WHERE ((ordering_key IS NOT NULL) AND (state <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])));
 
 CREATE INDEX jobs_pending_due ON public.jobs USING btree (COALESCE(run_at, created_at), id) WHERE (state = 'pending'::text);
 
 CREATE INDEX jobs_pending_unkeyed ON public.jobs USING btree (run_at) WHERE ((state = 'pending'::text) AND (ordering_key IS NULL));
+
+CREATE INDEX jobs_retention ON public.jobs USING btree (state, finished_at) WHERE ((finished_at IS NOT NULL) AND (retention_ms IS NULL));
+
+CREATE INDEX jobs_retention_own ON public.jobs USING btree (((finished_at + retention_ms))) WHERE ((finished_at IS NOT NULL) AND (retention_ms IS NOT NULL));
 
 CREATE INDEX jobs_state_id ON public.jobs USING btree (state, id);
 

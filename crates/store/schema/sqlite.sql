@@ -24,7 +24,7 @@ CREATE TABLE deliveries (
     last_error      TEXT,
     -- 1 once its attempt budget is spent: kept for inspection, never retried.
     dead            INTEGER NOT NULL DEFAULT 0
-);
+, delivered_at INTEGER);
 
 CREATE TABLE events (
     job_id  TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
@@ -66,7 +66,7 @@ CREATE TABLE jobs (
     finished_at     INTEGER,
     -- The seq of the newest event ever appended; kept here because trimming may delete it.
     last_event_seq  INTEGER NOT NULL DEFAULT 0
-, blocked_reason TEXT, seq INTEGER, deadline INTEGER, deadline_due INTEGER, round INTEGER NOT NULL DEFAULT 1, job_retry TEXT);
+, blocked_reason TEXT, seq INTEGER, retention_ms INTEGER, submitted_by TEXT, deadline INTEGER, deadline_due INTEGER, round INTEGER NOT NULL DEFAULT 1, job_retry TEXT);
 
 CREATE TABLE leader (
     id         INTEGER PRIMARY KEY CHECK (id = 1),
@@ -143,13 +143,22 @@ CREATE TABLE tokens (
     revoked_at INTEGER
 );
 
-CREATE INDEX deliveries_due ON deliveries (next_attempt_at, id) WHERE dead = 0;
+CREATE INDEX deliveries_delivered ON deliveries (delivered_at) WHERE delivered_at IS NOT NULL;
+
+CREATE INDEX deliveries_due ON deliveries (next_attempt_at, id)
+    WHERE dead = 0 AND delivered_at IS NULL;
+
+CREATE INDEX deliveries_job ON deliveries (job_id);
+
+CREATE INDEX deliveries_kind ON deliveries (kind, id);
 
 CREATE INDEX job_labels_key_value ON job_labels (key, value, job_id);
 
 CREATE INDEX jobs_active ON jobs (id) WHERE state NOT IN ('succeeded', 'failed', 'cancelled');
 
 CREATE INDEX jobs_deadline_due ON jobs (deadline_due, id) WHERE deadline_due IS NOT NULL;
+
+CREATE INDEX jobs_finished ON jobs (finished_at, state) WHERE finished_at IS NOT NULL;
 
 CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
@@ -159,6 +168,12 @@ CREATE INDEX jobs_ordering_key ON jobs (ordering_key, seq)
 CREATE INDEX jobs_pending_due ON jobs (COALESCE(run_at, created_at), id) WHERE state = 'pending';
 
 CREATE INDEX jobs_pending_unkeyed ON jobs (run_at) WHERE state = 'pending' AND ordering_key IS NULL;
+
+CREATE INDEX jobs_retention ON jobs (state, finished_at)
+    WHERE finished_at IS NOT NULL AND retention_ms IS NULL;
+
+CREATE INDEX jobs_retention_own ON jobs ((finished_at + retention_ms))
+    WHERE finished_at IS NOT NULL AND retention_ms IS NOT NULL;
 
 CREATE INDEX jobs_state_id ON jobs (state, id);
 

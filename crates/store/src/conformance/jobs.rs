@@ -1505,6 +1505,8 @@ pub async fn submitted_by_is_kept_and_filters_the_list(f: &Fixture) {
     assert_eq!(
         get(store, job_id(1)).await.submitted_by.as_deref(),
         Some("ci")
+    );
+}
 
 // Proves a job deadline is stored and found: `next_due_at` wakes the supervisor for it,
 // `jobs_past_deadline` lists the job once it has come (and not before), `Command::Deadline`
