@@ -74,6 +74,8 @@ export interface JobSpec {
   job_attempts?: number;
   /** The wait before each new round of a `compensate_and_retry` job. */
   job_backoff?: Backoff;
+  /** How long the finished job is kept, instead of the server's default. */
+  retention?: Span;
   steps: StepSpec[];
 }
 
@@ -124,6 +126,10 @@ export interface Job {
   callback_url: string | null;
   /** The name of the token that submitted the job (null without auth or for server-made jobs). */
   submitted_by: string | null;
+  /** The job's own retention, when it gave one. */
+  retention?: Span;
+  /** When the finished job will be removed. */
+  removable_at?: Timestamp;
   deadline?: Timestamp;
   /** The round of a whole-job retry, from 1. */
   round: number;

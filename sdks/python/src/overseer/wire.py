@@ -200,6 +200,7 @@ class JobSpec(_JobSpecRequired, total=False):
     deadline: str
     job_attempts: int
     job_backoff: Backoff
+    retention: str
 
 
 class _StepRequired(TypedDict):
@@ -257,6 +258,9 @@ class Job(_JobRequired, total=False):
     blocked_reason: Optional[str]
     compensated: List[str]
     callback_url: Optional[str]
+    submitted_by: Optional[str]
+    retention: str
+    removable_at: str
     deadline: str
     round: int
     job_attempts: int
