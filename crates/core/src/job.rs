@@ -470,6 +470,18 @@ impl Step {
         }
     }
 
+    /// The agent holding the step's live lease: its own for work, its compensate agent for an
+    /// undo; `None` while no lease is live. Backends index leased steps by this.
+    pub fn lease_agent(&self) -> Option<&str> {
+        if !self.is_leased() {
+            None
+        } else if self.is_compensating() {
+            self.compensate.as_ref().map(|c| c.agent.as_str())
+        } else {
+            Some(&self.agent)
+        }
+    }
+
     /// Whether a lease on this step (work or compensation) is live or may still be reported.
     pub fn is_leased(&self) -> bool {
         self.state == StepState::Running

@@ -130,17 +130,6 @@ macro_rules! step_columns {
 }
 const STEP_COLUMNS: &str = step_columns!();
 
-/// The agent holding the step's live lease: its own for work, its compensate agent for an undo.
-pub(super) fn lease_agent(s: &Step) -> Option<&str> {
-    if !s.is_leased() {
-        None
-    } else if s.is_compensating() {
-        s.compensate.as_ref().map(|c| c.agent.as_str())
-    } else {
-        Some(&s.agent)
-    }
-}
-
 fn job_from_row(row: &Row) -> Res<Job> {
     let labels: String = get(row, 3, "jobs.labels")?;
     let on_failure: String = get(row, 8, "jobs.on_failure")?;

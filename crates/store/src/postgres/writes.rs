@@ -336,7 +336,7 @@ impl<'a> StepColumns<'a> {
         self.comp_failures.push(i64::from(s.comp_failures));
         self.comp_budget_from.push(i64::from(s.comp_budget_from));
         self.claim_agent.push(s.claim_agent());
-        self.lease_agent.push(rows::lease_agent(s));
+        self.lease_agent.push(s.lease_agent());
         self.claim_rank.push(job.claim_rank(idx));
         self.attempt_ends_at.push(ms(s.attempt_ends_at));
         Ok(())

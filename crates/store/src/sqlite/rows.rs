@@ -171,17 +171,6 @@ fn step_upsert_sql() -> &'static str {
     })
 }
 
-/// The agent holding the step's live lease: its own for work, its compensate agent for an undo.
-fn lease_agent(s: &Step) -> Option<&str> {
-    if !s.is_leased() {
-        None
-    } else if s.is_compensating() {
-        s.compensate.as_ref().map(|c| c.agent.as_str())
-    } else {
-        Some(&s.agent)
-    }
-}
-
 /// `steps.backoff_formula`: NULL for the exponential default (so rows written before schema V4,
 /// and most rows since, say nothing), else the formula's name.
 fn formula_column(f: Formula) -> Option<&'static str> {
@@ -542,7 +531,7 @@ fn write_step_with(conn: &Connection, job: &Job, idx: usize, sql: &str) -> Resul
             s.comp_failures,
             s.comp_budget_from,
             s.claim_agent(),
-            lease_agent(s),
+            s.lease_agent(),
             job.claim_rank(idx),
             formula_column(s.backoff_formula),
             http,
