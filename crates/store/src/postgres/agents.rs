@@ -313,38 +313,3 @@ impl Agents for PgStore {
         self.read(|tx, _| Box::pin(agent_settings_list(tx))).await
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Proves the bucket arithmetic matches the SQLite backend's to the millisecond: refills cap
-    // at one second's worth (at least one token), a clock behind adds nothing, and the next token
-    // is found at the first millisecond a refill yields it.
-    #[test]
-    fn the_bucket_refills_caps_and_finds_the_next_token() {
-        let t = |ms: i64| Timestamp::from_millis(1_000_000 + ms);
-        assert_eq!(refill(10.0, Some(0.0), Some(t(0)), t(100)), (1.0, t(100)));
-        assert_eq!(
-            refill(10.0, Some(0.0), Some(t(0)), t(5_000)),
-            (10.0, t(5_000))
-        );
-        assert_eq!(
-            refill(0.5, Some(0.0), Some(t(0)), t(10_000)),
-            (1.0, t(10_000))
-        );
-        assert_eq!(refill(10.0, Some(3.0), Some(t(50)), t(0)), (3.0, t(50)));
-        assert_eq!(refill(2.0, None, None, t(7)), (2.0, t(7)));
-        assert_eq!(next_token_at(10.0, 0.0, t(0)), t(100));
-        assert_eq!(next_token_at(3.0, 0.0, t(0)), t(334));
-        assert_eq!(next_token_at(0.5, 0.25, t(0)), t(1_500));
-        for (rate, left) in [(3.0, 0.1), (7.0, 0.3), (0.3, 0.0), (123.4, 0.77)] {
-            let next = next_token_at(rate, left, t(0));
-            assert_eq!(whole(refill(rate, Some(left), Some(t(0)), next).0), 1);
-            let before = Timestamp::from_millis(next.as_millis() - 1);
-            if before > t(0) {
-                assert_eq!(whole(refill(rate, Some(left), Some(t(0)), before).0), 0);
-            }
-        }
-    }
-}
