@@ -747,8 +747,9 @@ fn check_job(job: &Job) {
             _ => {}
         }
         match s.comp_phase {
+            // An undo waits unrun (in this round) unless parked by a blocked job.
             Some(CompPhase::Waiting) => assert!(
-                (s.comp_attempts == 0 || job.state == JobState::Blocked)
+                (s.comp_attempts == s.comp_budget_from || job.state == JobState::Blocked)
                     && s.next_attempt_at.is_none(),
                 "{}",
                 ctx()
