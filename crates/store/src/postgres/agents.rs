@@ -241,14 +241,16 @@ impl Agents for PgStore {
         self.read(|tx, _| {
             Box::pin(async move {
                 // Claimable steps by the agent that may lease them, leased steps by the agent
-                // holding the lease (an undo's compensate agent), of unfinished jobs.
+                // holding the lease (an undo's compensate agent), of unfinished jobs. Only a
+                // step whose job would take the claim has a `claim_agent` (property-tested in the
+                // core), so that arm reads the claim index alone; a finished job may still have
+                // leased steps (they learn of it at their next heartbeat), so that arm joins.
                 let rows = query(
                     tx,
                     &format!(
                         "SELECT agent, SUM(ready)::bigint, SUM(running)::bigint FROM ( \
-                           SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
-                           FROM steps s JOIN jobs j ON j.id = s.job_id \
-                           WHERE s.claim_agent IS NOT NULL AND j.state NOT IN {TERMINAL} \
+                           SELECT claim_agent AS agent, COUNT(*) AS ready, 0 AS running \
+                           FROM steps WHERE claim_agent IS NOT NULL GROUP BY claim_agent \
                            UNION ALL \
                            SELECT s.lease_agent, 0, 1 \
                            FROM steps s JOIN jobs j ON j.id = s.job_id \
