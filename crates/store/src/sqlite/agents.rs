@@ -7,19 +7,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::rows::{self, DbResult};
 use super::SqliteStore;
+use crate::decide::StoredLimits;
 use crate::{
     AgentCounts, AgentLimits, AgentReady, AgentSettings, Agents, DueBetween, Error, Result,
     SettingsUpdate,
 };
 
-/// An agent's settings row with its bucket.
-pub(super) struct Row {
-    pub(super) settings: AgentSettings,
-    pub(super) tokens: Option<f64>,
-    pub(super) tokens_at: Option<Timestamp>,
-}
-
-pub(super) fn load(conn: &Connection, agent: &str) -> Result<Option<Row>> {
+pub(super) fn load(conn: &Connection, agent: &str) -> Result<Option<StoredLimits>> {
     let row = conn
         .prepare_cached(
             "SELECT max_concurrency, rate, paused, tokens, tokens_at FROM agent_settings \
@@ -49,7 +43,7 @@ pub(super) fn load(conn: &Connection, agent: &str) -> Result<Option<Row>> {
             })
         })
         .transpose()?;
-    Ok(Some(Row {
+    Ok(Some(StoredLimits {
         settings: AgentSettings {
             max_concurrency,
             rate,
