@@ -3,7 +3,7 @@
 //! these are the few choices around it that concern rows.)
 
 use overseer_core::bucket::{next_token_at, refill, whole};
-use overseer_core::{Command, Job, LeaseId, Step, Timestamp, Transition};
+use overseer_core::{Command, Job, JobId, JobState, LeaseId, Step, Timestamp, Transition};
 
 use crate::{AgentSettings, Error, LeaseRef, Result};
 
@@ -59,6 +59,44 @@ pub(crate) fn loaded(job: Job) -> Result<Job> {
         )));
     }
     Ok(job)
+}
+
+/// The ordering key an admitted job waits on when it would start at once on heading that key:
+/// a keyed job that is pending for its key alone (already due when admitted). The backend asks
+/// whether it heads the key; if so, [`head_starts`] is its start.
+pub(crate) fn waits_on_key(admission: &Transition) -> Option<&str> {
+    let job = &admission.job;
+    let due = job.run_at.is_none_or(|t| t <= job.created_at);
+    if job.state == JobState::Pending && due {
+        job.ordering_key.as_deref()
+    } else {
+        None
+    }
+}
+
+/// The start of an admitted keyed job found heading its key, at its admission's instant.
+pub(crate) fn head_starts(admission: &Transition) -> Result<Transition> {
+    let job = &admission.job;
+    Ok(overseer_core::apply(
+        job,
+        Command::Activate,
+        job.created_at,
+    )?)
+}
+
+/// What a submit resolves to when its idempotency key is already held by `holder` (its id and
+/// fingerprint): the same request again answers the holder; a different one with the same key
+/// is a conflict, reported at the submit's `index` in its batch.
+pub(crate) fn key_holder(index: usize, job: &Job, holder: (JobId, &str)) -> Result<JobId> {
+    let (existing, fingerprint) = holder;
+    if fingerprint == job.fingerprint {
+        return Ok(existing);
+    }
+    Err(Error::IdempotencyConflict {
+        index,
+        key: job.idempotency_key.clone().unwrap_or_default(),
+        existing,
+    })
 }
 
 /// What an agent's limits allow one claim: pause, `max_concurrency` and the `rate` token bucket,
