@@ -717,14 +717,15 @@ impl Model {
                 }
             }
             match sv.state {
-                StepState::Succeeded if sm.kept.is_some() => {
-                    if sv.result.as_ref() != sm.kept.as_ref() {
-                        return Err(format!(
-                            "{stag}: a kept step succeeded with {:?}, not the result it kept",
-                            sv.result
-                        ));
-                    }
+                StepState::Succeeded
+                    if sm.kept.is_some() && sv.result.as_ref() != sm.kept.as_ref() =>
+                {
+                    return Err(format!(
+                        "{stag}: a kept step succeeded with {:?}, not the result it kept",
+                        sv.result
+                    ));
                 }
+                StepState::Succeeded if sm.kept.is_some() => {}
                 StepState::Succeeded => {
                     let Some(done) = sm.work_done else {
                         return Err(format!(
