@@ -398,13 +398,13 @@ fn key_taken(field: String) -> ApiError {
     }
 }
 
-fn job_created(job: &Job, created: bool) -> Response {
+fn job_created(app: &App, job: &Job, created: bool) -> Response {
     let status = if created {
         StatusCode::ACCEPTED
     } else {
         StatusCode::OK
     };
-    let mut res = (status, Json(JobView::from(job))).into_response();
+    let mut res = (status, Json(app.view(job))).into_response();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
         res.headers_mut().insert(header::LOCATION, loc);
     }
@@ -450,10 +450,10 @@ async fn submit(
             tracing::info!(job = %t.job.id, steps = t.job.steps.len(), "job accepted");
             app.metrics().jobs_submitted.inc();
             app.committed(&t);
-            Ok(job_created(&t.job, true))
+            Ok(job_created(&app, &t.job, true))
         }
         Submitted::Existing(job) if hidden(&job, &own) => Err(key_taken("idempotency_key".into())),
-        Submitted::Existing(job) => Ok(job_created(&job, false)),
+        Submitted::Existing(job) => Ok(job_created(&app, &job, false)),
     }
 }
 
@@ -509,9 +509,9 @@ async fn submit_batch(
                 created_any = true;
                 app.metrics().jobs_submitted.inc();
                 app.committed(t);
-                jobs.push(JobView::from(&t.job));
+                jobs.push(app.view(&t.job));
             }
-            Submitted::Existing(job) => jobs.push(JobView::from(job)),
+            Submitted::Existing(job) => jobs.push(app.view(job)),
         }
     }
     let status = if created_any {
@@ -577,7 +577,7 @@ async fn reschedule_job(
         tracing::info!(job = %id, run_at = ?t.job.run_at, priority = t.job.priority, "job rescheduled");
     }
     app.committed(&t);
-    Ok(Json(JobView::from(&t.job)))
+    Ok(Json(app.view(&t.job)))
 }
 
 /// Counts for dashboards, read from indexes: cheap however many jobs are stored.
@@ -768,7 +768,7 @@ async fn list_jobs(
         .then(|| jobs.last().map(|j| j.id.to_string()))
         .flatten();
     Ok(Json(JobList {
-        jobs: jobs.iter().map(JobView::from).collect(),
+        jobs: jobs.iter().map(|j| app.view(j)).collect(),
         next_cursor,
     }))
 }
@@ -808,11 +808,11 @@ async fn wait_job(
     loop {
         let job = visible_job(&app, id, &own).await?;
         if job.state.is_terminal() {
-            return Ok(Json(JobView::from(&job)));
+            return Ok(Json(app.view(&job)));
         }
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => return Ok(Json(JobView::from(&job))),
-            _ = app.shutdown().cancelled() => return Ok(Json(JobView::from(&job))),
+            _ = tokio::time::sleep_until(deadline) => return Ok(Json(app.view(&job))),
+            _ = app.shutdown().cancelled() => return Ok(Json(app.view(&job))),
             msg = finished.recv() => match msg {
                 Ok(done) if done != id => continue,
                 // Ours, or we fell behind and must look again.
@@ -833,7 +833,7 @@ async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Js
         tracing::info!(job = %id, state = %t.job.state, "cancel requested");
     }
     app.committed(&t);
-    Ok(Json(JobView::from(&t.job)))
+    Ok(Json(app.view(&t.job)))
 }
 
 #[utoipa::path(get, path = "/v1/agents", tag = "agents", responses((status = 200, description = "Each agent name with ready and running counts and workers", body = AgentList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
@@ -1300,7 +1300,7 @@ async fn operator(app: &App, raw_id: &str, command: Command) -> Result<Json<JobV
         .await?;
     tracing::info!(job = %id, action = what, state = %t.job.state, "operator action");
     app.committed(&t);
-    Ok(Json(JobView::from(&t.job)))
+    Ok(Json(app.view(&t.job)))
 }
 
 fn step_index(job: &Job, name: &str) -> Result<usize> {
@@ -1393,7 +1393,7 @@ async fn rerun_job(
     app.metrics().jobs_submitted.inc();
     app.committed(&reran.link);
     app.committed(&reran.created);
-    Ok(job_created(new, true))
+    Ok(job_created(&app, new, true))
 }
 
 /// Prometheus text; store-wide gauges are read at scrape time.
@@ -1557,7 +1557,7 @@ async fn ordering_key(
     Ok(Json(json!({
         "key": status.key,
         // Someone else's job is not shown to a caller limited to its own (the count stays).
-        "head": status.head.as_ref().filter(|j| !hidden(j, &own)).map(JobView::from),
+        "head": status.head.as_ref().filter(|j| !hidden(j, &own)).map(|j| app.view(j)),
         "waiting": status.waiting,
     })))
 }

@@ -18,6 +18,7 @@
 //! report is settled by the fencing check in the core.
 
 use overseer_core::machine::admit;
+use overseer_core::retention;
 use overseer_core::schedule::{self, CronSchedule};
 use overseer_core::{Command, Job, JobId, Rejection, Span, Timestamp};
 use overseer_store::{
@@ -48,17 +49,21 @@ pub struct Supervisor {
     /// Where the repair scan continues (it walks active jobs in id order, then starts over).
     repair_cursor: Option<JobId>,
     repair_batch: usize,
-    /// Finished jobs removed per store write once their retention has passed.
+    /// Finished jobs removed per store write at most once their retention has passed.
     retention_batch: usize,
+    /// The next removal write's batch: adapted to what the store removes within
+    /// `retention::REMOVAL_WRITE_BUDGET` (`retention::next_removal_batch`).
+    removal_batch: usize,
     /// When the leader next looks for finished jobs to remove.
     next_prune_at: Timestamp,
 }
 
 /// How often the leader looks for finished jobs past their retention while there are none.
 const PRUNE_EVERY: Span = Span::from_secs(10);
-/// Removal writes per sweep at most: with the default batch, 4,000 jobs a sweep. A backlog
-/// (after a retention is shortened, say) is worked off over several sweeps, each write short,
-/// so the store's other writers (claims, reports) are never queued behind a long removal.
+/// Removal writes per sweep at most: with the default batch, up to 4,000 jobs a sweep. A backlog
+/// (after a retention is shortened, say) is worked off over several sweeps, each write kept
+/// within `retention::REMOVAL_WRITE_BUDGET` by adapting its batch, so the store's other writers
+/// (claims, reports) are never queued behind a long removal.
 const PRUNE_WRITES_PER_SWEEP: usize = 8;
 
 /// What one sweep did, for logs and tests.
@@ -90,12 +95,14 @@ impl Supervisor {
             repair_cursor: None,
             repair_batch: 200,
             retention_batch: 500,
+            removal_batch: 500,
             next_prune_at: announced_until,
         }
     }
 
     pub fn with_retention_batch(mut self, batch: usize) -> Self {
         self.retention_batch = batch.max(1);
+        self.removal_batch = self.retention_batch;
         self
     }
 
@@ -376,15 +383,21 @@ impl Supervisor {
         let mut pruned = 0;
         let mut backlog = false;
         for _ in 0..PRUNE_WRITES_PER_SWEEP {
+            let limit = self.removal_batch;
+            let started = self.app.now();
             let gone = store
                 .jobs_prune(Prune {
                     now,
                     retention: *self.app.retention(),
-                    limit: self.retention_batch,
+                    limit,
                 })
                 .await?;
+            let took = Span::from_millis(
+                u64::try_from(self.app.now().as_millis() - started.as_millis()).unwrap_or(0),
+            );
+            self.removal_batch = retention::next_removal_batch(limit, took, self.retention_batch);
             pruned += gone.len();
-            backlog = gone.len() == self.retention_batch;
+            backlog = gone.len() == limit;
             if !backlog {
                 break;
             }

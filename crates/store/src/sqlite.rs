@@ -232,6 +232,8 @@ impl SqliteStore {
         // The writer never checkpoints itself: copying the WAL into the file and fsyncing it
         // would stall every write queued behind it. The checkpointer thread does it instead.
         conn.pragma_update(None, "wal_autocheckpoint", 0).db()?;
+        conn.pragma_update(None, "journal_size_limit", checkpoint::WAL_SIZE_LIMIT)
+            .db()?;
         migrate(&mut conn)?;
 
         let read_connections = options.read_connections.max(1);

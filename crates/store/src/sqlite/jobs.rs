@@ -7,6 +7,7 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use super::rows::{self, job_id_text, limit_param, DbResult};
 use super::{apply_command, leader, ordering, removal, rerun, stats, SqliteStore};
+use crate::decide;
 use crate::{
     ActivePage, Apply, Due, Error, EventPage, FinishedCount, JobQuery, Jobs, NewJob,
     OrderingKeyStatus, Removal, Replacement, Reran, RerunJob, Result, StateCount, Submitted,
@@ -173,13 +174,7 @@ pub(super) fn submit_jobs(
                 let existing: JobId = existing
                     .parse()
                     .map_err(|e| Error::Corrupt(format!("jobs.id `{existing}`: {e}")))?;
-                if fingerprint != job.fingerprint {
-                    return Err(Error::IdempotencyConflict {
-                        index,
-                        key: key.clone(),
-                        existing,
-                    });
-                }
+                let existing = decide::key_holder(index, job, (existing, &fingerprint))?;
                 let stored = rows::load_job(conn, existing)?.ok_or_else(|| {
                     Error::Corrupt(format!("job {existing} vanished during a submit"))
                 })?;
