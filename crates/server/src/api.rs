@@ -13,12 +13,14 @@ use overseer_core::wire::{
     AgentList, AgentView, AlertDelivery, AlertList, AlertView, BatchRequest, BatchResponse,
     CompleteRequest, EventList, FailRequest, HeartbeatRequest, HeartbeatResponse, JobList, JobView,
     Lease, LeaseKind, LeaseOutcome, LeaseRequest, LeaseResponse, OperatorRequest, Problem,
-    ReportBatch, ReportBatchResponse, ReportResult, RescheduleRequest, StatsView, WorkerView,
+    ReportBatch, ReportBatchResponse, ReportResult, RerunRequest, RescheduleRequest, StatsView,
+    WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{
     AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
-    ReportApplied, Reports, Schedule, ScheduleCreated, SchedulePause, SettingsUpdate, Submitted,
+    ReportApplied, Reports, RerunJob, Schedule, ScheduleCreated, SchedulePause, SettingsUpdate,
+    Submitted,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -81,6 +83,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(wait_job))
         .routes(routes!(cancel_job))
         .routes(routes!(resume_job))
+        .routes(routes!(rerun_job))
         .routes(routes!(retry_step))
         .routes(routes!(skip_step))
         .routes(routes!(metrics))
@@ -159,12 +162,13 @@ fn add_links(doc: &mut utoipa::openapi::OpenApi) {
     let step = ("name", "$response.body#/steps/0/name");
     let lease = ("lease_id", "$response.body#/leases/0/lease_id");
     let named = ("name", "$response.body#/name");
-    let links: [Linked; 15] = [
+    let links: [Linked; 16] = [
         ("/v1/jobs", "202", "get_job", &[job]),
         ("/v1/jobs", "202", "job_events", &[job]),
         ("/v1/jobs", "202", "wait_job", &[job]),
         ("/v1/jobs", "202", "cancel_job", &[job]),
         ("/v1/jobs", "202", "resume_job", &[job]),
+        ("/v1/jobs", "202", "rerun_job", &[job]),
         ("/v1/jobs", "202", "retry_step", &[job, step]),
         ("/v1/jobs", "202", "skip_step", &[job, step]),
         ("/v1/agents/{agent}/leases", "200", "heartbeat", &[lease]),
@@ -1080,11 +1084,23 @@ pub(crate) fn report_refused(app: &App, name: &'static str, e: &overseer_store::
 async fn heartbeat(
     State(app): State<App>,
     Path(lease_id): Path<String>,
-    OptionalBody(_req): OptionalBody<HeartbeatRequest>,
+    OptionalBody(req): OptionalBody<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>> {
+    let progress = req.progress;
+    if let Some(p) = &progress {
+        let size = serde_json::to_vec(p).map(|v| v.len()).unwrap_or(0);
+        let max = app.limits().progress_bytes;
+        if size > max {
+            return Err(ApiError::too_large(
+                "progress",
+                format!("progress is {size} bytes, more than the limit of {max}"),
+            ));
+        }
+    }
     let t = report(&app, &lease_id, |step, attempt| Command::Heartbeat {
         step,
         attempt,
+        progress,
     })
     .await?;
     match t.reply {
@@ -1347,6 +1363,37 @@ async fn resume_job(
         },
     )
     .await
+}
+
+/// Runs a failed or cancelled job again as a new job (see `core::rerun`).
+#[utoipa::path(post, path = "/v1/jobs/{id}/rerun", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), request_body = Option<RerunRequest>, responses((status = 202, description = "The new job, committed; its `rerun_of` names this job, and `Location` names it", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is not failed or cancelled, was rerun already (`already-rerun`), or still has a step running, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn rerun_job(
+    State(app): State<App>,
+    caller: CallerExt,
+    Path(id): Path<String>,
+    OptionalBody(req): OptionalBody<RerunRequest>,
+) -> Result<Response> {
+    let id = parse_job_id(&id)?;
+    req.validate()?;
+    let rerun = RerunJob {
+        old: id,
+        new: app.new_job_id(),
+        options: req.options(),
+        submitted_by: caller.as_ref().and_then(|c| c.0.submitter()),
+        now: app.now(),
+    };
+    let reran = app.store().job_rerun(rerun).await?;
+    let new = &reran.created.job;
+    let kept = reran
+        .created
+        .events
+        .iter()
+        .filter(|e| e.kind == "step_kept");
+    tracing::info!(job = %id, rerun = %new.id, kept = kept.count(), "job rerun");
+    app.metrics().jobs_submitted.inc();
+    app.committed(&reran.link);
+    app.committed(&reran.created);
+    Ok(job_created(&app, new, true))
 }
 
 /// Prometheus text; store-wide gauges are read at scrape time.

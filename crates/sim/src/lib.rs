@@ -85,6 +85,7 @@ fn replay_command(seed: u64, opts: &Options) -> String {
         Bug::StaleLeaseLookup => cmd.push_str(" --bug stale-lease"),
         Bug::LaggingReportClock => cmd.push_str(" --bug lagging-clock"),
         Bug::RescheduleRunsNow => cmd.push_str(" --bug reschedule-runs-now"),
+        Bug::RerunForgetsKept => cmd.push_str(" --bug rerun-forgets-kept"),
     }
     cmd
 }

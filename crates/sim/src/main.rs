@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use overseer_sim::{run_seed_traced, Bug, Failure, Options};
 
-const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--trace] [--bug none|stale-lease|lagging-clock|reschedule-runs-now]";
+const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--trace] [--bug none|stale-lease|lagging-clock|reschedule-runs-now|rerun-forgets-kept]";
 
 struct Args {
     start: u64,
@@ -68,6 +68,7 @@ fn parse() -> Result<Args, String> {
                     "stale-lease" => Bug::StaleLeaseLookup,
                     "lagging-clock" => Bug::LaggingReportClock,
                     "reschedule-runs-now" => Bug::RescheduleRunsNow,
+                    "rerun-forgets-kept" => Bug::RerunForgetsKept,
                     other => return Err(format!("--bug: unknown bug `{other}`")),
                 }
             }

@@ -57,6 +57,10 @@ pub struct JobModel {
     pub cancel_at: Option<Timestamp>,
     /// The terminal state once seen: it must never change.
     pub terminal: Option<JobState>,
+    /// The job this one reruns, when it is a rerun.
+    pub rerun_of: Option<usize>,
+    /// Its rerun, once the server made one (answered 202).
+    pub rerun: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -82,6 +86,9 @@ pub struct StepModel {
     pub undo_done: u32,
     /// An operator skip of the step's failed undo was acknowledged.
     pub undo_skipped: bool,
+    /// In a rerun from failure: the result the step kept from the job rerun. Such a step must
+    /// never be run again (no work lease), and counts as done for its dependants.
+    pub kept: Option<Value>,
 }
 
 #[derive(Clone, Debug)]
@@ -207,6 +214,7 @@ impl Model {
                 skipped: false,
                 undo_done: 0,
                 undo_skipped: false,
+                kept: None,
             })
             .collect();
         for i in 0..n {
@@ -233,8 +241,78 @@ impl Model {
             commit_order: None,
             cancel_at: None,
             terminal: None,
+            rerun_of: None,
+            rerun: None,
         });
         self.jobs.len() - 1
+    }
+
+    /// Which steps a rerun of job `old` from failure keeps, as far as everything acknowledged
+    /// says: a step whose work completed (or that `old`, itself a rerun, kept), was not undone
+    /// (nor its failed undo skipped), and whose dependencies are all kept. (Worked out here from the model, not by the core.)
+    pub fn expected_kept(&self, old: usize) -> Vec<bool> {
+        let steps = &self.jobs[old].steps;
+        let mut kept: Vec<bool> = steps
+            .iter()
+            .map(|s| {
+                let done = s.work_done.is_some() || s.kept.is_some();
+                done && s.undo_done == 0 && !s.undo_skipped
+            })
+            .collect();
+        loop {
+            let mut changed = false;
+            for (i, s) in steps.iter().enumerate() {
+                if kept[i] && s.deps.iter().any(|&d| !kept[d]) {
+                    kept[i] = false;
+                    changed = true;
+                }
+            }
+            if !changed {
+                return kept;
+            }
+        }
+    }
+
+    /// The result of `step`'s work as acknowledged (its completion, or what a rerun kept).
+    pub fn result_of(&self, job: usize, step: usize) -> Option<Value> {
+        let s = &self.jobs[job].steps[step];
+        s.kept
+            .clone()
+            .or_else(|| s.work_done.and_then(|l| s.leases[l].result.clone()))
+    }
+
+    /// The server made job `id`, a rerun of job `old` keeping the steps `kept`: registers it
+    /// (committed now, with `old`'s steps and ordering key, due at once).
+    pub fn on_rerun(&mut self, old: usize, id: JobId, kept: &[bool]) -> Check<usize> {
+        let results: Vec<Option<Value>> = (0..kept.len())
+            .map(|i| kept[i].then(|| self.result_of(old, i).unwrap_or(Value::Null)))
+            .collect();
+        let m = &self.jobs[old];
+        let shape = m
+            .steps
+            .iter()
+            .map(|s| StepShape {
+                name: s.name.clone(),
+                deps: s.deps.clone(),
+                payload: s.payload.clone(),
+                timeout_ms: s.timeout_ms,
+                max_attempts: s.max_attempts,
+                undo_payload: s.undo_payload.clone(),
+                undo_max_attempts: s.undo_max_attempts,
+                deadline_ms: s.deadline_ms,
+            })
+            .collect();
+        let key = format!("rerun of {}", m.key);
+        let ordering_key = m.ordering_key.clone();
+        let new = self.add_job(key, Value::Null, ordering_key, None, shape);
+        for (s, result) in self.jobs[new].steps.iter_mut().zip(results) {
+            s.kept = result;
+        }
+        self.jobs[new].rerun_of = Some(old);
+        self.jobs[new].acked = true;
+        self.jobs[old].rerun = Some(new);
+        self.on_submitted(new, 202, id)?;
+        Ok(new)
     }
 
     pub fn job_of(&self, id: JobId) -> Option<usize> {
@@ -341,6 +419,12 @@ impl Model {
             }
         }
         if !undo {
+            if step.kept.is_some() {
+                return Err(format!(
+                    "{what}: work leased (attempt {}) for a kept step: a rerun never runs a kept step again",
+                    lease.attempt
+                ));
+            }
             if let Some(at) = job.cancel_at {
                 return Err(format!(
                     "{what}: work leased (attempt {}) after the job's cancel was acknowledged at {at}",
@@ -355,7 +439,7 @@ impl Model {
             }
             for &d in &step.deps {
                 let dep = &job.steps[d];
-                if dep.work_done.is_none() && !dep.skipped {
+                if dep.work_done.is_none() && !dep.skipped && dep.kept.is_none() {
                     return Err(format!(
                         "{what}: work leased (attempt {}) before its dependency {} succeeded or was skipped",
                         lease.attempt, dep.name
@@ -363,7 +447,7 @@ impl Model {
                 }
             }
         } else {
-            if step.work_done.is_none() {
+            if step.work_done.is_none() && step.kept.is_none() {
                 return Err(format!(
                     "{what}: undo leased (attempt {}) for a step whose work never succeeded",
                     lease.attempt
@@ -385,7 +469,7 @@ impl Model {
                         l.describe(now)
                     ));
                 }
-                if dep.work_done.is_some()
+                if (dep.work_done.is_some() || dep.kept.is_some())
                     && dep.compensate
                     && !dep.undo_skipped
                     && dep.undo_done == 0
@@ -580,6 +664,16 @@ impl Model {
                 ));
             }
         }
+        let id_of = |k: Option<usize>| k.and_then(|k| self.jobs[k].id);
+        if (view.rerun_of, view.rerun_by) != (id_of(m.rerun_of), id_of(m.rerun)) {
+            return Err(format!(
+                "{tag}: shows rerun_of {:?} and rerun_by {:?}, but the reruns answered were {:?} and {:?}",
+                view.rerun_of,
+                view.rerun_by,
+                id_of(m.rerun_of),
+                id_of(m.rerun)
+            ));
+        }
         let full_history = events.len() < HISTORY_KEPT;
         for (i, (sm, sv)) in m.steps.iter().zip(&view.steps).enumerate() {
             let stag = format!("{tag} step {}", sm.name);
@@ -600,7 +694,13 @@ impl Model {
                     sv.comp_attempts
                 ));
             }
-            if let Some(result) = &sv.result {
+            if let (Some(result), Some(kept)) = (&sv.result, &sm.kept) {
+                if result != kept {
+                    return Err(format!(
+                        "{stag}: a kept step shows result {result}, but it kept {kept}"
+                    ));
+                }
+            } else if let Some(result) = &sv.result {
                 let Some(done) = sm.work_done else {
                     return Err(format!(
                         "{stag}: a result is recorded ({result}) but no completion was acknowledged"
@@ -617,6 +717,15 @@ impl Model {
                 }
             }
             match sv.state {
+                StepState::Succeeded
+                    if sm.kept.is_some() && sv.result.as_ref() != sm.kept.as_ref() =>
+                {
+                    return Err(format!(
+                        "{stag}: a kept step succeeded with {:?}, not the result it kept",
+                        sv.result
+                    ));
+                }
+                StepState::Succeeded if sm.kept.is_some() => {}
                 StepState::Succeeded => {
                     let Some(done) = sm.work_done else {
                         return Err(format!(
@@ -639,7 +748,9 @@ impl Model {
                         sm.undo_done
                     ));
                 }
-                StepState::Compensating | StepState::Compensated if sm.work_done.is_none() => {
+                StepState::Compensating | StepState::Compensated
+                    if sm.work_done.is_none() && sm.kept.is_none() =>
+                {
                     return Err(format!("{stag}: {} a step that never succeeded", sv.state));
                 }
                 StepState::Running => {
@@ -842,8 +953,9 @@ fn check_lease_content(
         ));
     }
     let result_of = |x: &StepModel| {
-        x.work_done
-            .and_then(|l| x.leases[l].result.clone())
+        x.kept
+            .clone()
+            .or_else(|| x.work_done.and_then(|l| x.leases[l].result.clone()))
             .unwrap_or(Value::Null)
     };
     let mut inputs = serde_json::Map::new();
@@ -988,7 +1100,10 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
             let done = events.iter().any(|x| {
                 x.seq < e.seq
                     && x.step.as_deref() == Some(dep.as_str())
-                    && (x.kind == "step_succeeded" || x.kind == "step_skipped")
+                    && matches!(
+                        x.kind.as_str(),
+                        "step_succeeded" | "step_skipped" | "step_kept"
+                    )
             });
             if !done {
                 return Err(format!(
@@ -1037,10 +1152,13 @@ fn check_start_history(tag: &str, events: &[Event]) -> Check {
 }
 
 /// A finished job's history ends with its `job_<state>` event; after it only the settling of
-/// steps that were still running may follow (their late report, expiry or deadline cancels them).
+/// steps that were still running may follow (their late report, expiry or deadline cancels them),
+/// and at most one `job_rerun`.
 fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check {
     let kind = format!("job_{state}");
-    let Some(pos) = events.iter().rposition(|e| e.kind.starts_with("job_")) else {
+    // `job_rerun` records a rerun of the finished job: the one job event that may follow its end.
+    let job_event = |e: &&Event| e.kind.starts_with("job_") && e.kind != "job_rerun";
+    let Some(pos) = events.iter().rposition(|e| job_event(&e)) else {
         return Err(format!("{tag}: {state} without any job event"));
     };
     if events[pos].kind != kind {
@@ -1052,12 +1170,20 @@ fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check
     if events.iter().filter(|e| e.kind == kind).count() != 1 {
         return Err(format!("{tag}: more than one {kind} event"));
     }
+    let reruns = events[pos + 1..]
+        .iter()
+        .filter(|e| e.kind == "job_rerun")
+        .count();
+    if reruns > 1 {
+        return Err(format!("{tag}: rerun {reruns} times (once at most)"));
+    }
     if let Some(e) = events[pos + 1..].iter().find(|e| {
-        e.step.is_none()
-            || !matches!(
+        let settling = e.step.is_some()
+            && matches!(
                 e.kind.as_str(),
                 "step_lease_expired" | "step_deadline_exceeded" | "step_cancelled"
-            )
+            );
+        !settling && e.kind != "job_rerun"
     }) {
         return Err(format!(
             "{tag}: event {} ({}) recorded after {kind}",

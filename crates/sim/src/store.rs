@@ -14,8 +14,8 @@ use overseer_store::{
     leases, ActivePage, AgentCounts, AgentLimits, AgentReady, AgentSettings, Apply, Claim,
     ClaimResult, Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, Due, DueBetween, Error,
     EventPage, Fence, Fire, FireOutcome, JobQuery, LeaderBid, Leadership, LeaseRef, NewJob,
-    OrderingKeyStatus, Removal, Replacement, Reported, Reports, Result, Schedule, ScheduleCreated,
-    SchedulePause, SettingsUpdate, SqliteStore, Submitted,
+    OrderingKeyStatus, Removal, Replacement, Reported, Reports, Reran, RerunJob, Result, Schedule,
+    ScheduleCreated, SchedulePause, SettingsUpdate, SqliteStore, Submitted,
 };
 
 /// A deliberately wrong behaviour, for proving that the simulator notices it. Never set outside
@@ -32,6 +32,8 @@ pub enum Bug {
     LaggingReportClock,
     /// A move of a pending job's `run_at` starts it at once, whatever time was asked for.
     RescheduleRunsNow,
+    /// A rerun from failure is stored as a plain rerun: the steps it should keep run again.
+    RerunForgetsKept,
 }
 
 /// Shared switches of one simulated process and its store.
@@ -170,6 +172,14 @@ impl Jobs for SimStore {
     async fn job_replace(&self, replacement: Replacement) -> Result<Option<Transition>> {
         self.crash.before_write()?;
         self.inner.job_replace(replacement).await
+    }
+
+    async fn job_rerun(&self, mut rerun: RerunJob) -> Result<Reran> {
+        self.crash.before_write()?;
+        if self.bug == Bug::RerunForgetsKept {
+            rerun.options.from_failed = false;
+        }
+        self.inner.job_rerun(rerun).await
     }
 
     async fn jobs_past_deadline(&self, due: Due) -> Result<Vec<JobId>> {

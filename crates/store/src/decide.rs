@@ -184,7 +184,7 @@ impl ClaimLimits {
     /// The bucket to store after `claimed` leases (tokens left, as of when), when they took any.
     pub(crate) fn spend(&self, claimed: usize) -> Option<(f64, Timestamp)> {
         let b = self.bucket?;
-        (claimed > 0).then(|| (b.tokens - claimed as f64, b.counted_at))
+        (claimed > 0).then_some((b.tokens - claimed as f64, b.counted_at))
     }
 
     /// When the next lease may start, if the bucket held back claimable work (`has_more`, asked

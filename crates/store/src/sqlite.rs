@@ -15,7 +15,7 @@
 //!
 //! Each part of the `Store` trait is implemented in the module of its noun (`jobs`, `leases`,
 //! `agents`, `schedules`, `leader`, `deliveries`, `tokens`, `maintenance`), as in the PostgreSQL
-//! backend; `ordering` and `removal` serve `jobs`. Every supervisor write is checked against the
+//! backend; `ordering`, `removal` and `rerun` serve `jobs`. Every supervisor write is checked against the
 //! leader lease in its own transaction (`leader::check_fence`).
 
 mod agents;
@@ -29,6 +29,7 @@ mod leases;
 mod maintenance;
 mod ordering;
 mod removal;
+mod rerun;
 mod rows;
 mod schedules;
 mod schema;

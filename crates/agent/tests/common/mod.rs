@@ -234,6 +234,8 @@ pub fn job_view(key: Option<String>) -> JobView {
         deadline: None,
         round: 1,
         job_attempts: None,
+        rerun_of: None,
+        rerun_by: None,
         waiting_reason: None,
         retention: None,
         removable_at: None,

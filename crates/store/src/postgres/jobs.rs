@@ -9,13 +9,13 @@ use uuid::Uuid;
 use super::leader::check_fence;
 use super::rows::{self, corrupt, get, limit_param, query, query_opt, Lock};
 use super::{
-    inserts, job_ids, listen, param_refs, removal, stats, writes, DynParams, Failure, PgStore, Res,
-    TERMINAL,
+    inserts, job_ids, listen, param_refs, removal, rerun, stats, writes, DynParams, Failure,
+    PgStore, Res, TERMINAL,
 };
 use crate::decide;
 use crate::{
     ActivePage, Apply, Due, Error, EventPage, FinishedCount, JobQuery, Jobs, NewJob,
-    OrderingKeyStatus, Removal, Replacement, StateCount, Submitted, Window,
+    OrderingKeyStatus, Removal, Replacement, Reran, RerunJob, StateCount, Submitted, Window,
 };
 
 /// Stores what the core decided at `now` (see `writes::persist_all`).
@@ -592,6 +592,13 @@ impl Jobs for PgStore {
         let history = self.inner.history_per_job;
         let r = &r;
         self.write(move |tx, _| Box::pin(removal::replace(tx, r.old, &r.states, &r.new, history)))
+            .await
+    }
+
+    async fn job_rerun(&self, r: RerunJob) -> crate::Result<Reran> {
+        let history = self.inner.history_per_job;
+        let r = &r;
+        self.write(move |tx, _| Box::pin(rerun::rerun(tx, r, history)))
             .await
     }
 

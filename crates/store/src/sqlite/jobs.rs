@@ -6,11 +6,12 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use super::rows::{self, job_id_text, limit_param, DbResult};
-use super::{apply_command, leader, ordering, removal, stats, SqliteStore};
+use super::{apply_command, leader, ordering, removal, rerun, stats, SqliteStore};
 use crate::decide;
 use crate::{
     ActivePage, Apply, Due, Error, EventPage, FinishedCount, JobQuery, Jobs, NewJob,
-    OrderingKeyStatus, Removal, Replacement, Result, StateCount, Submitted, Window,
+    OrderingKeyStatus, Removal, Replacement, Reran, RerunJob, Result, StateCount, Submitted,
+    Window,
 };
 
 #[async_trait::async_trait]
@@ -101,6 +102,11 @@ impl Jobs for SqliteStore {
 
     async fn jobs_past_deadline(&self, due: Due) -> Result<Vec<JobId>> {
         self.read(move |conn| past_deadline(conn, due)).await
+    }
+
+    async fn job_rerun(&self, r: RerunJob) -> Result<Reran> {
+        let history = self.inner.history_per_job;
+        self.write(move |conn| rerun::rerun(conn, r, history)).await
     }
 
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {

@@ -181,6 +181,7 @@ class StepSpec(_StepSpecRequired, total=False):
     backoff: Backoff
     backoff_formula: Literal["exponential", "faktory"]
     compensate: CompensateSpec
+    progress_events: bool
 
 
 class _JobSpecRequired(TypedDict):
@@ -233,6 +234,9 @@ class Step(_StepRequired, total=False):
     comp_attempts: int
     comp_failures: int
     http: HttpTarget
+    progress: Json
+    progress_at: str
+    progress_events: bool
     waiting_reason: WaitingReason
 
 
@@ -264,4 +268,14 @@ class Job(_JobRequired, total=False):
     deadline: str
     round: int
     job_attempts: int
+    rerun_of: str
+    rerun_by: str
     waiting_reason: WaitingReason
+
+
+class RerunRequest(TypedDict, total=False):
+    """`POST /v1/jobs/{id}/rerun` body (`Client.rerun`)."""
+
+    from_failed: bool
+    by: str
+    reason: str
