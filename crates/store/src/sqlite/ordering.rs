@@ -82,21 +82,11 @@ pub(super) const JOBS_DUE_SQL: &str = "SELECT j.id FROM jobs AS j INDEXED BY job
 /// Pending jobs due at `now` that have no key or head theirs, earliest due instant
 /// (`run_at`, else `created_at`) first, then by id.
 pub(super) fn jobs_due(conn: &Connection, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
-    let ids: Vec<String> = conn
-        .prepare_cached(JOBS_DUE_SQL)
-        .db()?
-        .query_map(params![now.as_millis(), rows::limit_param(limit)], |r| {
-            r.get(0)
-        })
-        .db()?
-        .collect::<rusqlite::Result<_>>()
-        .db()?;
-    ids.into_iter()
-        .map(|id| {
-            id.parse()
-                .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
-        })
-        .collect()
+    rows::query_job_ids(
+        conn,
+        JOBS_DUE_SQL,
+        params![now.as_millis(), rows::limit_param(limit)],
+    )
 }
 
 /// The unfinished job of `key` with the smallest submission number.
@@ -112,11 +102,7 @@ fn head_id(conn: &Connection, key: &str) -> Result<Option<JobId>> {
         .query_row([key], |r| r.get(0))
         .optional()
         .db()?;
-    id.map(|id| {
-        id.parse()
-            .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
-    })
-    .transpose()
+    id.map(|id| rows::job_id(&id)).transpose()
 }
 
 /// After a job of `key` finished (see `Transition::freed_ordering_key`): starts the key's new

@@ -95,6 +95,27 @@ pub(super) fn job_id_text(id: JobId) -> String {
     id.0.to_string()
 }
 
+/// A job id read back from a `jobs.id` text.
+pub(super) fn job_id(text: &str) -> Result<JobId> {
+    parse_id("jobs.id", text)
+}
+
+/// Runs a cached query whose one column is a job id; answers the ids in row order.
+pub(super) fn query_job_ids(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<JobId>> {
+    let ids: Vec<String> = conn
+        .prepare_cached(sql)
+        .db()?
+        .query_map(params, |r| r.get(0))
+        .db()?
+        .collect::<rusqlite::Result<_>>()
+        .db()?;
+    ids.iter().map(|id| job_id(id)).collect()
+}
+
 const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
      callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
