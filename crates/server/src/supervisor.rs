@@ -462,47 +462,33 @@ impl Supervisor {
                 break;
             };
             let plan = schedule::plan(&cron, s.spec.misfire, due, now);
-            let Some(fire_at) = plan.fire else {
+            let job = plan.fire.map(|fire_at| {
+                let spec = s.spec.job_for(fire_at);
+                let job = Job::from_spec(self.app.new_job_id(), &spec, now);
+                NewJob {
+                    transition: admit(job, now),
+                }
+            });
+            if job.is_none() {
                 tracing::warn!(schedule = %s.name, due = %due, "misfire: skipping the missed window");
-                store
-                    .schedule_set_paused(SchedulePause {
-                        name: s.name.to_string(),
-                        paused: false,
-                        next_fire_at: plan.next,
-                        now,
-                    })
-                    .await?;
-                s.next_fire_at = plan.next;
-                continue;
-            };
-            let spec = s.spec.job_for(fire_at);
-            let job = Job::from_spec(self.app.new_job_id(), &spec, now);
+            }
             let fire = Fire {
                 name: s.name.clone(),
+                spec: s.spec.clone(),
                 due_at: due,
                 next_fire_at: plan.next,
-                job: NewJob {
-                    transition: admit(job, now),
-                },
+                job,
                 now,
             };
-            let outcome = match store.schedule_fire(fire, fence).await {
+            let outcome = match store.schedule_fire(fire.clone(), fence).await {
                 Ok(o) => o,
                 Err(StoreError::IdempotencyConflict { key, existing, .. }) => {
                     // A job under this due time's key exists with another body (the schedule was
                     // deleted and recreated differently): that firing happened; move on.
                     tracing::error!(schedule = %s.name, due = %due, %key, %existing,
                         "this due time already fired with another job body; skipping it");
-                    store
-                        .schedule_set_paused(SchedulePause {
-                            name: s.name.to_string(),
-                            paused: false,
-                            next_fire_at: plan.next,
-                            now,
-                        })
-                        .await?;
-                    s.next_fire_at = plan.next;
-                    continue;
+                    let pass = Fire { job: None, ..fire };
+                    store.schedule_fire(pass, fence).await?
                 }
                 Err(e) => return Err(e),
             };
@@ -519,6 +505,7 @@ impl Supervisor {
                 FireOutcome::Skipped { running } => {
                     tracing::info!(schedule = %s.name, due = %due, %running, "overlap: previous run not finished, skipped");
                 }
+                FireOutcome::Passed => {}
                 FireOutcome::Stale => break,
             }
             s.next_fire_at = plan.next;

@@ -15,7 +15,7 @@ use overseer_store::{
     ClaimResult, Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, Due, DueBetween, Error,
     EventPage, Fence, Fire, FireOutcome, JobQuery, LeaderBid, Leadership, LeaseRef, NewJob,
     OrderingKeyStatus, Removal, Replacement, Reported, Reports, Result, Schedule, ScheduleCreated,
-    SchedulePause, SettingsUpdate, SqliteStore, Submitted,
+    SchedulePause, ScheduleUpdate, SettingsUpdate, SqliteStore, Submitted,
 };
 
 /// A deliberately wrong behaviour, for proving that the simulator notices it. Never set outside
@@ -290,6 +290,11 @@ impl Schedules for SimStore {
     async fn schedule_set_paused(&self, pause: SchedulePause) -> Result<Schedule> {
         self.crash.before_write()?;
         self.inner.schedule_set_paused(pause).await
+    }
+
+    async fn schedule_update(&self, update: ScheduleUpdate) -> Result<Schedule> {
+        self.crash.before_write()?;
+        self.inner.schedule_update(update).await
     }
 
     async fn schedules_due(&self, due: Due) -> Result<Vec<Schedule>> {
