@@ -324,7 +324,11 @@ fn render_job(job: &JobView) -> String {
     }
     out.push('\n');
     if let Some(rounds) = job.job_attempts {
-        out.push_str(&format!("round: {} of {rounds}\n", job.round));
+        let then = job.job_exhausted.unwrap_or_default().as_str();
+        out.push_str(&format!(
+            "round: {} of {rounds} (after the last: {then})\n",
+            job.round
+        ));
     }
     if let Some(deadline) = job.deadline {
         out.push_str(&format!("deadline: {deadline}\n"));

@@ -65,6 +65,10 @@ pub struct JobView {
     /// Rounds a whole-job retry runs at most; absent for other jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_attempts: Option<u32>,
+    /// What a whole-job retry does when its last round fails (`fail` or `hold`); absent for
+    /// other jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_exhausted: Option<crate::spec::JobExhausted>,
     /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -136,6 +140,7 @@ impl From<&Job> for JobView {
             deadline: job.deadline,
             round: job.round,
             job_attempts: job.retry.map(|r| r.attempts),
+            job_exhausted: job.retry.map(|r| r.then),
             waiting_reason: None,
             steps: job
                 .steps

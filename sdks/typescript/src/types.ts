@@ -74,6 +74,8 @@ export interface JobSpec {
   job_attempts?: number;
   /** The wait before each new round of a `compensate_and_retry` job. */
   job_backoff?: Backoff;
+  /** When the last round fails: `fail` (undo it, the default) or `hold` (block for an operator). */
+  job_exhausted?: "fail" | "hold";
   /** How long the finished job is kept, instead of the server's default. */
   retention?: Span;
   steps: StepSpec[];
@@ -134,6 +136,7 @@ export interface Job {
   /** The round of a whole-job retry, from 1. */
   round: number;
   job_attempts?: number;
+  job_exhausted?: "fail" | "hold";
   waiting_reason?: WaitingReason;
   steps: Step[];
 }

@@ -234,6 +234,7 @@ pub fn job_view(key: Option<String>) -> JobView {
         deadline: None,
         round: 1,
         job_attempts: None,
+        job_exhausted: None,
         waiting_reason: None,
         retention: None,
         removable_at: None,

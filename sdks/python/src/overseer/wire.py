@@ -200,6 +200,7 @@ class JobSpec(_JobSpecRequired, total=False):
     deadline: str
     job_attempts: int
     job_backoff: Backoff
+    job_exhausted: Literal["fail", "hold"]
     retention: str
 
 
@@ -264,4 +265,5 @@ class Job(_JobRequired, total=False):
     deadline: str
     round: int
     job_attempts: int
+    job_exhausted: Literal["fail", "hold"]
     waiting_reason: WaitingReason
