@@ -964,7 +964,11 @@ async fn a_job_past_its_deadline_stops_undoes_and_fails() {
         .unwrap_or_else(|| panic!("no job_compensating: {events:?}"));
     assert_eq!(unwound["detail"]["cause"], "deadline", "{unwound}");
     let failed = events.iter().find(|e| e["kind"] == "job_failed").unwrap();
-    assert_eq!(failed["detail"]["compensated"], json!(["reserve"]), "{failed}");
+    assert_eq!(
+        failed["detail"]["compensated"],
+        json!(["reserve"]),
+        "{failed}"
+    );
     let lines = journal_lines(&journal);
     let undos: Vec<&String> = lines.iter().filter(|l| l.starts_with("undo")).collect();
     assert_eq!(undos.len(), 1, "the undo ran once: {lines:?}");

@@ -85,6 +85,8 @@ fn replay_command(seed: u64, opts: &Options) -> String {
         Bug::StaleLeaseLookup => cmd.push_str(" --bug stale-lease"),
         Bug::LaggingReportClock => cmd.push_str(" --bug lagging-clock"),
         Bug::RescheduleRunsNow => cmd.push_str(" --bug reschedule-runs-now"),
+        Bug::RoundEndsAtLastUndoLease => cmd.push_str(" --bug round-skips-undo"),
+        Bug::PruneIgnoresState => cmd.push_str(" --bug prune-ignores-state"),
     }
     cmd
 }
