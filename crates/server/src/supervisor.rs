@@ -492,25 +492,34 @@ impl Supervisor {
                 }
                 Err(e) => return Err(e),
             };
-            match outcome {
-                FireOutcome::Fired(Submitted::Created(t)) => {
-                    fired += 1;
-                    tracing::info!(schedule = %s.name, due = %due, job = %t.job.id, "schedule fired");
-                    self.app.metrics().jobs_submitted.inc();
-                    self.app.committed(&t);
-                }
-                FireOutcome::Fired(Submitted::Existing(job)) => {
-                    tracing::info!(schedule = %s.name, due = %due, job = %job.id, "schedule firing already recorded");
-                }
-                FireOutcome::Skipped { running } => {
-                    tracing::info!(schedule = %s.name, due = %due, %running, "overlap: previous run not finished, skipped");
-                }
-                FireOutcome::Passed => {}
-                FireOutcome::Stale => break,
+            if matches!(outcome, FireOutcome::Stale) {
+                break;
             }
+            fired += self.fired(&s.name, due, outcome);
             s.next_fire_at = plan.next;
         }
         Ok(fired)
+    }
+
+    /// Logs and announces what one firing did; answers how many jobs it created (0 or 1).
+    fn fired(&self, name: &str, due: Timestamp, outcome: FireOutcome) -> usize {
+        match outcome {
+            FireOutcome::Fired(Submitted::Created(t)) => {
+                tracing::info!(schedule = %name, due = %due, job = %t.job.id, "schedule fired");
+                self.app.metrics().jobs_submitted.inc();
+                self.app.committed(&t);
+                1
+            }
+            FireOutcome::Fired(Submitted::Existing(job)) => {
+                tracing::info!(schedule = %name, due = %due, job = %job.id, "schedule firing already recorded");
+                0
+            }
+            FireOutcome::Skipped { running } => {
+                tracing::info!(schedule = %name, due = %due, %running, "overlap: previous run not finished, skipped");
+                0
+            }
+            FireOutcome::Passed | FireOutcome::Stale => 0,
+        }
     }
 
     /// Re-derives the next page of active jobs; returns how many needed repair.
