@@ -14,6 +14,7 @@
 //! from the server's seeded generator, time from the manual clock. A failure names its seed
 //! and prints the last [`trace::TRACE_KEEP`] actions with their answers.
 
+pub mod cron;
 pub mod model;
 pub mod sim;
 pub mod store;

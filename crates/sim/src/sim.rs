@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::http::Request;
 use axum::Router;
-use overseer_core::schedule::CronSchedule;
 use overseer_core::wire::{EventList, JobView, Lease, LeaseKind, LeaseResponse};
 use overseer_core::{CompPhase, JobId, JobState, LeaseId, Span, StepState, Timestamp};
 use overseer_server::supervisor::Supervisor;
@@ -24,6 +23,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::cron::{CronState, CRON_NAME, PATTERNS};
 use crate::model::{Check, Followup, Model, ReportKind, StepShape};
 use crate::store::{Crash, SimStore};
 use crate::trace::Trace;
@@ -38,19 +38,6 @@ const UNDO_AGENT: &str = "undo";
 const REPLAYS_MAX: usize = 40;
 /// Drain rounds before a job still not finished is a violation.
 const DRAIN_ROUNDS: usize = 400;
-
-/// The schedule some seeds run beside their jobs.
-const CRON_NAME: &str = "tick";
-const CRON_PATTERN: &str = "0 * * * * *";
-
-/// What is known of the schedule, to check it fired exactly once per due time.
-struct CronState {
-    cron: CronSchedule,
-    created_at: Timestamp,
-    /// The last leader sweep that ran to its end while the schedule existed.
-    swept_until: Option<Timestamp>,
-    deleted_at: Option<Timestamp>,
-}
 
 /// What the fault phase can do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +56,7 @@ enum Action {
     Operate,
     Limits,
     Reschedule,
+    ReplaceSchedule,
 }
 
 /// How often each action comes (relative weights), how often the network loses things, how
@@ -109,6 +97,7 @@ impl Mix {
             (Action::Operate, 50),
             (Action::Limits, 6 * limits),
             (Action::Reschedule, 12),
+            (Action::ReplaceSchedule, 5),
         ];
         // How work goes: percentages of (complete, retryable failure, fatal failure, vanish),
         // the rest reports late; undos have their own.
@@ -390,13 +379,8 @@ impl Sim {
     }
 
     async fn create_schedule(&mut self) -> Check {
-        let body = json!({
-            "name": CRON_NAME,
-            "cron": CRON_PATTERN,
-            "overlap": "allow",
-            "misfire": "all",
-            "job": {"steps": [{"name": "tick", "agent": AGENTS[0], "timeout": "5s", "max_attempts": 2}]},
-        });
+        let pattern = PATTERNS[0];
+        let body = CronState::body(pattern, 0, AGENTS[0]);
         let a = self.http("POST", "/v1/schedules", Some(&body)).await;
         self.log(format!(
             "operator: POST /v1/schedules {} -> {}",
@@ -409,18 +393,49 @@ impl Sim {
                 a.status, a.body
             ));
         }
-        let cron = CronSchedule::parse(CRON_PATTERN, "UTC").map_err(|e| e.to_string())?;
-        self.cron = Some(CronState {
-            cron,
-            created_at: self.now(),
-            swept_until: None,
-            deleted_at: None,
+        self.cron = Some(CronState::created(pattern, &a.body)?);
+        Ok(())
+    }
+
+    /// An operator replaces the schedule's definition while it runs: another pattern (or the
+    /// same one with a new job body), through `PUT /v1/schedules/{name}`.
+    async fn replace_schedule(&mut self) -> Check {
+        let Some(cron) = self.cron.as_ref().filter(|c| c.deleted_at.is_none()) else {
+            return Ok(());
+        };
+        let (current, version) = (cron.pattern(), cron.next_version());
+        let pattern = if self.chance(0.3) {
+            current
+        } else {
+            *PATTERNS.choose(&mut self.rng).unwrap_or(&current)
+        };
+        let body = CronState::body(pattern, version, AGENTS[0]);
+        let path = format!("/v1/schedules/{CRON_NAME}");
+        let Sent::Answered { answer, .. } =
+            self.send("operator", "PUT", &path, Some(&body)).await?
+        else {
+            return Ok(());
+        };
+        if answer.status != 200 {
+            return Err(format!(
+                "replacing the schedule answered {}: {}",
+                answer.status, answer.body
+            ));
+        }
+        let now = self.now();
+        if let Some(cron) = &mut self.cron {
+            cron.replaced(pattern, version, &answer.body, now)?;
+        }
+        self.cover(if pattern == current {
+            "operator replaced the schedule's job"
+        } else {
+            "operator replaced the schedule's pattern"
         });
         Ok(())
     }
 
-    /// Every due time of the schedule up to the last complete leader sweep fired exactly once,
-    /// and nothing after it was deleted.
+    /// Every due time of each definition of the schedule fired exactly once while it was in
+    /// force, up to the last complete leader sweep (see `cron`).
     fn check_cron(&self) -> Check {
         let Some(cron) = &self.cron else {
             return Ok(());
@@ -433,36 +448,7 @@ impl Sim {
             .filter_map(|m| m.key.strip_prefix(&prefix).and_then(|d| d.parse().ok()))
             .collect();
         fired.sort_unstable();
-        let mut expected = Vec::new();
-        if let Some(until) = cron.swept_until {
-            let mut due = cron.cron.next_after(cron.created_at);
-            while let Some(d) = due.filter(|d| *d <= until) {
-                expected.push(d.as_millis());
-                due = cron.cron.next_after(d);
-            }
-        }
-        // Due times after the last complete leader sweep may have fired or not, up to deletion.
-        let extra: Vec<i64> = fired[expected.len().min(fired.len())..].to_vec();
-        let deleted = cron.deleted_at.map_or(i64::MAX, |t| t.as_millis());
-        let mut next = expected
-            .last()
-            .copied()
-            .map(|d| cron.cron.next_after(Timestamp::from_millis(d)))
-            .unwrap_or_else(|| cron.cron.next_after(cron.created_at));
-        for &d in &extra {
-            if next.map(|n| n.as_millis()) != Some(d) || d > deleted {
-                return Err(format!(
-                    "schedule fired at {fired:?}; expected every due time from its creation, at least {expected:?}, none after its deletion at {deleted}"
-                ));
-            }
-            next = cron.cron.next_after(Timestamp::from_millis(d));
-        }
-        if fired[..expected.len().min(fired.len())] != expected[..] {
-            return Err(format!(
-                "schedule fired at {fired:?}; expected exactly once at each of {expected:?} (and maybe later ones)"
-            ));
-        }
-        Ok(())
+        cron.check_fired(&fired)
     }
 
     // ----- the server process -----
@@ -730,6 +716,7 @@ impl Sim {
             Action::Operate => self.operate_some().await,
             Action::Limits => self.set_limits().await,
             Action::Reschedule => self.reschedule_some().await,
+            Action::ReplaceSchedule => self.replace_schedule().await,
         }
     }
 
@@ -1189,11 +1176,16 @@ impl Sim {
     async fn discover(&mut self, id: JobId) -> Check<usize> {
         let view = self.get_job(id).await?;
         let key = view.idempotency_key.clone().unwrap_or_default();
-        if self.cron.is_none() || !key.starts_with(&format!("schedule/{CRON_NAME}/")) {
+        let due = key
+            .strip_prefix(&format!("schedule/{CRON_NAME}/"))
+            .and_then(|d| d.parse().ok())
+            .map(Timestamp::from_millis);
+        let (Some(cron), Some(due)) = (&self.cron, due) else {
             return Err(format!(
                 "job {id} (key {key:?}) exists, but no client or schedule created it"
             ));
-        }
+        };
+        cron.check_job(due, &view.steps[0].payload)?;
         let names: Vec<String> = view.steps.iter().map(|s| s.name.clone()).collect();
         let shape = view
             .steps

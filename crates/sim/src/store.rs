@@ -119,10 +119,14 @@ fn is_report(command: &Command) -> bool {
     )
 }
 
-/// Whether `attempt` of `step` is the leased undo whose completion would end the current round
-/// of a whole-job retry that has rounds left (no other step is running or being undone).
-fn ends_a_round(job: &Job, step: usize, attempt: u32) -> bool {
-    let rounds_left = job.retry.is_some_and(|r| job.round < r.attempts);
+/// Whether `attempt` of `step` is the leased undo whose completion at `now` would end the
+/// current round of a whole-job retry and start the next (no other step is running or being
+/// undone, rounds are left, the job is not being cancelled nor past its deadline).
+fn ends_a_round(job: &Job, step: usize, attempt: u32, now: Timestamp) -> bool {
+    // Rounds left, and the job still wants its work (a cancelled one ends after its unwind).
+    let rounds_left = job.retry.is_some_and(|r| job.round < r.attempts)
+        && job.desired_state == overseer_core::DesiredState::Succeeded
+        && !job.past_deadline(now);
     let Some(s) = job.steps.get(step) else {
         return false;
     };
@@ -272,7 +276,7 @@ impl Leases for SimStore {
                     continue;
                 };
                 let attempt = job.steps.get(c.step).map_or(0, |s| s.attempt);
-                if ends_a_round(&job, c.step, attempt) {
+                if ends_a_round(&job, c.step, attempt, now) {
                     let done = Command::Complete {
                         step: c.step,
                         attempt,
