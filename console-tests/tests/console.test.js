@@ -1,7 +1,7 @@
 // Browser tests of the console against a real server and real command agents (see harness.js).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, mkdirSync } from "node:fs";
+import { readFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Env, ROOT, until } from "../harness.js";
 
@@ -160,5 +160,36 @@ test("the jobs list filters on the server and pages through the matches", async 
   await page.click("text=Older →");
   await until("the last 20", async () => (await page.locator("tr[data-job]").count()) === 20);
   assert.match(await page.textContent("[data-info]"), /page 2 · 20 job/);
+  assert.deepEqual(env.pageErrors || [], []);
+});
+
+test("a failed job is rerun from its failure, and a step's progress shows on its row", async () => {
+  // `gate` fails until a file exists, after telling its progress; `accounts` succeeds. The rerun
+  // from failure must run only `gate` again: the new job's `a` keeps its result with one attempt
+  // of the old job, and the pages link the two jobs.
+  const open = join(env.dir, "gate-open");
+  env.agent("gate", env.script("gate", `echo 'overseer:progress {"pct":50}' >&2; sleep 1\nif [ ! -f ${open} ]; then echo "gate closed" >&2; exit 1; fi\necho 1`));
+  const job = await env.api("/v1/jobs", { steps: [
+    { name: "a", agent: "accounts" },
+    { name: "gate", agent: "gate", depends_on: ["a"], max_attempts: 1, timeout: "600ms" }] });
+  await until("the job to fail", async () => (await env.api(`/v1/jobs/${job.id}`)).state === "failed", 30000);
+  const page = await env.page(`#/job/${job.id}`);
+  await page.waitForSelector("h1 .badge.s-failed");
+  assert.match(await page.textContent('[data-progress="gate"]'), /"pct":50/);
+  writeFileSync(open, "");
+  await page.click('button[data-rerun="failed"]');
+  await page.fill("#confirm-by", "console-test");
+  await page.fill("#confirm-reason", "gate fixed");
+  await page.click("#confirm-ok");
+  await page.waitForFunction((old) => location.hash.startsWith("#/job/") && !location.hash.endsWith(old), job.id);
+  await page.waitForSelector("h1 .badge.s-succeeded", { timeout: 30000 });
+  assert.match(await page.textContent("[data-rerun-links]"), new RegExp(`Rerun of ${job.id}`));
+  const rerun = await env.api(`/v1/jobs/${(await env.api(`/v1/jobs/${job.id}`)).rerun_by}`);
+  assert.equal(rerun.rerun_of, job.id);
+  assert.equal(rerun.steps[0].attempt, 0, "the kept step was not leased again");
+  assert.equal(rerun.steps[0].state, "succeeded");
+  await page.goto(env.url + `/#/job/${job.id}`);
+  await page.waitForSelector("[data-rerun-links]");
+  assert.equal(await page.locator("button[data-rerun]").count(), 0, "a job is rerun once");
   assert.deepEqual(env.pageErrors || [], []);
 });

@@ -11,7 +11,8 @@ use std::time::Duration;
 use overseer_core::wire::{
     AgentList, BatchResponse, CompleteRequest, EventList, FailRequest, HeartbeatRequest,
     HeartbeatResponse, JobList, JobView, LeaseOutcome, LeaseRequest, LeaseResponse,
-    OperatorRequest, Problem, ReportBatch, ReportBatchResponse, ReportResult, RescheduleRequest,
+    OperatorRequest, Problem, ReportBatch, ReportBatchResponse, ReportResult, RerunRequest,
+    RescheduleRequest,
 };
 use overseer_core::{JobId, JobSpec, LeaseId, Span};
 use reqwest::{Method, StatusCode, Url};
@@ -420,6 +421,15 @@ impl Client {
     ) -> Result<JobView> {
         let url = self.url(&["v1", "jobs", &id.to_string(), "steps", step, "skip"]);
         self.call_ok(Method::POST, url, &[], Some(action), REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/rerun`: runs a failed or cancelled job again as a new job, answered.
+    /// A second rerun of one job is refused (409 `already-rerun`), so retrying a call whose
+    /// answer was lost never makes two.
+    pub async fn rerun(&self, id: JobId, request: &RerunRequest) -> Result<JobView> {
+        let url = self.url(&["v1", "jobs", &id.to_string(), "rerun"]);
+        self.call_ok(Method::POST, url, &[], Some(request), REQUEST_TIMEOUT)
             .await
     }
 

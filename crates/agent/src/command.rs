@@ -5,6 +5,11 @@
 //! the step; an exit code listed in `fatal_exit_codes` fails it for good; any other exit, or
 //! death by a signal, fails it retryably with the exit status and the end of stderr.
 //!
+//! A program reports progress by writing a line `overseer:progress VALUE` to stderr
+//! ([`PROGRESS_PREFIX`]; VALUE is JSON, or taken as a string when it does not parse): the next
+//! heartbeat carries the last such value (see `StepContext::set_progress`). Such lines are
+//! logged and kept in the stderr tail like any other.
+//!
 //! Each program runs in its own process group. That lets us stop the whole tree it started
 //! (a shell script's children too) at the deadline, and keeps a Ctrl-C typed at the agent's
 //! terminal from reaching running programs: the agent decides when they stop.
@@ -60,6 +65,8 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
 const PIPE_GRACE: Duration = Duration::from_millis(500);
 /// A stderr line longer than this is logged in pieces.
 const STDERR_LINE_MAX: usize = 4 << 10;
+/// A stderr line starting with this reports the program's progress (the rest of the line).
+pub const PROGRESS_PREFIX: &str = "overseer:progress ";
 
 /// The command agent's settings. Make one with [`CommandAgent::new`] and adjust the fields.
 #[derive(Clone, Debug)]
@@ -258,7 +265,10 @@ async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Resu
         let read_out = read_bounded(stdout, &mut out, settings.stdout_max_bytes);
         tokio::pin!(read_out);
         let rest = async {
-            tokio::join!(feed_stdin(stdin, &input), pass_stderr(stderr, &mut tail));
+            tokio::join!(
+                feed_stdin(stdin, &input),
+                pass_stderr(stderr, &mut tail, ctx)
+            );
         };
         tokio::pin!(rest);
 
@@ -425,8 +435,9 @@ async fn read_bounded(
     }
 }
 
-/// Logs the program's stderr line by line and keeps its last bytes for error messages.
-async fn pass_stderr(stderr: Option<impl AsyncRead + Unpin>, tail: &mut Tail) {
+/// Logs the program's stderr line by line, keeps its last bytes for error messages, and hands
+/// progress lines to the attempt's next heartbeat.
+async fn pass_stderr(stderr: Option<impl AsyncRead + Unpin>, tail: &mut Tail, ctx: &StepContext) {
     let Some(mut stderr) = stderr else { return };
     let mut buf = [0u8; 8192];
     let mut line: Vec<u8> = Vec::new();
@@ -442,6 +453,10 @@ async fn pass_stderr(stderr: Option<impl AsyncRead + Unpin>, tail: &mut Tail) {
         tail.push(&buf[..n]);
         for &byte in &buf[..n] {
             if byte == b'\n' || line.len() >= STDERR_LINE_MAX {
+                // A progress line cut by the length limit is only logged.
+                if byte == b'\n' {
+                    report_progress(&line, ctx);
+                }
                 log_stderr_line(&line);
                 line.clear();
                 if byte == b'\n' {
@@ -452,8 +467,20 @@ async fn pass_stderr(stderr: Option<impl AsyncRead + Unpin>, tail: &mut Tail) {
         }
     }
     if !line.is_empty() {
+        report_progress(&line, ctx);
         log_stderr_line(&line);
     }
+}
+
+/// Sets the attempt's progress from a stderr line starting with [`PROGRESS_PREFIX`].
+fn report_progress(line: &[u8], ctx: &StepContext) {
+    let text = String::from_utf8_lossy(line);
+    let Some(value) = text.trim_end_matches('\r').strip_prefix(PROGRESS_PREFIX) else {
+        return;
+    };
+    let progress = serde_json::from_str(value.trim())
+        .unwrap_or_else(|_| Value::String(value.trim().to_string()));
+    ctx.set_progress(progress);
 }
 
 fn log_stderr_line(line: &[u8]) {

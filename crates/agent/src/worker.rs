@@ -162,7 +162,12 @@ impl StepContext {
         *self.deadline.borrow()
     }
 
-    /// Sets the progress the next heartbeat carries to the server.
+    /// Sets the progress the next heartbeat carries to the server (any JSON, at most the
+    /// server's `limits.progress_bytes`, 4 KiB by default, encoded). It is sent once, with the
+    /// next regular heartbeat (again with the one after if that one fails); a newer value set
+    /// before then replaces it. The server keeps the last one on the step (`progress` in
+    /// `GET /v1/jobs/{id}`), and records it in the job's history only for a step submitted with
+    /// `progress_events: true`.
     pub fn set_progress(&self, progress: Value) {
         *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(progress);
     }
@@ -622,8 +627,9 @@ impl Attempt {
             let expiry = sleep_until(deadline);
             tokio::pin!(expiry);
             let mut beat_at = next_beat(Instant::now(), deadline, interval);
-            let mut beat: Option<BoxFuture<'static, (Instant, client::Result<HeartbeatResponse>)>> =
-                None;
+            // A heartbeat in flight: when it was sent, the progress it carries, its answer.
+            type Beat = (Instant, Option<Value>, client::Result<HeartbeatResponse>);
+            let mut beat: Option<BoxFuture<'static, Beat>> = None;
             let mut cancel_by: Option<Instant> = None;
             loop {
                 tokio::select! {
@@ -644,7 +650,7 @@ impl Attempt {
                         info!("the handler did not stop within the cancel grace: dropping it");
                         break Ending::Cancelled(None);
                     }
-                    (sent, answer) = async { beat.as_mut().expect("guarded by is_some").await }, if beat.is_some() => {
+                    (sent, carried, answer) = async { beat.as_mut().expect("guarded by is_some").await }, if beat.is_some() => {
                         beat = None;
                         let now = Instant::now();
                         match answer {
@@ -673,17 +679,25 @@ impl Attempt {
                             }
                             Err(e) => {
                                 warn!(error = %e, "heartbeat failed; retrying before the deadline");
+                                // Its progress goes with the next one, unless newer was set.
+                                let mut pending = progress.lock().unwrap_or_else(|e| e.into_inner());
+                                if pending.is_none() {
+                                    *pending = carried;
+                                }
+                                drop(pending);
                                 beat_at = next_beat(now, deadline, interval.min(HEARTBEAT_RETRY_MAX));
                             }
                         }
                     }
                     _ = sleep_until(beat_at), if beat.is_none() && cancel_by.is_none() => {
                         let client = client.clone();
-                        let progress = progress.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        // Progress is sent once: the next heartbeat carries only newer progress.
+                        let carried = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
                         beat = Some(Box::pin(async move {
                             // Taken before sending: the renewal is counted from this instant.
                             let sent = Instant::now();
-                            (sent, client.heartbeat(lease_id, progress).await)
+                            let answer = client.heartbeat(lease_id, carried.clone()).await;
+                            (sent, carried, answer)
                         }));
                     }
                 }

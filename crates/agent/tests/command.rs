@@ -251,3 +251,38 @@ async fn missing_program_fails_at_start() {
     assert!(matches!(err, Error::Program { .. }), "{err}");
     assert!(fake.calls().is_empty());
 }
+
+// Proves a program reports progress by `overseer:progress VALUE` lines on stderr: a JSON value as
+// JSON, anything else as a string, each carried by a following heartbeat; other stderr lines
+// carry nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_progress_lines_ride_on_heartbeats() {
+    let fake = Fake::start().await;
+    let l = lease("progress", 900, 900);
+    fake.push(l.clone());
+    let script = r#"
+echo 'starting' >&2
+echo 'overseer:progress {"pct": 30}' >&2
+sleep 0.8
+echo 'overseer:progress half way there' >&2
+sleep 0.8
+echo done
+"#;
+    let (shutdown, handle) = start(&fake, agent(script));
+    assert!(wait_until(BOUND, || report_of(&fake, &l).is_some()).await);
+    stop(shutdown, handle).await;
+    assert_eq!(completed(&fake, &l), json!("done"));
+    let carried: Vec<Value> = fake
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Heartbeat { progress, .. } => progress,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        carried,
+        [json!({"pct": 30}), json!("half way there")],
+        "each progress line goes with one heartbeat"
+    );
+}

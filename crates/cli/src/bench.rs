@@ -25,10 +25,15 @@
 //!   `overseer server` (on a temp SQLite file, or on `--db`) and reads *that* process's resident
 //!   memory, idle and with `--pending` delayed jobs. With `--server` it is skipped, since a remote
 //!   process's memory cannot be read.
+//! - `steady` also spawns a server process, with `--retention` for finished jobs, and submits
+//!   `--steady-rate` jobs per second for `--duration`, reading the store's size, the server's
+//!   memory, the jobs removed and marker latency every `--sample-every`. It is long (30 minutes by
+//!   default), so it runs only when named.
 
 mod memory;
 mod overload;
 mod scenarios;
+mod steady;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -104,6 +109,28 @@ pub struct BenchArgs {
     /// Give up on a scenario that has not finished after this long.
     #[arg(long, default_value = "5m")]
     pub timeout: Span,
+    #[command(flatten)]
+    pub steady: SteadyArgs,
+}
+
+/// The `steady` scenario's settings.
+#[derive(Args, Clone, Copy, Debug)]
+pub struct SteadyArgs {
+    /// `steady`: one-step jobs submitted per second.
+    #[arg(long = "steady-rate", default_value_t = 2000)]
+    pub rate: usize,
+    /// `steady`: how long the load lasts.
+    #[arg(long, default_value = "30m")]
+    pub duration: Span,
+    /// `steady`: how long the server keeps finished jobs (its `[retention]` settings).
+    #[arg(long, default_value = "1m")]
+    pub retention: Span,
+    /// `steady`: time between readings.
+    #[arg(long, default_value = "30s")]
+    pub sample_every: Span,
+    /// `steady`: jobs run to the end before the load, which then fall due for removal together.
+    #[arg(long, default_value_t = 0)]
+    pub backlog: usize,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +149,8 @@ pub enum Scenario {
     Fanout,
     Memory,
     Overload,
+    /// Not part of the default run (it lasts `--duration`): name it with `--scenario steady`.
+    Steady,
 }
 
 impl Scenario {
@@ -154,6 +183,7 @@ impl Scenario {
             Scenario::Fanout => "fanout",
             Scenario::Overload => "overload",
             Scenario::Memory => "memory",
+            Scenario::Steady => "steady",
         }
     }
 
@@ -163,7 +193,7 @@ impl Scenario {
     fn uses_server(self) -> bool {
         !matches!(
             self,
-            Scenario::Memory | Scenario::CrossNode | Scenario::Overload
+            Scenario::Memory | Scenario::CrossNode | Scenario::Overload | Scenario::Steady
         )
     }
 }
@@ -305,6 +335,7 @@ pub struct Ctx {
     /// The server's sweep interval, when this process started the server.
     pub sweep_interval: Option<Span>,
     pub timeout: Duration,
+    pub steady: SteadyArgs,
 }
 
 impl Ctx {
@@ -471,11 +502,16 @@ fn check(args: &BenchArgs) -> anyhow::Result<()> {
         ("--kills", args.kills),
         ("--load-rate", args.load_rate),
         ("--pending", args.pending),
+        ("--steady-rate", args.steady.rate),
     ];
     for (flag, value) in positive {
         anyhow::ensure!(value > 0, "{flag} must be at least 1");
     }
     anyhow::ensure!(args.jobs != Some(0), "--jobs must be at least 1");
+    anyhow::ensure!(
+        args.steady.sample_every >= Span::from_secs(2),
+        "--sample-every must be at least 2s (each reading runs a second of marker jobs)"
+    );
     anyhow::ensure!(
         args.batch <= 1000,
         "--batch must be at most 1000 (the server's default jobs_per_batch)"
@@ -564,6 +600,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             step_timeout: args.step_timeout,
             sweep_interval: args.server.is_none().then_some(args.sweep_interval),
             timeout: args.timeout.as_std(),
+            steady: args.steady,
         };
         let result = scenarios::run(scenario, &ctx).await;
         let rss = rss_mb();

@@ -333,6 +333,12 @@ fn render_job(job: &JobView) -> String {
     if let Some(deadline) = job.deadline {
         out.push_str(&format!("deadline: {deadline}\n"));
     }
+    if let Some(old) = job.rerun_of {
+        out.push_str(&format!("rerun of: {old}\n"));
+    }
+    if let Some(new) = job.rerun_by {
+        out.push_str(&format!("rerun as: {new}\n"));
+    }
     if let Some(reason) = &job.blocked_reason {
         out.push_str(&format!("blocked: {reason}\n"));
     }
@@ -362,11 +368,33 @@ fn render_job(job: &JobView) -> String {
         if let Some(reason) = &s.waiting_reason {
             out.push_str(&format!("    waiting: {}\n", reason.text));
         }
+        if let Some(progress) = &s.progress {
+            let at = s
+                .progress_at
+                .map(|t| format!(" (at {t})"))
+                .unwrap_or_default();
+            out.push_str(&format!("    progress: {}{at}\n", progress_text(progress)));
+        }
         if let Some(err) = &s.last_error {
             out.push_str(&format!("    last error: {err}\n"));
         }
     }
     out
+}
+
+/// A step's progress in one line: a string as it is, anything else as compact JSON, cut at 200
+/// characters.
+fn progress_text(progress: &serde_json::Value) -> String {
+    const MAX: usize = 200;
+    let text = match progress {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let line = text.replace(['\n', '\r'], " ");
+    match line.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
 }
 
 /// One step's row of `status`: its work attempts and its undo attempts counted apart (the
@@ -589,6 +617,40 @@ pub async fn operator(
     match action.output {
         Output::Json => print_json(&job)?,
         Output::Human => out!("{}", render_job(&job)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `overseer rerun`: the new job's id on stdout (the whole job with `--output json`), what it
+/// kept on stderr.
+pub async fn rerun(
+    remote: &Remote,
+    raw: &str,
+    from_failed: bool,
+    action: Action,
+) -> anyhow::Result<ExitCode> {
+    let client = connect(remote)?;
+    let id = resolve_job(&client, raw).await?;
+    let request = overseer_core::wire::RerunRequest {
+        from_failed,
+        by: action.by,
+        reason: action.reason,
+    };
+    let job = client.rerun(id, &request).await?;
+    match action.output {
+        Output::Json => print_json(&job)?,
+        Output::Human => {
+            let kept: Vec<&str> = job
+                .steps
+                .iter()
+                .filter(|s| s.state == StepState::Succeeded)
+                .map(|s| s.name.as_str())
+                .collect();
+            if !kept.is_empty() {
+                eprintln!("kept from job {id}: {}", kept.join(", "));
+            }
+            outln!("{}", job.id);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -205,6 +205,18 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Run a failed or cancelled job again as a new job (same spec, linked by `rerun_of`);
+    /// prints the new job's id. A job is rerun at most once.
+    Rerun {
+        job: String,
+        /// Keep the steps that succeeded (with their results) instead of running everything.
+        #[arg(long)]
+        from_failed: bool,
+        #[command(flatten)]
+        action: client_cmd::Action,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Move a pending job (`--at TIME|now` or `--in 10m`) and/or set a job's priority
     /// (`--priority N`, pending or running jobs).
     Reschedule {
@@ -341,6 +353,12 @@ fn main() -> ExitCode {
                 let job = job.unwrap_or_default();
                 client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await
             }
+            Cmd::Rerun {
+                job,
+                from_failed,
+                action,
+                remote,
+            } => client_cmd::rerun(&remote, &job, from_failed, action).await,
             Cmd::Reschedule {
                 job,
                 at,

@@ -432,6 +432,7 @@ const MATRIX: &[(&str, &str, &[&str])] = &[
     ("GET", "/v1/jobs/{id}/events", ALL_READERS),
     ("GET", "/v1/jobs/{id}/wait", ALL_READERS),
     ("POST", "/v1/jobs/{id}/resume", OPERATORS),
+    ("POST", "/v1/jobs/{id}/rerun", OPERATORS),
     ("POST", "/v1/jobs/{id}/steps/{name}/retry", OPERATORS),
     ("POST", "/v1/jobs/{id}/steps/{name}/skip", OPERATORS),
     ("POST", "/v1/jobs/{id}/cancel", OPERATORS),

@@ -146,6 +146,10 @@ pub struct Job {
     pub round: u32,
     /// How a `compensate_and_retry` job retries as a whole (fixed at submission).
     pub retry: Option<JobRetry>,
+    /// The job this one is a rerun of (fixed at admission; see `rerun`).
+    pub rerun_of: Option<JobId>,
+    /// The rerun of this job, once one was made: a job is rerun at most once.
+    pub rerun_by: Option<JobId>,
     pub steps: Vec<Step>,
 }
 
@@ -210,6 +214,12 @@ pub struct Step {
     pub next_attempt_at: Option<Timestamp>,
     pub result: Option<Value>,
     pub last_error: Option<String>,
+    /// Whether a new `progress` is also recorded in the history (fixed at admission).
+    pub progress_events: bool,
+    /// What the holder of the current (or last) lease last reported with a heartbeat.
+    pub progress: Option<Value>,
+    /// When `progress` was reported.
+    pub progress_at: Option<Timestamp>,
 }
 
 /// The agent name a step or undo is claimed under: its own, or its HTTP target's reserved one.
@@ -266,6 +276,9 @@ impl Job {
                 next_attempt_at: None,
                 result: None,
                 last_error: None,
+                progress_events: s.progress_events.unwrap_or(false),
+                progress: None,
+                progress_at: None,
             })
             .collect();
         Job {
@@ -301,6 +314,8 @@ impl Job {
                 backoff: spec.job_backoff.unwrap_or_default(),
                 then: spec.job_exhausted.unwrap_or_default(),
             }),
+            rerun_of: None,
+            rerun_by: None,
             steps,
         }
     }
@@ -357,7 +372,7 @@ impl Job {
     }
 
     /// Whether `other` has the same fields fixed at admission as this job: its key, labels,
-    /// callback and failure policy, and each step's definition. No transition changes them, and
+    /// callback and failure policy, what it is a rerun of, and each step's definition. No transition changes them, and
     /// backends rely on that (they write those columns once, at insert).
     pub fn same_admission(&self, other: &Job) -> bool {
         self.id == other.id
@@ -370,6 +385,7 @@ impl Job {
             && self.retention == other.retention
             && self.deadline == other.deadline
             && self.retry == other.retry
+            && self.rerun_of == other.rerun_of
             && self.created_at == other.created_at
             && self.steps.len() == other.steps.len()
             && self
@@ -466,6 +482,7 @@ impl Step {
             && self.backoff_formula == other.backoff_formula
             && self.compensate == other.compensate
             && self.http == other.http
+            && self.progress_events == other.progress_events
             && self.created_at == other.created_at
     }
 

@@ -12,6 +12,7 @@ pub mod job;
 pub mod machine;
 pub mod outbox;
 pub mod push;
+pub mod rerun;
 pub mod retention;
 pub mod schedule;
 pub mod spec;

@@ -27,6 +27,16 @@
 //! for good in the last round blocks the job as `hold` does, nothing undone: an operator's
 //! retry or skip goes on in that round, a cancel undoes it.
 //!
+//! Progress: a heartbeat may carry `progress` (any JSON). It is kept on the step with the time it
+//! came (`progress`, `progress_at`), fenced like the heartbeat itself, and recorded in the
+//! history (`step_progress`, or `compensation_progress` for an undo) only when the step asks for
+//! it (`progress_events`) and the value changed, so a chatty agent cannot flood the history. A
+//! new lease of the step clears it: progress belongs to the attempt that reported it.
+//!
+//! A failed or cancelled job may be run again as a new job (see [`crate::rerun`]): its
+//! admission, [`admit_rerun`], first marks the steps the rerun keeps `succeeded` with their old
+//! results (`step_kept`), so they are never run again and their dependants find them done.
+//!
 //! An operator may move a job (`Reschedule`): its `run_at` while it is pending, its priority
 //! until it finishes. Neither is a state change of its own; a move of `run_at` to now starts an
 //! unkeyed job at once (the job moves from pending to running).
@@ -57,6 +67,7 @@
 //!     state "Step" as step {
 //!         [*] --> waiting
 //!         waiting --> ready: dependencies done
+//!         waiting --> succeeded: kept by a rerun from failure (the old result)
 //!         ready --> running: claim (attempt + 1)
 //!         running --> running: heartbeat
 //!         running --> succeeded: complete
@@ -126,8 +137,13 @@ pub enum Command {
         lease_id: LeaseId,
         worker: String,
     },
-    /// The holder of a lease asks for more time.
-    Heartbeat { step: usize, attempt: u32 },
+    /// The holder of a lease asks for more time, maybe reporting its progress (any JSON; the
+    /// caller bounds its size).
+    Heartbeat {
+        step: usize,
+        attempt: u32,
+        progress: Option<Value>,
+    },
     /// The holder of a lease reports success.
     Complete {
         step: usize,
@@ -236,6 +252,9 @@ pub enum Rejection {
     NotDue,
     #[error("no such step")]
     UnknownStep,
+    /// The job was rerun already (a job is rerun at most once): `by` is its rerun.
+    #[error("the job was already rerun as job {by}")]
+    AlreadyRerun { by: crate::JobId },
 }
 
 /// The answer to whoever sent the command.
@@ -351,13 +370,66 @@ impl Transition {
 
 /// The first transition of a newly accepted job: it waits for `run_at`, or starts now.
 pub fn admit(job: Job, now: Timestamp) -> Transition {
-    let before = job.clone();
-    let mut w = Work::new(job, now);
-    let detail = match (&before.run_at, &before.ordering_key) {
+    let detail = match (&job.run_at, &job.ordering_key) {
         (None, None) => None,
         (run_at, key) => Some(json!({ "run_at": run_at, "ordering_key": key })),
     };
+    admit_with(job, now, detail, |_| {})
+}
+
+/// The first transition of a rerun of `old` (built by [`crate::rerun::rerun`]): the job is
+/// admitted as [`admit`] would, after the steps `plan` keeps are marked `succeeded` with their
+/// results in `old` (one `step_kept` event each). Nothing is claimable for a kept step, and its
+/// dependants find it done when the job starts. `detail` goes on the `job_submitted` event.
+pub fn admit_rerun(
+    job: Job,
+    old: &Job,
+    plan: &crate::rerun::Plan,
+    detail: Value,
+    now: Timestamp,
+) -> Transition {
+    debug_assert_eq!(job.steps.len(), old.steps.len());
+    admit_with(job, now, Some(detail), |w| {
+        for i in plan.kept() {
+            debug_assert_eq!(old.steps[i].state, StepState::Succeeded);
+            let from = &old.steps[i];
+            let detail = json!({ "rerun_of": old.id, "attempt": from.attempt });
+            let s = &mut w.job.steps[i];
+            s.state = StepState::Succeeded;
+            s.result = from.result.clone();
+            s.finished_at = Some(w.now);
+            w.event("step_kept", Some(i), None, Some(detail));
+        }
+    })
+}
+
+/// Records on a finished job that `rerun` is its rerun (see [`crate::rerun`]): `rerun_by` and a
+/// `job_rerun` event carrying `detail`. Refused as [`crate::rerun::check`] says.
+pub fn link_rerun(
+    old: &Job,
+    rerun: crate::JobId,
+    detail: Value,
+    now: Timestamp,
+) -> Result<Transition, Rejection> {
+    crate::rerun::check(old)?;
+    let mut w = Work::new(old.clone(), now);
+    w.job.rerun_by = Some(rerun);
+    w.event("job_rerun", None, None, Some(detail));
+    Ok(w.finish(old, Reply::Done))
+}
+
+/// Admits `job`: records `job_submitted` with `detail`, lets `prepare` set up its steps, then
+/// starts it unless it waits for its `run_at` or its ordering key.
+fn admit_with(
+    job: Job,
+    now: Timestamp,
+    detail: Option<Value>,
+    prepare: impl FnOnce(&mut Work),
+) -> Transition {
+    let before = job.clone();
+    let mut w = Work::new(job, now);
     w.event("job_submitted", None, None, detail);
+    prepare(&mut w);
     // A job with an ordering key waits in `pending` until it heads its key; the store, which
     // can see the key's other jobs, activates it (in the same transaction when it is the head).
     if before.run_at.is_none_or(|t| t <= now) && before.ordering_key.is_none() {
@@ -385,10 +457,17 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             w.claim(step, lease_id, worker)?;
             Reply::Done
         }
-        Command::Heartbeat { step, attempt } => {
+        Command::Heartbeat {
+            step,
+            attempt,
+            progress,
+        } => {
             w.check_live(step, attempt)?;
             // An undo is never told to stop: it is how a stopping job cleans up.
             let cancel = !w.job.steps[step].is_compensating() && !w.wants_work();
+            if let Some(progress) = progress {
+                w.progress(step, attempt, progress);
+            }
             let s = &mut w.job.steps[step];
             let expires = s.lease_end(now);
             s.lease_expires_at = Some(expires);
@@ -742,6 +821,9 @@ impl Work {
         }
         s.lease_id = Some(lease_id);
         s.worker = Some(worker.clone());
+        // Progress belongs to the attempt that reported it: a new lease starts without.
+        s.progress = None;
+        s.progress_at = None;
         // The attempt's hard end is fixed now; heartbeats renew the lease only up to it.
         s.attempt_ends_at = s.lease_deadline().map(|d| now.plus(d));
         s.lease_expires_at = Some(s.lease_end(now));
@@ -791,6 +873,25 @@ impl Work {
         } else {
             let detail = json!({ "cause": "deadline", "deadline": deadline });
             self.finish_job(JobState::Failed, Some(detail));
+        }
+    }
+
+    /// Keeps what a live lease reported as its progress, with the time; records it in the
+    /// history only when the step asks for that and the value changed.
+    fn progress(&mut self, step: usize, attempt: u32, progress: Value) {
+        let now = self.now;
+        let s = &mut self.job.steps[step];
+        let changed = s.progress.as_ref() != Some(&progress);
+        let kind = match s.is_compensating() {
+            true => "compensation_progress",
+            false => "step_progress",
+        };
+        let record = s.progress_events && changed;
+        s.progress = Some(progress);
+        s.progress_at = Some(now);
+        if record {
+            let detail = json!({ "progress": self.job.steps[step].progress });
+            self.event(kind, Some(step), Some(attempt), Some(detail));
         }
     }
 
@@ -1241,6 +1342,8 @@ impl Work {
             s.lease_expires_at = None;
             s.next_attempt_at = None;
             s.result = None;
+            s.progress = None;
+            s.progress_at = None;
         }
         self.job.state = JobState::Running;
         let at = self.now.plus(delay);
@@ -1439,7 +1542,8 @@ impl Work {
             || self.job.desired_state != before.desired_state
             || self.job.finished_at != before.finished_at
             || self.job.blocked_reason != before.blocked_reason
-            || self.job.round != before.round;
+            || self.job.round != before.round
+            || self.job.rerun_by != before.rerun_by;
         if job_fields_changed || !self.events.is_empty() {
             self.job.updated_at = self.now;
         }

@@ -75,9 +75,46 @@ impl Retention {
     }
 }
 
+/// How long one removal write should take at most: it holds the store's writer (SQLite has
+/// one), so claims and reports queued behind it wait that long.
+pub const REMOVAL_WRITE_BUDGET: Span = Span::from_millis(10);
+/// The smallest removal batch: below it a backlog would take too many writes to clear.
+pub const REMOVAL_BATCH_MIN: usize = 20;
+
+/// The next removal batch after one of `batch` jobs took `took`: halved when the write ran past
+/// [`REMOVAL_WRITE_BUDGET`], doubled (up to `max`, the configured `retention_batch`) when it
+/// took less than half of it, else kept. So removal follows what the store can do in the budget:
+/// large batches on a fast store, small ones while it is loaded, and claims never wait long.
+pub fn next_removal_batch(batch: usize, took: Span, max: usize) -> usize {
+    let budget = REMOVAL_WRITE_BUDGET.as_millis();
+    let next = if took.as_millis() > budget {
+        batch / 2
+    } else if took.as_millis() * 2 < budget {
+        batch.saturating_mul(2)
+    } else {
+        batch
+    };
+    next.clamp(REMOVAL_BATCH_MIN.min(max), max.max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Proves the removal batch halves past the write budget, doubles well within it, and stays
+    // within the smallest batch and the configured one.
+    #[test]
+    fn removal_batches_follow_the_write_budget() {
+        let ms = Span::from_millis;
+        assert_eq!(next_removal_batch(500, ms(40), 500), 250);
+        assert_eq!(next_removal_batch(250, ms(2), 500), 500);
+        assert_eq!(next_removal_batch(500, ms(0), 500), 500);
+        assert_eq!(next_removal_batch(100, ms(7), 500), 100);
+        assert_eq!(next_removal_batch(30, ms(90), 500), REMOVAL_BATCH_MIN);
+        // A configured batch smaller than the minimum is kept as configured.
+        assert_eq!(next_removal_batch(5, ms(90), 5), 5);
+        assert_eq!(next_removal_batch(1, ms(0), 1), 1);
+    }
     use crate::{JobId, JobSpec};
 
     fn finished(state: JobState, at_ms: i64, own: Option<Span>) -> Job {

@@ -193,6 +193,12 @@ pub struct StepSpec {
     pub backoff_formula: Option<Formula>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensate: Option<CompensateSpec>,
+    /// Whether each new `progress` a heartbeat reports is also recorded in the job's history
+    /// (`step_progress`). Default false: progress is kept on the step (`progress`,
+    /// `progress_at`) either way, so a chatty agent cannot flood the history. Left out of the
+    /// JSON when not given, so specs written before it existed keep their fingerprints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_events: Option<bool>,
 }
 
 /// How to undo a step. Runs as its own leased, fenced, retried unit of work; `timeout` and
@@ -272,6 +278,8 @@ pub struct Limits {
     pub result_bytes: usize,
     /// Bytes of one error message; longer ones are cut, not refused.
     pub error_bytes: usize,
+    /// Bytes of the `progress` one heartbeat may carry, JSON-encoded (answers 413 beyond).
+    pub progress_bytes: usize,
     pub steps_per_job: usize,
     pub labels_per_job: usize,
     pub jobs_per_batch: usize,
@@ -298,6 +306,7 @@ impl Default for Limits {
             payload_bytes: 256 << 10,
             result_bytes: 256 << 10,
             error_bytes: 8 << 10,
+            progress_bytes: 4 << 10,
             steps_per_job: 100,
             labels_per_job: 32,
             jobs_per_batch: 1_000,

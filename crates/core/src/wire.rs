@@ -69,6 +69,12 @@ pub struct JobView {
     /// other jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_exhausted: Option<crate::spec::JobExhausted>,
+    /// The job this one reruns (`POST /v1/jobs/{id}/rerun`), when it is a rerun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<JobId>,
+    /// The rerun of this job, once one was made (a job is rerun at most once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_by: Option<JobId>,
     /// Why a pending job has not started (`GET /v1/jobs/{id}` only; absent once it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -111,6 +117,16 @@ pub struct StepView {
     /// The HTTP target the server calls for this step (header values redacted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<crate::push::HttpTarget>,
+    /// What the current (or last) attempt last reported with a heartbeat; cleared when the
+    /// step is leased again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Value>,
+    /// When `progress` was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_at: Option<Timestamp>,
+    /// Whether each new progress is also recorded in the job's history (`step_progress`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub progress_events: bool,
     /// Why the step is neither running nor finished, in one sentence (`GET /v1/jobs/{id}` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<crate::waiting::WaitingReason>,
@@ -141,6 +157,8 @@ impl From<&Job> for JobView {
             round: job.round,
             job_attempts: job.retry.map(|r| r.attempts),
             job_exhausted: job.retry.map(|r| r.then),
+            rerun_of: job.rerun_of,
+            rerun_by: job.rerun_by,
             waiting_reason: None,
             steps: job
                 .steps
@@ -173,6 +191,9 @@ impl From<&Job> for JobView {
                     comp_phase: s.comp_phase,
                     comp_attempts: s.comp_attempts,
                     comp_failures: s.comp_failures,
+                    progress: s.progress.clone(),
+                    progress_at: s.progress_at,
+                    progress_events: s.progress_events,
                     waiting_reason: None,
                 })
                 .collect(),
@@ -266,6 +287,40 @@ pub struct OperatorRequest {
     /// Why, recorded in the job's history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// `POST /v1/jobs/{id}/rerun` body (optional): run a failed or cancelled job again as a new job.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerunRequest {
+    /// Keep the steps that succeeded (and whose dependencies are kept) with their results,
+    /// instead of running every step again.
+    #[serde(default)]
+    pub from_failed: bool,
+    /// Who acts, recorded in both jobs' histories (at most 200 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 200)]
+    pub by: Option<String>,
+    /// Why, recorded in both jobs' histories (at most 2000 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 2000)]
+    pub reason: Option<String>,
+}
+
+impl RerunRequest {
+    /// Checks `by` and `reason` with the bounds of every operator request.
+    pub fn validate(&self) -> Result<(), crate::SpecError> {
+        check_audit(&self.by, &self.reason)
+    }
+
+    /// The core's options for this request.
+    pub fn options(&self) -> crate::rerun::Options {
+        crate::rerun::Options {
+            from_failed: self.from_failed,
+            by: self.by.clone(),
+            reason: self.reason.clone(),
+        }
+    }
 }
 
 /// Where a recorded alert stands.
@@ -441,27 +496,36 @@ impl RescheduleRequest {
                 format!("priority must be between -{PRIORITY_MAX} and {PRIORITY_MAX}"),
             ));
         }
-        let too_long = |v: &Option<String>, max: usize| v.as_ref().is_some_and(|v| v.len() > max);
-        if too_long(&self.by, AUDIT_BY_MAX) {
-            return Err(SpecError::new(
-                "by",
-                format!("at most {AUDIT_BY_MAX} bytes"),
-            ));
-        }
-        if too_long(&self.reason, AUDIT_REASON_MAX) {
-            return Err(SpecError::new(
-                "reason",
-                format!("at most {AUDIT_REASON_MAX} bytes"),
-            ));
-        }
-        Ok(())
+        check_audit(&self.by, &self.reason)
     }
+}
+
+/// An operator's `by` and `reason` within their bounds; the error names the field.
+fn check_audit(by: &Option<String>, reason: &Option<String>) -> Result<(), crate::SpecError> {
+    use crate::SpecError;
+    let too_long = |v: &Option<String>, max: usize| v.as_ref().is_some_and(|v| v.len() > max);
+    if too_long(by, AUDIT_BY_MAX) {
+        return Err(SpecError::new(
+            "by",
+            format!("at most {AUDIT_BY_MAX} bytes"),
+        ));
+    }
+    if too_long(reason, AUDIT_REASON_MAX) {
+        return Err(SpecError::new(
+            "reason",
+            format!("at most {AUDIT_REASON_MAX} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 /// `POST /v1/leases/{id}/heartbeat` body.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatRequest {
+    /// How the work is going: any JSON, at most `limits.progress_bytes` (4 KiB) encoded. Kept on
+    /// the step (`progress`, `progress_at`); recorded in the history only for a step with
+    /// `progress_events: true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Value>,
 }

@@ -156,6 +156,7 @@ pub fn from_push(
             backoff_formula: shape.backoff.is_none().then_some(Formula::Faktory),
             compensate: None,
             http: None,
+            progress_events: None,
         }],
     };
     spec.validate(limits).map_err(|e| e.to_string())?;

@@ -198,7 +198,10 @@ async function job(root, [id]) {
     const showStep = (name) => { pick = name; stepBox.replaceChildren(stepDetail(j, j.steps.find((s) => s.name === name))); };
     fill(root, 
       h("h1", "Job ", h("span.mono", j.id), " ", badge(j.state)),
-      h("p.muted", `created ${fmtTime(j.created_at)} · updated ${ago(j.updated_at)}` + (j.ordering_key ? ` · ordering key ${j.ordering_key}` : "") + ` · on_failure ${j.on_failure}`),
+      h("p.muted", `created ${fmtTime(j.created_at)} · updated ${ago(j.updated_at)}` + (j.ordering_key ? ` · ordering key ${j.ordering_key}` : "") + ` · on_failure ${j.on_failure}` +
+        (j.job_attempts ? ` · round ${j.round} of ${j.job_attempts}` : "") + (j.removable_at ? ` · removed ${ago(j.removable_at)}` : "")),
+      (j.rerun_of || j.rerun_by) && h("p", { "data-rerun-links": "" }, j.rerun_of ? ["Rerun of ", h("a.mono", { href: `#/job/${j.rerun_of}` }, j.rerun_of), " "] : null,
+        j.rerun_by ? ["Rerun as ", h("a.mono", { href: `#/job/${j.rerun_by}` }, j.rerun_by)] : null),
       j.waiting_reason && h("div.reason", { "data-reason": j.waiting_reason.code }, h("strong", "Waiting: "), j.waiting_reason.text),
       j.blocked_reason && h("div.reason.error", h("strong", "Blocked: "), j.blocked_reason),
       j.compensated?.length ? h("div.reason", { "data-compensated": "" }, h("strong", "Undone: "), j.compensated.join(", ")) : null,
@@ -216,11 +219,12 @@ async function job(root, [id]) {
 }
 
 function stepTable(j, showStep) {
-  return h("table", h("thead", h("tr", h("th", "Step"), h("th", "Agent"), h("th", "State"), h("th", "Attempt"), h("th", "Worker"), h("th", "Why not running / last error"))),
+  return h("table", h("thead", h("tr", h("th", "Step"), h("th", "Agent"), h("th", "State"), h("th", "Attempt"), h("th", "Worker"), h("th", "Why not running / last error"), h("th", "Progress"))),
     h("tbody", j.steps.map((s) => h("tr", { "data-step-row": s.name },
       h("td", h("a", { href: "javascript:void 0", onclick: () => showStep(s.name) }, s.name)), h("td", s.agent), h("td", badge(s.state)),
       h("td", `${s.attempt}${s.max_attempts ? "/" + s.max_attempts : ""}`), h("td.mono", s.worker || ""),
-      h("td", s.waiting_reason ? h("span", { "data-reason": s.waiting_reason.code }, s.waiting_reason.text) : s.last_error ? h("span.mono", s.last_error.slice(0, 160)) : "")))));
+      h("td", s.waiting_reason ? h("span", { "data-reason": s.waiting_reason.code }, s.waiting_reason.text) : s.last_error ? h("span.mono", s.last_error.slice(0, 160)) : ""),
+      h("td.mono", { "data-progress": s.name }, s.progress != null ? JSON.stringify(s.progress).slice(0, 80) : "")))));
 }
 
 function stepDetail(j, s) {
@@ -229,6 +233,7 @@ function stepDetail(j, s) {
       h("button.primary", { type: "button", onclick: () => act(j, `steps/${enc(s.name)}/retry`, `Retry ${s.name}`) }, "Retry step"),
       h("button", { type: "button", onclick: () => act(j, `steps/${enc(s.name)}/skip`, `Skip ${s.name}`) }, "Skip step")] : null),
     jsonBlock("Payload", s.payload), jsonBlock("Result", s.result), s.last_error && jsonBlock("Last error", s.last_error),
+    s.progress != null && jsonBlock(`Progress (${ago(s.progress_at)})`, s.progress),
     jsonBlock("Compensate", s.compensate));
 }
 
@@ -238,9 +243,16 @@ async function act(j, path, title, after, { method = "POST", body = (ok) => ok, 
   const ok = await confirmAction(title, text || `Job ${j.id}. This is recorded in the job's history with who and why.`);
   if (!ok) return;
   const url = path ? `/v1/jobs/${j.id}/${path}` : `/v1/jobs/${j.id}`;
-  try { await api(url, { method, body: body(ok) }); toast(`${title}: done`); after?.(); }
+  try { const res = await api(url, { method, body: body(ok) }); toast(`${title}: done`); after?.(res); }
   catch (e) { toast(`${title} failed: ${e.message}`); }
 }
+
+// A rerun is a new job with the same spec; from a failure, the steps that succeeded keep their
+// results and do not run again. The console follows the new job.
+const rerun = (j, fromFailed) => act(j, "rerun", fromFailed ? "Rerun from failure" : "Rerun", (res) => { location.hash = `#/job/${res.id}`; }, {
+  body: (ok) => ({ ...ok, from_failed: fromFailed }),
+  text: `Job ${j.id} ${j.state}. A new job runs its spec again` + (fromFailed ? ": the steps that succeeded keep their results and are not run again." : ", every step from the start.") + " Recorded in both jobs' history with who and why.",
+});
 
 // "Run now": a pending job's run_at moved to this moment (PATCH /v1/jobs/{id}). An unkeyed job
 // starts at once; a keyed one still waits for the jobs ahead of it in its key.
@@ -257,6 +269,15 @@ function jobActions(j, redraw) {
     out.push(h("button.primary", { type: "button", "data-run-now": "", onclick: () => runNow(j, redraw) }, "Run now"));
   if (!["succeeded", "failed", "cancelled"].includes(j.state))
     out.push(h("button.danger", { type: "button", onclick: () => act(j, "cancel", "Cancel job", redraw) }, "Cancel job"));
+  if (["failed", "cancelled"].includes(j.state) && !j.rerun_by) {
+    out.push(h("button.primary", { type: "button", "data-rerun": "failed", onclick: () => rerun(j, true) }, "Rerun from failure"),
+      h("button", { type: "button", "data-rerun": "all", onclick: () => rerun(j, false) }, "Rerun all"));
+  }
+  if (["succeeded", "failed", "cancelled"].includes(j.state))
+    out.push(h("button.danger", { type: "button", "data-delete": "", onclick: () => act(j, "", "Delete job", () => { location.hash = "#/jobs"; }, {
+      method: "DELETE", body: () => undefined,
+      text: `Job ${j.id} and its history are removed now` + (j.removable_at ? ` (its retention would remove it ${ago(j.removable_at)})` : "") + ". This cannot be undone.",
+    }) }, "Delete"));
   if (j.state === "blocked") {
     out.push(h("button.primary", { type: "button", onclick: () => act(j, "resume", "Resume job", redraw) }, "Resume (retry all failed)"));
     for (const s of j.steps.filter((s) => s.state === "failed" || s.comp_phase === "failed"))

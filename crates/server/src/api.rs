@@ -13,12 +13,13 @@ use overseer_core::wire::{
     AgentList, AgentView, AlertDelivery, AlertList, AlertView, BatchRequest, BatchResponse,
     CompleteRequest, EventList, FailRequest, HeartbeatRequest, HeartbeatResponse, JobList, JobView,
     Lease, LeaseKind, LeaseOutcome, LeaseRequest, LeaseResponse, OperatorRequest, Problem,
-    ReportBatch, ReportBatchResponse, ReportResult, RescheduleRequest, StatsView, WorkerView,
+    ReportBatch, ReportBatchResponse, ReportResult, RerunRequest, RescheduleRequest, StatsView,
+    WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{
     AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
-    ReportApplied, Reports, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate,
+    ReportApplied, Reports, RerunJob, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate,
     SettingsUpdate, Submitted,
 };
 use serde::de::DeserializeOwned;
@@ -82,6 +83,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(wait_job))
         .routes(routes!(cancel_job))
         .routes(routes!(resume_job))
+        .routes(routes!(rerun_job))
         .routes(routes!(retry_step))
         .routes(routes!(skip_step))
         .routes(routes!(metrics))
@@ -160,12 +162,13 @@ fn add_links(doc: &mut utoipa::openapi::OpenApi) {
     let step = ("name", "$response.body#/steps/0/name");
     let lease = ("lease_id", "$response.body#/leases/0/lease_id");
     let named = ("name", "$response.body#/name");
-    let links: [Linked; 16] = [
+    let links: [Linked; 17] = [
         ("/v1/jobs", "202", "get_job", &[job]),
         ("/v1/jobs", "202", "job_events", &[job]),
         ("/v1/jobs", "202", "wait_job", &[job]),
         ("/v1/jobs", "202", "cancel_job", &[job]),
         ("/v1/jobs", "202", "resume_job", &[job]),
+        ("/v1/jobs", "202", "rerun_job", &[job]),
         ("/v1/jobs", "202", "retry_step", &[job, step]),
         ("/v1/jobs", "202", "skip_step", &[job, step]),
         ("/v1/agents/{agent}/leases", "200", "heartbeat", &[lease]),
@@ -396,13 +399,13 @@ fn key_taken(field: String) -> ApiError {
     }
 }
 
-fn job_created(job: &Job, created: bool) -> Response {
+fn job_created(app: &App, job: &Job, created: bool) -> Response {
     let status = if created {
         StatusCode::ACCEPTED
     } else {
         StatusCode::OK
     };
-    let mut res = (status, Json(JobView::from(job))).into_response();
+    let mut res = (status, Json(app.view(job))).into_response();
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
         res.headers_mut().insert(header::LOCATION, loc);
     }
@@ -448,10 +451,10 @@ async fn submit(
             tracing::info!(job = %t.job.id, steps = t.job.steps.len(), "job accepted");
             app.metrics().jobs_submitted.inc();
             app.committed(&t);
-            Ok(job_created(&t.job, true))
+            Ok(job_created(&app, &t.job, true))
         }
         Submitted::Existing(job) if hidden(&job, &own) => Err(key_taken("idempotency_key".into())),
-        Submitted::Existing(job) => Ok(job_created(&job, false)),
+        Submitted::Existing(job) => Ok(job_created(&app, &job, false)),
     }
 }
 
@@ -507,9 +510,9 @@ async fn submit_batch(
                 created_any = true;
                 app.metrics().jobs_submitted.inc();
                 app.committed(t);
-                jobs.push(JobView::from(&t.job));
+                jobs.push(app.view(&t.job));
             }
-            Submitted::Existing(job) => jobs.push(JobView::from(job)),
+            Submitted::Existing(job) => jobs.push(app.view(job)),
         }
     }
     let status = if created_any {
@@ -575,7 +578,7 @@ async fn reschedule_job(
         tracing::info!(job = %id, run_at = ?t.job.run_at, priority = t.job.priority, "job rescheduled");
     }
     app.committed(&t);
-    Ok(Json(JobView::from(&t.job)))
+    Ok(Json(app.view(&t.job)))
 }
 
 /// Counts for dashboards, read from indexes: cheap however many jobs are stored.
@@ -766,7 +769,7 @@ async fn list_jobs(
         .then(|| jobs.last().map(|j| j.id.to_string()))
         .flatten();
     Ok(Json(JobList {
-        jobs: jobs.iter().map(JobView::from).collect(),
+        jobs: jobs.iter().map(|j| app.view(j)).collect(),
         next_cursor,
     }))
 }
@@ -806,11 +809,11 @@ async fn wait_job(
     loop {
         let job = visible_job(&app, id, &own).await?;
         if job.state.is_terminal() {
-            return Ok(Json(JobView::from(&job)));
+            return Ok(Json(app.view(&job)));
         }
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => return Ok(Json(JobView::from(&job))),
-            _ = app.shutdown().cancelled() => return Ok(Json(JobView::from(&job))),
+            _ = tokio::time::sleep_until(deadline) => return Ok(Json(app.view(&job))),
+            _ = app.shutdown().cancelled() => return Ok(Json(app.view(&job))),
             msg = finished.recv() => match msg {
                 Ok(done) if done != id => continue,
                 // Ours, or we fell behind and must look again.
@@ -831,7 +834,7 @@ async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Result<Js
         tracing::info!(job = %id, state = %t.job.state, "cancel requested");
     }
     app.committed(&t);
-    Ok(Json(JobView::from(&t.job)))
+    Ok(Json(app.view(&t.job)))
 }
 
 #[utoipa::path(get, path = "/v1/agents", tag = "agents", responses((status = 200, description = "Each agent name with ready and running counts and workers", body = AgentList), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
@@ -1082,11 +1085,23 @@ pub(crate) fn report_refused(app: &App, name: &'static str, e: &overseer_store::
 async fn heartbeat(
     State(app): State<App>,
     Path(lease_id): Path<String>,
-    OptionalBody(_req): OptionalBody<HeartbeatRequest>,
+    OptionalBody(req): OptionalBody<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>> {
+    let progress = req.progress;
+    if let Some(p) = &progress {
+        let size = serde_json::to_vec(p).map(|v| v.len()).unwrap_or(0);
+        let max = app.limits().progress_bytes;
+        if size > max {
+            return Err(ApiError::too_large(
+                "progress",
+                format!("progress is {size} bytes, more than the limit of {max}"),
+            ));
+        }
+    }
     let t = report(&app, &lease_id, |step, attempt| Command::Heartbeat {
         step,
         attempt,
+        progress,
     })
     .await?;
     match t.reply {
@@ -1286,7 +1301,7 @@ async fn operator(app: &App, raw_id: &str, command: Command) -> Result<Json<JobV
         .await?;
     tracing::info!(job = %id, action = what, state = %t.job.state, "operator action");
     app.committed(&t);
-    Ok(Json(JobView::from(&t.job)))
+    Ok(Json(app.view(&t.job)))
 }
 
 fn step_index(job: &Job, name: &str) -> Result<usize> {
@@ -1349,6 +1364,37 @@ async fn resume_job(
         },
     )
     .await
+}
+
+/// Runs a failed or cancelled job again as a new job (see `core::rerun`).
+#[utoipa::path(post, path = "/v1/jobs/{id}/rerun", tag = "jobs", params(("id" = JobId, Path, description = "A job id")), request_body = Option<RerunRequest>, responses((status = 202, description = "The new job, committed; its `rerun_of` names this job, and `Location` names it", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 the job is not failed or cancelled, was rerun already (`already-rerun`), or still has a step running, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn rerun_job(
+    State(app): State<App>,
+    caller: CallerExt,
+    Path(id): Path<String>,
+    OptionalBody(req): OptionalBody<RerunRequest>,
+) -> Result<Response> {
+    let id = parse_job_id(&id)?;
+    req.validate()?;
+    let rerun = RerunJob {
+        old: id,
+        new: app.new_job_id(),
+        options: req.options(),
+        submitted_by: caller.as_ref().and_then(|c| c.0.submitter()),
+        now: app.now(),
+    };
+    let reran = app.store().job_rerun(rerun).await?;
+    let new = &reran.created.job;
+    let kept = reran
+        .created
+        .events
+        .iter()
+        .filter(|e| e.kind == "step_kept");
+    tracing::info!(job = %id, rerun = %new.id, kept = kept.count(), "job rerun");
+    app.metrics().jobs_submitted.inc();
+    app.committed(&reran.link);
+    app.committed(&reran.created);
+    Ok(job_created(&app, new, true))
 }
 
 /// Prometheus text; store-wide gauges are read at scrape time.
@@ -1512,7 +1558,7 @@ async fn ordering_key(
     Ok(Json(json!({
         "key": status.key,
         // Someone else's job is not shown to a caller limited to its own (the count stays).
-        "head": status.head.as_ref().filter(|j| !hidden(j, &own)).map(JobView::from),
+        "head": status.head.as_ref().filter(|j| !hidden(j, &own)).map(|j| app.view(j)),
         "waiting": status.waiting,
     })))
 }

@@ -159,6 +159,7 @@ pub fn need_of(method: &Method, path: &str, agent: Option<&str>) -> Need {
         "/v1/jobs/{id}"
         | "/v1/jobs/{id}/cancel"
         | "/v1/jobs/{id}/resume"
+        | "/v1/jobs/{id}/rerun"
         | "/v1/jobs/{id}/steps/{name}/retry"
         | "/v1/jobs/{id}/steps/{name}/skip"
         | "/v1/agents/{agent}/limits"
@@ -264,6 +265,7 @@ mod tests {
             (Method::POST, "/v1/jobs:batch", None, Need::Submit),
             (Method::GET, "/v1/jobs/{id}/wait", None, Need::Read),
             (Method::POST, "/v1/jobs/{id}/cancel", None, Need::Operate),
+            (Method::POST, "/v1/jobs/{id}/rerun", None, Need::Operate),
             (
                 Method::POST,
                 "/v1/agents/{agent}/leases",

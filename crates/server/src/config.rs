@@ -259,6 +259,7 @@ impl Config {
             ("limits.payload_bytes", l.payload_bytes),
             ("limits.result_bytes", l.result_bytes),
             ("limits.error_bytes", l.error_bytes),
+            ("limits.progress_bytes", l.progress_bytes),
             ("limits.steps_per_job", l.steps_per_job),
             ("limits.jobs_per_batch", l.jobs_per_batch),
             ("limits.history_per_job", l.history_per_job),

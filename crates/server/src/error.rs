@@ -140,6 +140,7 @@ impl From<Rejection> for ApiError {
             }
             Rejection::UnknownStep => ApiError::not_found("no such step"),
             Rejection::NotAllowed { reason } => ApiError::conflict("not-allowed", reason),
+            Rejection::AlreadyRerun { .. } => ApiError::conflict("already-rerun", r.to_string()),
             Rejection::NotClaimable | Rejection::NotExpired | Rejection::NotDue => {
                 ApiError::conflict("conflict", r.to_string())
             }

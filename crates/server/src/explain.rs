@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use overseer_core::waiting::{job_waiting, step_waiting, AgentContext, KeyHead};
-use overseer_core::wire::JobView;
 use overseer_core::{Job, JobState};
 use serde_json::Value;
 
@@ -15,8 +14,7 @@ use crate::App;
 /// `JobView` of `job` with `waiting_reason: {code, text}` on a pending job and on every step
 /// that is neither running nor finished.
 pub async fn job_with_reasons(app: &App, job: &Job) -> Result<Value> {
-    let mut view = JobView::from(job);
-    view.removable_at = app.retention().removable_at(job);
+    let mut view = app.view(job);
     if !job.state.is_terminal() {
         let now = app.now();
         let head = key_head(app, job).await?;

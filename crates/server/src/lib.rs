@@ -199,6 +199,13 @@ impl App {
         &self.inner.retention
     }
 
+    /// A job as every endpoint shows it: its wire view with when it may be removed.
+    pub fn view(&self, job: &overseer_core::Job) -> overseer_core::wire::JobView {
+        let mut view = overseer_core::wire::JobView::from(job);
+        view.removable_at = self.retention().removable_at(job);
+        view
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
     }

@@ -18,6 +18,7 @@
 //! report is settled by the fencing check in the core.
 
 use overseer_core::machine::admit;
+use overseer_core::retention;
 use overseer_core::schedule::{self, CronSchedule};
 use overseer_core::{Command, Job, JobId, Rejection, Span, Timestamp};
 use overseer_store::{
@@ -48,18 +49,29 @@ pub struct Supervisor {
     /// Where the repair scan continues (it walks active jobs in id order, then starts over).
     repair_cursor: Option<JobId>,
     repair_batch: usize,
-    /// Finished jobs removed per store write once their retention has passed.
+    /// Finished jobs removed per store write at most once their retention has passed.
     retention_batch: usize,
+    /// The next removal write's batch: adapted to what the store removes within
+    /// `retention::REMOVAL_WRITE_BUDGET` (`retention::next_removal_batch`).
+    removal_batch: usize,
     /// When the leader next looks for finished jobs to remove.
     next_prune_at: Timestamp,
 }
 
 /// How often the leader looks for finished jobs past their retention while there are none.
 const PRUNE_EVERY: Span = Span::from_secs(10);
-/// Removal writes per sweep at most: with the default batch, 4,000 jobs a sweep. A backlog
-/// (after a retention is shortened, say) is worked off over several sweeps, each write short,
-/// so the store's other writers (claims, reports) are never queued behind a long removal.
-const PRUNE_WRITES_PER_SWEEP: usize = 8;
+/// Removal writes per sweep at most. While a backlog lasts (after a retention is shortened, or
+/// when a burst of jobs finishes), a sweep removes jobs write after write for up to
+/// [`prune_budget`]; each write is kept within `retention::REMOVAL_WRITE_BUDGET` by adapting its
+/// batch, so the store's other writers (claims, reports) queue behind one short write at most,
+/// while removal can still take a quarter of the store's time and outrun the load.
+const PRUNE_WRITES_PER_SWEEP: usize = 256;
+
+/// How long one sweep may spend removing jobs: a quarter of its interval, within 50–250 ms, so
+/// the sweep's other work (expired leases, due jobs, schedules) is never put off for long.
+fn prune_budget(interval: Span) -> Span {
+    Span::from_millis((interval.as_millis() / 4).clamp(50, 250))
+}
 
 /// What one sweep did, for logs and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,12 +102,14 @@ impl Supervisor {
             repair_cursor: None,
             repair_batch: 200,
             retention_batch: 500,
+            removal_batch: 500,
             next_prune_at: announced_until,
         }
     }
 
     pub fn with_retention_batch(mut self, batch: usize) -> Self {
         self.retention_batch = batch.max(1);
+        self.removal_batch = self.retention_batch;
         self
     }
 
@@ -364,10 +378,11 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Removes finished jobs whose retention has passed, a bounded batch per write and a few
-    /// writes per sweep; looks again at the next sweep while a batch came back full, else after
-    /// [`PRUNE_EVERY`]. Unfenced: the store removes only finished jobs, which nothing else
-    /// writes, so a deposed leader finishing a batch changes nothing another would not.
+    /// Removes finished jobs whose retention has passed, a bounded batch per write, for up to
+    /// [`prune_budget`] of the sweep; looks again at the next sweep while a batch came back
+    /// full, else after [`PRUNE_EVERY`]. Unfenced: the store removes only finished jobs, which
+    /// nothing else writes, so a deposed leader finishing a batch changes nothing another would
+    /// not.
     async fn prune_some(&mut self, now: Timestamp) -> Result<usize, StoreError> {
         if now < self.next_prune_at {
             return Ok(0);
@@ -375,16 +390,26 @@ impl Supervisor {
         let store = self.app.store();
         let mut pruned = 0;
         let mut backlog = false;
+        let until = self.app.now().plus(prune_budget(self.interval));
         for _ in 0..PRUNE_WRITES_PER_SWEEP {
+            let limit = self.removal_batch;
+            let started = self.app.now();
+            if started >= until {
+                break;
+            }
             let gone = store
                 .jobs_prune(Prune {
                     now,
                     retention: *self.app.retention(),
-                    limit: self.retention_batch,
+                    limit,
                 })
                 .await?;
+            let took = Span::from_millis(
+                u64::try_from(self.app.now().as_millis() - started.as_millis()).unwrap_or(0),
+            );
+            self.removal_batch = retention::next_removal_batch(limit, took, self.retention_batch);
             pruned += gone.len();
-            backlog = gone.len() == self.retention_batch;
+            backlog = gone.len() == limit;
             if !backlog {
                 break;
             }

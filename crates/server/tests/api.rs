@@ -590,7 +590,7 @@ async fn the_api_describes_itself() {
                 .count()
         })
         .sum();
-    assert_eq!(operations, 41, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(operations, 42, "{:?}", paths.keys().collect::<Vec<_>>());
     for schema in [
         "JobSpec",
         "JobView",
@@ -598,6 +598,8 @@ async fn the_api_describes_itself() {
         "LeaseRequest",
         "Problem",
         "RescheduleRequest",
+        "RerunRequest",
+        "HeartbeatRequest",
         "ScheduleSpec",
     ] {
         assert!(doc["components"]["schemas"][schema].is_object(), "{schema}");
@@ -822,7 +824,7 @@ async fn bodies_are_objects_and_path_names_are_bounded() {
 }
 
 // Proves the document's links lead somewhere: every operation that makes a job, lease, schedule
-// or token links to the operations taking its id (16 links), and each link names an
+// or token links to the operations taking its id (17 links), and each link names an
 // operationId that the document has.
 #[tokio::test]
 async fn links_name_documented_operations() {
@@ -850,7 +852,7 @@ async fn links_name_documented_operations() {
             }
         }
     }
-    assert_eq!(links.len(), 16, "{links:?}");
+    assert_eq!(links.len(), 17, "{links:?}");
     for target in &links {
         assert!(
             ids.contains(target),
@@ -990,4 +992,127 @@ async fn a_schedule_is_replaced_in_place() {
     let (_, resumed) = h.call("POST", "/v1/schedules/tick/resume", None).await;
     // 2027-01-16T00:00:00Z: the next midnight after T0 + 10 s.
     assert_eq!(next(&resumed).as_millis(), T0 + 16 * 3_600_000, "{resumed}");
+}
+
+// Proves the rerun route: 404 for an unknown job, 409 (not-allowed) while the job runs, 202 with
+// the new job and a Location once it failed, both links shown by GET, the kept step succeeded,
+// 409 `already-rerun` the second time, and a bad body field named.
+#[tokio::test]
+async fn rerun_runs_a_failed_job_again_once() {
+    let h = harness();
+    let unknown = "018bcfe5-6801-7000-8000-000000000001";
+    let (status, _) = h
+        .call("POST", &format!("/v1/jobs/{unknown}/rerun"), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let id = h
+        .submit(json!({"on_failure": "fail", "steps": [
+            {"name": "a", "agent": "ra"},
+            {"name": "b", "agent": "ra", "depends_on": ["a"], "max_attempts": 1}
+        ]}))
+        .await;
+    let path = format!("/v1/jobs/{id}/rerun");
+    let (status, body) = h.call("POST", &path, None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["code"], "not-allowed");
+    for (name, outcome) in [("a", "complete"), ("b", "fail")] {
+        let lease = h.lease("ra", 1).await.remove(0);
+        assert_eq!(lease["step"], name);
+        let body = match outcome {
+            "complete" => json!({"result": {"made": name}}),
+            _ => json!({"error": "broken", "retryable": false}),
+        };
+        let url = format!(
+            "/v1/leases/{}/{outcome}",
+            lease["lease_id"].as_str().unwrap()
+        );
+        assert_eq!(h.call("POST", &url, Some(body)).await.0, StatusCode::OK);
+    }
+    let (status, body) = h
+        .call(
+            "POST",
+            &path,
+            Some(json!({"from_failed": true, "bogus": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["field"], "bogus");
+    let (status, body) = h
+        .call("POST", &path, Some(json!({"by": "x".repeat(201)})))
+        .await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("by"))
+    );
+    let (status, rerun) = h
+        .call(
+            "POST",
+            &path,
+            Some(json!({"from_failed": true, "by": "ops", "reason": "fixed b"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{rerun}");
+    let new = rerun["id"].as_str().unwrap().to_string();
+    assert_eq!(rerun["rerun_of"], json!(id));
+    assert_eq!(step(&rerun, "a")["state"], "succeeded");
+    assert_eq!(step(&rerun, "a")["result"], json!({"made": "a"}));
+    assert_eq!(step(&rerun, "b")["state"], "ready");
+    assert_eq!(h.job(&id).await["rerun_by"], json!(new));
+    assert_eq!(h.job(&new).await["rerun_of"], json!(id));
+    let (status, body) = h.call("POST", &path, None).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["code"], "already-rerun");
+    assert!(body["detail"].as_str().unwrap().contains(&new), "{body}");
+    let lease = h.lease("ra", 5).await;
+    assert_eq!(lease.len(), 1);
+    assert_eq!(lease[0]["step"], "b");
+    assert_eq!(lease[0]["inputs"], json!({"a": {"made": "a"}}));
+}
+
+// Proves a heartbeat's progress is kept on the step and shown by GET with its time, that more
+// than `limits.progress_bytes` is refused with 413 naming `progress` (and nothing stored), and
+// that a stale lease's progress is refused with its heartbeat.
+#[tokio::test]
+async fn heartbeat_progress_is_shown_and_bounded() {
+    let h = harness();
+    let id = h
+        .submit(
+            json!({"steps": [{"name": "a", "agent": "pr", "timeout": "10s",
+            "progress_events": true}]}),
+        )
+        .await;
+    let lease = h.lease("pr", 1).await.remove(0);
+    let beat = format!(
+        "/v1/leases/{}/heartbeat",
+        lease["lease_id"].as_str().unwrap()
+    );
+    let (status, body) = h
+        .call("POST", &beat, Some(json!({"progress": {"pct": 40}})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let job = h.job(&id).await;
+    assert_eq!(step(&job, "a")["progress"], json!({"pct": 40}));
+    assert_eq!(step(&job, "a")["progress_at"], json!(h.app.now()));
+    assert_eq!(step(&job, "a")["progress_events"], json!(true));
+    let big = json!({"progress": "x".repeat(5_000)});
+    let (status, body) = h.call("POST", &beat, Some(big)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(body["field"], "progress");
+    assert_eq!(step(&h.job(&id).await, "a")["progress"], json!({"pct": 40}));
+    let (_, events) = h.call("GET", &format!("/v1/jobs/{id}/events"), None).await;
+    let recorded: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "step_progress")
+        .collect();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0]["detail"]["progress"], json!({"pct": 40}));
+    h.advance(11_000);
+    h.sweep().await;
+    let (status, body) = h
+        .call("POST", &beat, Some(json!({"progress": {"pct": 99}})))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(step(&h.job(&id).await, "a")["progress"], json!({"pct": 40}));
 }

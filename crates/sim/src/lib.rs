@@ -88,6 +88,7 @@ fn replay_command(seed: u64, opts: &Options) -> String {
         Bug::RescheduleRunsNow => cmd.push_str(" --bug reschedule-runs-now"),
         Bug::RoundEndsAtLastUndoLease => cmd.push_str(" --bug round-skips-undo"),
         Bug::PruneIgnoresState => cmd.push_str(" --bug prune-ignores-state"),
+        Bug::RerunForgetsKept => cmd.push_str(" --bug rerun-forgets-kept"),
     }
     cmd
 }

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use overseer_sim::{run_seed_traced, Bug, Failure, Options};
 
-const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--trace] [--bug none|stale-lease|lagging-clock|reschedule-runs-now|round-skips-undo|prune-ignores-state]";
+const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--trace] [--bug none|stale-lease|lagging-clock|reschedule-runs-now|rerun-forgets-kept|round-skips-undo|prune-ignores-state]";
 
 struct Args {
     start: u64,
@@ -70,6 +70,7 @@ fn parse() -> Result<Args, String> {
                     "reschedule-runs-now" => Bug::RescheduleRunsNow,
                     "round-skips-undo" => Bug::RoundEndsAtLastUndoLease,
                     "prune-ignores-state" => Bug::PruneIgnoresState,
+                    "rerun-forgets-kept" => Bug::RerunForgetsKept,
                     other => return Err(format!("--bug: unknown bug `{other}`")),
                 }
             }

@@ -71,6 +71,10 @@ pub struct JobModel {
     pub removable_at: Option<Timestamp>,
     /// The job was found removed, legitimately (finished and past `removable_at`).
     pub pruned: bool,
+    /// The job this one reruns, when it is a rerun.
+    pub rerun_of: Option<usize>,
+    /// Its rerun, once the server made one (answered 202).
+    pub rerun: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -97,6 +101,9 @@ pub struct StepModel {
     pub undo_done: u32,
     /// An operator skip of the step's failed undo was acknowledged, in this round.
     pub undo_skipped: bool,
+    /// In a rerun from failure: the result the step kept from the job rerun. Such a step must
+    /// never be run again (no work lease), and counts as done for its dependants.
+    pub kept: Option<Value>,
 }
 
 #[derive(Clone, Debug)]
@@ -225,6 +232,7 @@ impl Model {
                 skipped: false,
                 undo_done: 0,
                 undo_skipped: false,
+                kept: None,
             })
             .collect();
         for i in 0..n {
@@ -257,14 +265,17 @@ impl Model {
             own_retention,
             removable_at: None,
             pruned: false,
+            rerun_of: None,
+            rerun: None,
         });
         self.jobs.len() - 1
     }
 
     /// The server shows job `j` in `round`. When that is a later round than the model's, every
     /// round in between has ended: each must have undone exactly the steps whose work succeeded
-    /// in it and declare an undo (an operator's skip of a failed undo counts as undone), by the
-    /// acknowledged reports the model saw. Then the per-round step state starts afresh.
+    /// in it (or that a rerun kept) and declare an undo (an operator's skip of a failed undo
+    /// counts as undone), by the acknowledged reports the model saw. Then the per-round step
+    /// state starts afresh.
     pub fn on_round(&mut self, j: usize, round: u32) -> Check {
         let m = &mut self.jobs[j];
         if round < m.round {
@@ -283,7 +294,7 @@ impl Model {
             let succeeded: BTreeSet<String> = m
                 .steps
                 .iter()
-                .filter(|s| s.work_done.is_some() && s.compensate)
+                .filter(|s| (s.work_done.is_some() || s.kept.is_some()) && s.compensate)
                 .map(|s| s.name.clone())
                 .collect();
             let undone: BTreeSet<String> = m
@@ -309,6 +320,8 @@ impl Model {
                     .collect(),
             );
             for s in &mut m.steps {
+                // A step a rerun kept starts over too in the next round.
+                s.kept = None;
                 s.work_done = None;
                 s.skipped = false;
                 s.undo_done = 0;
@@ -349,6 +362,77 @@ impl Model {
                 m.key
             )),
         }
+    }
+
+    /// Which steps a rerun of job `old` from failure keeps, as far as everything acknowledged
+    /// says: a step whose work completed (or that `old`, itself a rerun, kept), was not undone
+    /// (nor its failed undo skipped), and whose dependencies are all kept. (Worked out here from the model, not by the core.)
+    pub fn expected_kept(&self, old: usize) -> Vec<bool> {
+        let steps = &self.jobs[old].steps;
+        let mut kept: Vec<bool> = steps
+            .iter()
+            .map(|s| {
+                let done = s.work_done.is_some() || s.kept.is_some();
+                done && s.undo_done == 0 && !s.undo_skipped
+            })
+            .collect();
+        loop {
+            let mut changed = false;
+            for (i, s) in steps.iter().enumerate() {
+                if kept[i] && s.deps.iter().any(|&d| !kept[d]) {
+                    kept[i] = false;
+                    changed = true;
+                }
+            }
+            if !changed {
+                return kept;
+            }
+        }
+    }
+
+    /// The result of `step`'s work as acknowledged (its completion, or what a rerun kept).
+    pub fn result_of(&self, job: usize, step: usize) -> Option<Value> {
+        let s = &self.jobs[job].steps[step];
+        s.kept
+            .clone()
+            .or_else(|| s.work_done.and_then(|l| s.leases[l].result.clone()))
+    }
+
+    /// The server made job `id`, a rerun of job `old` keeping the steps `kept`: registers it
+    /// (committed now, with `old`'s steps and ordering key, due at once).
+    pub fn on_rerun(&mut self, old: usize, id: JobId, kept: &[bool]) -> Check<usize> {
+        let results: Vec<Option<Value>> = (0..kept.len())
+            .map(|i| kept[i].then(|| self.result_of(old, i).unwrap_or(Value::Null)))
+            .collect();
+        let m = &self.jobs[old];
+        let shape = m
+            .steps
+            .iter()
+            .map(|s| StepShape {
+                name: s.name.clone(),
+                deps: s.deps.clone(),
+                payload: s.payload.clone(),
+                timeout_ms: s.timeout_ms,
+                max_attempts: s.max_attempts,
+                undo_payload: s.undo_payload.clone(),
+                undo_max_attempts: s.undo_max_attempts,
+                deadline_ms: s.deadline_ms,
+            })
+            .collect();
+        let key = format!("rerun of {}", m.key);
+        let ordering_key = m.ordering_key.clone();
+        let new = self.add_job(key, Value::Null, ordering_key, None, shape);
+        for (s, result) in self.jobs[new].steps.iter_mut().zip(results) {
+            s.kept = result;
+        }
+        self.jobs[new].rerun_of = Some(old);
+        // The rerun has the old job's definition: its whole-job retry and its own retention.
+        self.jobs[new].retry = self.jobs[old].retry;
+        self.jobs[new].own_retention = self.jobs[old].own_retention;
+        self.jobs[new].acked = true;
+        self.jobs[old].rerun = Some(new);
+        self.on_submitted(new, 202, id)?;
+        Ok(new)
     }
 
     pub fn job_of(&self, id: JobId) -> Option<usize> {
@@ -455,6 +539,12 @@ impl Model {
             }
         }
         if !undo {
+            if step.kept.is_some() {
+                return Err(format!(
+                    "{what}: work leased (attempt {}) for a kept step: a rerun never runs a kept step again",
+                    lease.attempt
+                ));
+            }
             if let Some(at) = job.cancel_at {
                 return Err(format!(
                     "{what}: work leased (attempt {}) after the job's cancel was acknowledged at {at}",
@@ -469,7 +559,7 @@ impl Model {
             }
             for &d in &step.deps {
                 let dep = &job.steps[d];
-                if dep.work_done.is_none() && !dep.skipped {
+                if dep.work_done.is_none() && !dep.skipped && dep.kept.is_none() {
                     return Err(format!(
                         "{what}: work leased (attempt {}) before its dependency {} succeeded or was skipped",
                         lease.attempt, dep.name
@@ -477,7 +567,7 @@ impl Model {
                 }
             }
         } else {
-            if step.work_done.is_none() {
+            if step.work_done.is_none() && step.kept.is_none() {
                 return Err(format!(
                     "{what}: undo leased (attempt {}) for a step whose work never succeeded",
                     lease.attempt
@@ -499,7 +589,7 @@ impl Model {
                         l.describe(now)
                     ));
                 }
-                if dep.work_done.is_some()
+                if (dep.work_done.is_some() || dep.kept.is_some())
                     && dep.compensate
                     && !dep.undo_skipped
                     && dep.undo_done == 0
@@ -696,6 +786,16 @@ impl Model {
                 ));
             }
         }
+        let id_of = |k: Option<usize>| k.and_then(|k| self.jobs[k].id);
+        if (view.rerun_of, view.rerun_by) != (id_of(m.rerun_of), id_of(m.rerun)) {
+            return Err(format!(
+                "{tag}: shows rerun_of {:?} and rerun_by {:?}, but the reruns answered were {:?} and {:?}",
+                view.rerun_of,
+                view.rerun_by,
+                id_of(m.rerun_of),
+                id_of(m.rerun)
+            ));
+        }
         let full_history = events.len() < HISTORY_KEPT;
         for (i, (sm, sv)) in m.steps.iter().zip(&view.steps).enumerate() {
             let stag = format!("{tag} step {}", sm.name);
@@ -716,7 +816,13 @@ impl Model {
                     sv.comp_attempts
                 ));
             }
-            if let Some(result) = &sv.result {
+            if let (Some(result), Some(kept)) = (&sv.result, &sm.kept) {
+                if result != kept {
+                    return Err(format!(
+                        "{stag}: a kept step shows result {result}, but it kept {kept}"
+                    ));
+                }
+            } else if let Some(result) = &sv.result {
                 let Some(done) = sm.work_done else {
                     return Err(format!(
                         "{stag}: a result is recorded ({result}) but no completion was acknowledged"
@@ -733,6 +839,15 @@ impl Model {
                 }
             }
             match sv.state {
+                StepState::Succeeded
+                    if sm.kept.is_some() && sv.result.as_ref() != sm.kept.as_ref() =>
+                {
+                    return Err(format!(
+                        "{stag}: a kept step succeeded with {:?}, not the result it kept",
+                        sv.result
+                    ));
+                }
+                StepState::Succeeded if sm.kept.is_some() => {}
                 StepState::Succeeded => {
                     let Some(done) = sm.work_done else {
                         return Err(format!(
@@ -755,7 +870,9 @@ impl Model {
                         sm.undo_done
                     ));
                 }
-                StepState::Compensating | StepState::Compensated if sm.work_done.is_none() => {
+                StepState::Compensating | StepState::Compensated
+                    if sm.work_done.is_none() && sm.kept.is_none() =>
+                {
                     return Err(format!("{stag}: {} a step that never succeeded", sv.state));
                 }
                 StepState::Running => {
@@ -999,8 +1116,9 @@ fn check_lease_content(
         ));
     }
     let result_of = |x: &StepModel| {
-        x.work_done
-            .and_then(|l| x.leases[l].result.clone())
+        x.kept
+            .clone()
+            .or_else(|| x.work_done.and_then(|l| x.leases[l].result.clone()))
             .unwrap_or(Value::Null)
     };
     let mut inputs = serde_json::Map::new();
@@ -1158,7 +1276,10 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
                 x.seq < e.seq
                     && x.seq > round_start
                     && x.step.as_deref() == Some(dep.as_str())
-                    && (x.kind == "step_succeeded" || x.kind == "step_skipped")
+                    && matches!(
+                        x.kind.as_str(),
+                        "step_succeeded" | "step_skipped" | "step_kept"
+                    )
             });
             if !done {
                 return Err(format!(
@@ -1207,10 +1328,13 @@ fn check_start_history(tag: &str, events: &[Event]) -> Check {
 }
 
 /// A finished job's history ends with its `job_<state>` event; after it only the settling of
-/// steps that were still running may follow (their late report, expiry or deadline cancels them).
+/// steps that were still running may follow (their late report, expiry or deadline cancels them),
+/// and at most one `job_rerun`.
 fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check {
     let kind = format!("job_{state}");
-    let Some(pos) = events.iter().rposition(|e| e.kind.starts_with("job_")) else {
+    // `job_rerun` records a rerun of the finished job: the one job event that may follow its end.
+    let job_event = |e: &&Event| e.kind.starts_with("job_") && e.kind != "job_rerun";
+    let Some(pos) = events.iter().rposition(|e| job_event(&e)) else {
         return Err(format!("{tag}: {state} without any job event"));
     };
     if events[pos].kind != kind {
@@ -1222,12 +1346,20 @@ fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check
     if events.iter().filter(|e| e.kind == kind).count() != 1 {
         return Err(format!("{tag}: more than one {kind} event"));
     }
+    let reruns = events[pos + 1..]
+        .iter()
+        .filter(|e| e.kind == "job_rerun")
+        .count();
+    if reruns > 1 {
+        return Err(format!("{tag}: rerun {reruns} times (once at most)"));
+    }
     if let Some(e) = events[pos + 1..].iter().find(|e| {
-        e.step.is_none()
-            || !matches!(
+        let settling = e.step.is_some()
+            && matches!(
                 e.kind.as_str(),
                 "step_lease_expired" | "step_deadline_exceeded" | "step_cancelled"
-            )
+            );
+        !settling && e.kind != "job_rerun"
     }) {
         return Err(format!(
             "{tag}: event {} ({}) recorded after {kind}",

@@ -57,6 +57,7 @@ enum Action {
     Limits,
     Reschedule,
     ReplaceSchedule,
+    Rerun,
 }
 
 /// How often each action comes (relative weights), how often the network loses things, how
@@ -98,6 +99,7 @@ impl Mix {
             (Action::Limits, 6 * limits),
             (Action::Reschedule, 12),
             (Action::ReplaceSchedule, 5),
+            (Action::Rerun, 10),
         ];
         // How work goes: percentages of (complete, retryable failure, fatal failure, vanish),
         // the rest reports late; undos have their own.
@@ -282,6 +284,8 @@ pub struct Sim {
     cron: Option<CronState>,
     /// Jobs touched by the current action, to check after it.
     touched: Vec<usize>,
+    /// Reruns the server made (at most `opts.jobs` per run).
+    reruns: usize,
     pub stats: Stats,
 }
 
@@ -320,6 +324,7 @@ impl Sim {
             resubmits: Vec::new(),
             faults: true,
             touched: Vec::new(),
+            reruns: 0,
             stats: Stats::default(),
         }
     }
@@ -717,6 +722,7 @@ impl Sim {
             Action::Limits => self.set_limits().await,
             Action::Reschedule => self.reschedule_some().await,
             Action::ReplaceSchedule => self.replace_schedule().await,
+            Action::Rerun => self.rerun_some().await,
         }
     }
 
@@ -1668,6 +1674,108 @@ impl Sim {
             }
             s => Err(format!("PATCH {path} answered {s}")),
         }
+    }
+
+    /// An operator reruns a job, from failure or not: mostly one that failed or was cancelled,
+    /// now and then any job. The answer must be what the job calls for (202 once it failed or
+    /// was cancelled, was not rerun yet and runs nothing; 409 otherwise, `already-rerun` when
+    /// it was), and the new job must keep exactly the steps that everything acknowledged says
+    /// it keeps (worked out by the model). The model then refuses any work lease of a kept step:
+    /// a rerun never runs a kept step again.
+    async fn rerun_some(&mut self) -> Check {
+        if self.reruns >= self.opts.jobs {
+            return Ok(());
+        }
+        // Not a job removed after its retention (a rerun of it answers 404).
+        let known: Vec<usize> = (0..self.model.jobs.len())
+            .filter(|&j| self.model.jobs[j].id.is_some() && !self.model.jobs[j].pruned)
+            .collect();
+        let finished: Vec<usize> = known
+            .iter()
+            .copied()
+            .filter(|&j| {
+                let m = &self.model.jobs[j];
+                matches!(m.terminal, Some(JobState::Failed | JobState::Cancelled))
+                    && m.rerun.is_none()
+            })
+            .collect();
+        // Most often one with steps to keep, so reruns from failure keep something.
+        let keeping: Vec<usize> = finished
+            .iter()
+            .copied()
+            .filter(|&j| self.model.expected_kept(j).contains(&true))
+            .collect();
+        let pick = match self.rng.gen_range(0..20) {
+            0..=11 if !keeping.is_empty() => &keeping,
+            0..=17 => &finished,
+            _ => &known,
+        };
+        let Some(&j) = pick.choose(&mut self.rng) else {
+            return Ok(());
+        };
+        let id = self.model.jobs[j].id.ok_or("a picked job without an id")?;
+        let Some(view) = self.fetch(j).await? else {
+            return Ok(());
+        };
+        let running = view
+            .steps
+            .iter()
+            .any(|s| s.state == StepState::Running || s.comp_phase == Some(CompPhase::Running));
+        let allowed = matches!(view.state, JobState::Failed | JobState::Cancelled)
+            && view.rerun_by.is_none()
+            && !running;
+        let from_failed = self.chance(0.75);
+        let body = json!({"from_failed": from_failed, "by": "sim-operator", "reason": "seeded"});
+        let path = format!("/v1/jobs/{id}/rerun");
+        let Sent::Answered { answer, .. } =
+            self.send("operator", "POST", &path, Some(&body)).await?
+        else {
+            return Ok(());
+        };
+        self.touched.push(j);
+        match (answer.status, allowed) {
+            (202, true) => {}
+            (409, false) => {
+                let code = answer.body["code"].as_str().unwrap_or_default();
+                if view.rerun_by.is_some() && code != "already-rerun" {
+                    return Err(format!("a second rerun of job {j} answered 409 {code}"));
+                }
+                self.cover("rerun refused");
+                return Ok(());
+            }
+            (status, _) => {
+                return Err(format!(
+                    "POST {path} answered {status} while the job is {} (rerun_by {:?}, a step running: {running}): {}",
+                    view.state, view.rerun_by, answer.body
+                ))
+            }
+        }
+        let made: JobView = serde_json::from_value(answer.body)
+            .map_err(|e| format!("a rerun's answer does not parse: {e}"))?;
+        let kept = match from_failed {
+            true => self.model.expected_kept(j),
+            false => vec![false; made.steps.len()],
+        };
+        for (s, &keep) in made.steps.iter().zip(&kept) {
+            if (s.state == StepState::Succeeded) != keep {
+                return Err(format!(
+                    "job {j}'s rerun {}: step {} is {}, yet it {} be kept (from_failed {from_failed}): a rerun keeps exactly what succeeded, and never runs a kept step again",
+                    made.id,
+                    s.name,
+                    s.state,
+                    if keep { "should" } else { "should not" }
+                ));
+            }
+        }
+        let new = self.model.on_rerun(j, made.id, &kept)?;
+        self.reruns += 1;
+        self.stats.jobs += 1;
+        self.touched.push(new);
+        self.cover(match kept.contains(&true) {
+            true => "rerun keeping steps",
+            false => "rerun of every step",
+        });
+        Ok(())
     }
 
     async fn operate_some(&mut self) -> Check {

@@ -16,8 +16,8 @@ use overseer_store::{
     leases, ActivePage, AgentCounts, AgentLimits, AgentReady, AgentSettings, Apply, Claim,
     ClaimResult, Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, Due, DueBetween, Error,
     EventPage, Fence, Fire, FireOutcome, JobQuery, LeaderBid, Leadership, LeaseRef, NewJob,
-    OrderingKeyStatus, Removal, Replacement, Reported, Reports, Result, Schedule, ScheduleCreated,
-    SchedulePause, ScheduleUpdate, SettingsUpdate, SqliteStore, Submitted,
+    OrderingKeyStatus, Removal, Replacement, Reported, Reports, Reran, RerunJob, Result, Schedule,
+    ScheduleCreated, SchedulePause, ScheduleUpdate, SettingsUpdate, SqliteStore, Submitted,
 };
 
 /// A deliberately wrong behaviour, for proving that the simulator notices it. Never set outside
@@ -40,6 +40,8 @@ pub enum Bug {
     /// The prune of finished jobs ignores their state: an unfinished job whose own retention
     /// has passed since it was created is removed too (when none of its steps is leased).
     PruneIgnoresState,
+    /// A rerun from failure is stored as a plain rerun: the steps it should keep run again.
+    RerunForgetsKept,
 }
 
 /// Shared switches of one simulated process and its store.
@@ -238,6 +240,14 @@ impl Jobs for SimStore {
     async fn job_replace(&self, replacement: Replacement) -> Result<Option<Transition>> {
         self.crash.before_write()?;
         self.inner.job_replace(replacement).await
+    }
+
+    async fn job_rerun(&self, mut rerun: RerunJob) -> Result<Reran> {
+        self.crash.before_write()?;
+        if self.bug == Bug::RerunForgetsKept {
+            rerun.options.from_failed = false;
+        }
+        self.inner.job_rerun(rerun).await
     }
 
     async fn jobs_past_deadline(&self, due: Due) -> Result<Vec<JobId>> {

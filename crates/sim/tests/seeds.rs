@@ -145,3 +145,16 @@ fn catches_a_prune_of_an_unfinished_job() {
         "seed {seed}: {report}"
     );
 }
+
+// Proves the checks catch a rerun that runs kept steps again: with every rerun from failure
+// stored as a plain rerun, a step that should have been kept is made ready to run again, and a
+// seed fails within the budget naming the kept step.
+#[test]
+fn catches_a_rerun_that_runs_kept_steps_again() {
+    let (seed, report) =
+        first_failure(Bug::RerunForgetsKept, 100).expect("the planted bug was not caught");
+    assert!(
+        report.contains("never runs a kept step again"),
+        "seed {seed}: {report}"
+    );
+}

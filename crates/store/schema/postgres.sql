@@ -74,7 +74,9 @@ CREATE TABLE public.jobs (
     deadline bigint,
     deadline_due bigint,
     round bigint DEFAULT 1 NOT NULL,
-    job_retry text
+    job_retry text,
+    rerun_of uuid,
+    rerun_by uuid
 );
 
 ALTER TABLE public.jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
@@ -163,7 +165,10 @@ CREATE TABLE public.steps (
     backoff_formula text,
     http text,
     deadline_ms bigint,
-    attempt_ends_at bigint
+    attempt_ends_at bigint,
+    progress text,
+    progress_at bigint,
+    progress_events boolean DEFAULT false NOT NULL
 );
 
 CREATE TABLE public.tokens (

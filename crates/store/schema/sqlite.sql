@@ -66,7 +66,7 @@ CREATE TABLE jobs (
     finished_at     INTEGER,
     -- The seq of the newest event ever appended; kept here because trimming may delete it.
     last_event_seq  INTEGER NOT NULL DEFAULT 0
-, blocked_reason TEXT, seq INTEGER, retention_ms INTEGER, submitted_by TEXT, deadline INTEGER, deadline_due INTEGER, round INTEGER NOT NULL DEFAULT 1, job_retry TEXT);
+, blocked_reason TEXT, seq INTEGER, retention_ms INTEGER, submitted_by TEXT, deadline INTEGER, deadline_due INTEGER, round INTEGER NOT NULL DEFAULT 1, job_retry TEXT, rerun_of TEXT, rerun_by TEXT);
 
 CREATE TABLE leader (
     id         INTEGER PRIMARY KEY CHECK (id = 1),
@@ -129,7 +129,7 @@ CREATE TABLE steps (
     result             TEXT,
     last_error         TEXT,
     -- The job's priority, copied so a claim is one ordered scan of one index.
-    priority           INTEGER NOT NULL, budget_from      INTEGER NOT NULL DEFAULT 0, comp_phase       TEXT, comp_attempts    INTEGER NOT NULL DEFAULT 0, comp_failures    INTEGER NOT NULL DEFAULT 0, comp_budget_from INTEGER NOT NULL DEFAULT 0, claim_agent      TEXT, lease_agent      TEXT, claim_rank INTEGER, backoff_formula TEXT, http TEXT, deadline_ms INTEGER, attempt_ends_at INTEGER,
+    priority           INTEGER NOT NULL, budget_from      INTEGER NOT NULL DEFAULT 0, comp_phase       TEXT, comp_attempts    INTEGER NOT NULL DEFAULT 0, comp_failures    INTEGER NOT NULL DEFAULT 0, comp_budget_from INTEGER NOT NULL DEFAULT 0, claim_agent      TEXT, lease_agent      TEXT, claim_rank INTEGER, backoff_formula TEXT, http TEXT, deadline_ms INTEGER, attempt_ends_at INTEGER, progress TEXT, progress_at INTEGER, progress_events INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, idx)
 );
 

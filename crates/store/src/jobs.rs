@@ -109,6 +109,27 @@ pub struct Replacement {
     pub new: NewJob,
 }
 
+/// A rerun to make (see `overseer_core::rerun`): job `old` run again as the new job `new`,
+/// asked at `now` by `submitted_by` (recorded as the new job's `submitted_by`).
+#[derive(Clone, Debug)]
+pub struct RerunJob {
+    pub old: JobId,
+    pub new: JobId,
+    pub options: overseer_core::rerun::Options,
+    pub submitted_by: Option<String>,
+    pub now: Timestamp,
+}
+
+/// What a rerun committed.
+#[derive(Clone, Debug)]
+pub struct Reran {
+    /// The old job's link to its rerun (`rerun_by`, its `job_rerun` event).
+    pub link: Transition,
+    /// The new job's admission, followed by its activation when it is keyed and heads its key
+    /// (as [`Submitted::Created`] answers a submit).
+    pub created: Transition,
+}
+
 /// The head of an ordering key and the jobs queued behind it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OrderingKeyStatus {
@@ -189,6 +210,15 @@ pub trait Jobs: Send + Sync {
     /// nothing written. When `new`'s key is held by a third job,
     /// [`crate::Error::IdempotencyConflict`] and nothing written.
     async fn job_replace(&self, replacement: Replacement) -> Result<Option<Transition>>;
+
+    /// Reruns a failed or cancelled job as a new one, in one transaction: loads `old` (locked),
+    /// asks the core ([`overseer_core::rerun::rerun`]) what to write, stores the old job's link
+    /// (`rerun_by` and its history) and inserts the new job as [`Jobs::jobs_submit`] would (a
+    /// keyed job heading its key starts at once). [`crate::Error::JobNotFound`] when `old` is
+    /// missing; a refusal of the core (not failed or cancelled, rerun already, a step still
+    /// leased) is [`crate::Error::Rejected`] and nothing is written. Of concurrent reruns of
+    /// one job exactly one is made; the others are refused as already rerun.
+    async fn job_rerun(&self, rerun: RerunJob) -> Result<Reran>;
 
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus>;
 

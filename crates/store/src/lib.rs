@@ -39,7 +39,7 @@ pub use deliveries::{
 };
 pub use jobs::{
     ActivePage, Apply, Due, EventPage, FinishedCount, JobQuery, Jobs, NewJob, OrderingKeyStatus,
-    Removal, Replacement, StateCount, Submitted, Window,
+    Removal, Replacement, Reran, RerunJob, StateCount, Submitted, Window,
 };
 pub use leader::{Fence, Leader, LeaderBid, Leadership};
 pub use leases::{

@@ -38,6 +38,7 @@ mod leases;
 mod listen;
 mod maintenance;
 mod removal;
+mod rerun;
 mod rows;
 mod schedules;
 mod schema;

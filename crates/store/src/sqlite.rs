@@ -15,7 +15,7 @@
 //!
 //! Each part of the `Store` trait is implemented in the module of its noun (`jobs`, `leases`,
 //! `agents`, `schedules`, `leader`, `deliveries`, `tokens`, `maintenance`), as in the PostgreSQL
-//! backend; `ordering` and `removal` serve `jobs`. Every supervisor write is checked against the
+//! backend; `ordering`, `removal` and `rerun` serve `jobs`. Every supervisor write is checked against the
 //! leader lease in its own transaction (`leader::check_fence`).
 
 mod agents;
@@ -29,6 +29,7 @@ mod leases;
 mod maintenance;
 mod ordering;
 mod removal;
+mod rerun;
 mod rows;
 mod schedules;
 mod schema;
@@ -231,6 +232,8 @@ impl SqliteStore {
         // The writer never checkpoints itself: copying the WAL into the file and fsyncing it
         // would stall every write queued behind it. The checkpointer thread does it instead.
         conn.pragma_update(None, "wal_autocheckpoint", 0).db()?;
+        conn.pragma_update(None, "journal_size_limit", checkpoint::WAL_SIZE_LIMIT)
+            .db()?;
         migrate(&mut conn)?;
 
         let read_connections = options.read_connections.max(1);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any, Dict, List
 
@@ -10,7 +11,15 @@ import httpx
 import pytest
 from conftest import running, step
 
-from overseer import ApiError, AsyncClient, Client, ConflictError, NotFoundError, Worker
+from overseer import (
+    ApiError,
+    AsyncClient,
+    Client,
+    ConflictError,
+    FatalError,
+    NotFoundError,
+    Worker,
+)
 
 ONE = {"steps": [{"name": "s", "agent": "nobody"}]}
 
@@ -81,6 +90,43 @@ def test_operator_actions_on_blocked_job(server: Any, client: Client) -> None:
     job = client.wait(job_id, timeout=10)
     assert job["state"] == "succeeded" and step(job, "s")["state"] == "skipped", job
     assert "alice" in str(client.events(job_id))
+
+
+def test_rerun_from_failure_keeps_what_succeeded(server: Any, client: Client) -> None:
+    # Proves Client.rerun: a failed job's rerun from failure is linked both ways, keeps the step
+    # that succeeded (its handler never runs again) and runs the failed one; a second rerun is
+    # refused with 409.
+    spec = {
+        "on_failure": "fail",
+        "steps": [
+            {"name": "a", "agent": "py-rerun"},
+            {"name": "b", "agent": "py-rerun", "depends_on": ["a"], "max_attempts": 1},
+        ],
+    }
+    runs: List[str] = []
+    fixed = threading.Event()
+    worker = Worker(server.url)
+
+    @worker.handler("py-rerun")
+    def work(ctx: Any) -> Any:
+        runs.append(f"{ctx.job_id}/{ctx.step}")
+        if ctx.step == "b" and not fixed.is_set():
+            raise FatalError("b is broken")
+        return {"made": ctx.step}
+
+    with running(worker):
+        old = client.wait(client.submit(spec)["id"], timeout=30)
+        assert old["state"] == "failed", old
+        fixed.set()
+        new = client.rerun(old["id"], from_failed=True, by="py", reason="fixed")
+        assert new["rerun_of"] == old["id"] and step(new, "a")["state"] == "succeeded", new
+        done = client.wait(new["id"], timeout=30)
+    assert done["state"] == "succeeded", done
+    assert client.get(old["id"])["rerun_by"] == new["id"]
+    assert f"{new['id']}/a" not in runs and f"{new['id']}/b" in runs, runs
+    with pytest.raises(ConflictError) as refused:
+        client.rerun(old["id"])
+    assert "already rerun" in refused.value.detail, refused.value
 
 
 def test_agents_limits_and_schedules(client: Client) -> None:

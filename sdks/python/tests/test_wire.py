@@ -27,6 +27,7 @@ TYPES: List[Tuple[Any, str]] = [
     (wire.JobSpec, "JobSpec"),
     (wire.Step, "StepView"),
     (wire.Job, "JobView"),
+    (wire.RerunRequest, "RerunRequest"),
 ]
 
 

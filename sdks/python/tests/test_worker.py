@@ -264,3 +264,32 @@ def test_context_heartbeat_sends_progress(server: Any, client: Client) -> None:
             client.submit({"steps": [{"name": "s", "agent": "progress"}]})["id"], timeout=30
         )
     assert job["state"] == "succeeded", job
+
+
+def test_context_progress_goes_with_the_next_heartbeat(server: Any, client: Client) -> None:
+    # Proves ctx.progress(value) asks for no heartbeat of its own: the next regular one carries
+    # it, once; the server keeps it on the step (and records it for a step with
+    # `progress_events`).
+    recorder = Recorder()
+    worker = Worker(server.url, transport=recorder)
+
+    def beats() -> List[Any]:
+        with recorder.lock:
+            return [r["body"] for r in recorder.sent if r["path"].endswith("/heartbeat")]
+
+    @worker.handler("progress-later")
+    def work(ctx: Context) -> Any:
+        ctx.progress({"pct": 25})
+        wait_until("two heartbeats", lambda: len(beats()) >= 2, 10)
+        return "done"
+
+    spec = {"steps": [{"name": "s", "agent": "progress-later", "timeout": "1s",
+                       "progress_events": True}]}
+    with running(worker):
+        job = client.wait(client.submit(spec)["id"], timeout=30)
+    assert job["state"] == "succeeded", job
+    carried = [b.get("progress") for b in beats() if b and "progress" in b]
+    assert carried == [{"pct": 25}], beats()
+    assert step(job, "s")["progress"] == {"pct": 25} and step(job, "s")["progress_at"], job
+    kinds = [e["kind"] for e in client.events(job["id"])]
+    assert kinds.count("step_progress") == 1, kinds

@@ -2,7 +2,7 @@ import { ConnectionError, OverseerError } from "./errors.js";
 import type {
   AgentLimits, CompleteRequest, Event, FailRequest, HeartbeatRequest, HeartbeatResponse, Job,
   JobList, JobSpec, JobState, Json, Lease, LeaseOutcome, LeaseRequest, OperatorNote, Problem,
-  ReportResult, Schedule, ScheduleSpec,
+  ReportResult, RerunRequest, Schedule, ScheduleSpec,
 } from "./types.js";
 
 export interface ClientOptions {
@@ -153,6 +153,15 @@ export class Client {
 
   resume(id: string, note: OperatorNote = {}): Promise<Job> {
     return this.request("POST", `/v1/jobs/${enc(id)}/resume`, note);
+  }
+
+  /**
+   * Runs a failed or cancelled job again as a new job and answers it (its `rerun_of` names this
+   * one). With `from_failed`, the steps that succeeded keep their results and are not run again.
+   * A job is rerun once: a second call is refused (409).
+   */
+  rerun(id: string, request: RerunRequest = {}): Promise<Job> {
+    return this.request("POST", `/v1/jobs/${enc(id)}/rerun`, request);
   }
 
   getLimits(agent: string): Promise<AgentLimits> {

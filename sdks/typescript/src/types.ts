@@ -58,6 +58,8 @@ export interface StepSpec {
   backoff?: Backoff;
   backoff_formula?: "exponential" | "faktory";
   compensate?: CompensateSpec;
+  /** Record each new progress of the step in the job's history (default false). */
+  progress_events?: boolean;
 }
 
 export interface JobSpec {
@@ -107,6 +109,12 @@ export interface Step {
   comp_failures: number;
   /** The HTTP target, header values redacted. */
   http?: HttpTarget;
+  /** What the current (or last) attempt last reported with a heartbeat. */
+  progress?: Json;
+  /** When `progress` was reported. */
+  progress_at?: Timestamp;
+  /** Whether each new progress is recorded in the history. */
+  progress_events?: boolean;
   waiting_reason?: WaitingReason;
 }
 
@@ -137,6 +145,10 @@ export interface Job {
   round: number;
   job_attempts?: number;
   job_exhausted?: "fail" | "hold";
+  /** The job this one reruns, when it is a rerun. */
+  rerun_of?: string;
+  /** The rerun of this job, once one was made (a job is rerun once). */
+  rerun_by?: string;
   waiting_reason?: WaitingReason;
   steps: Step[];
 }
@@ -234,3 +246,6 @@ export interface Schedule {
 
 /** Who acts on a blocked job and why; both land in the job's history. */
 export interface OperatorNote { by?: string; reason?: string }
+
+/** `POST /v1/jobs/{id}/rerun` body: keep what succeeded (`from_failed`), who and why. */
+export interface RerunRequest { from_failed?: boolean; by?: string; reason?: string }

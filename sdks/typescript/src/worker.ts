@@ -27,6 +27,13 @@ export interface StepContext {
   signal: AbortSignal;
   /** Sends a heartbeat now, with progress for the job's history. */
   heartbeat(progress?: Json): Promise<void>;
+  /**
+   * Reports how the work is going (any JSON, at most the server's `limits.progress_bytes`, 4 KiB
+   * by default, encoded) with the next regular heartbeat, without sending one now; a newer value
+   * given before then replaces it. The server keeps the last one on the step (`progress`), and
+   * records it in the job's history only for a step submitted with `progress_events: true`.
+   */
+  progress(value: Json): void;
 }
 
 export type Handler = (ctx: StepContext) => Promise<Json | void> | Json | void;
@@ -179,6 +186,8 @@ class Lifetime {
   private beatTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly interval: number;
   private beating = true;
+  /** Progress from `ctx.progress` for the next regular heartbeat. */
+  private pending: Json | undefined;
 
   constructor(private readonly client: Client, private readonly lease: Lease, sentAt: number, private readonly log: Log) {
     this.deadline = localDeadline(sentAt, lease.lease_ms);
@@ -221,6 +230,9 @@ class Lifetime {
         return self.deadline;
       },
       heartbeat: (progress?: Json) => this.beat(progress),
+      progress: (value: Json) => {
+        this.pending = value;
+      },
     };
   }
 
@@ -240,12 +252,18 @@ class Lifetime {
     this.beatTimer = setTimeout(() => void this.beat().finally(() => this.scheduleBeat()), wait);
   }
 
-  /** One heartbeat: moves the deadline, aborts on `cancel: true` or a lost lease. */
+  /**
+   * One heartbeat: moves the deadline, aborts on `cancel: true` or a lost lease. Without
+   * `progress` it carries the progress given to `ctx.progress` since the last one, once (again
+   * with the next one if it fails).
+   */
   private async beat(progress?: Json): Promise<void> {
     if (this.signal.aborted) return;
     const sent = performance.now();
+    const carried = progress !== undefined ? progress : this.pending;
+    if (progress === undefined) this.pending = undefined;
     try {
-      const hb = await this.client.heartbeat(this.lease.lease_id, progress, {
+      const hb = await this.client.heartbeat(this.lease.lease_id, carried, {
         signal: this.signal, timeoutMs: Math.max(1, this.deadline - sent),
       });
       const next = localDeadline(sent, hb.lease_ms);
@@ -259,6 +277,7 @@ class Lifetime {
         this.abort.abort(new Error(`the lease is no longer live (${e.status})`));
       } else if (!this.signal.aborted) {
         this.log("debug", `lease ${this.lease.lease_id}: heartbeat failed: ${String(e)}`);
+        if (progress === undefined && this.pending === undefined) this.pending = carried;
       }
     }
   }

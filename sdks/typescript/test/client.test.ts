@@ -108,6 +108,41 @@ test("operator retry on a blocked job", async () => {
   }
 });
 
+// Proves `rerun`: a failed job's rerun from failure is linked both ways, keeps the step that
+// succeeded (its handler never runs again) and runs the failed one; a second rerun gets 409.
+test("rerun from failure runs only what failed", async () => {
+  let fixed = false;
+  const runs: string[] = [];
+  const worker = new Worker({ server: server.url }).handle("rerun-ts", (c) => {
+    runs.push(`${c.jobId}/${c.step}`);
+    if (c.step === "b" && !fixed) throw new FatalError("b is broken");
+    return { made: c.step };
+  });
+  const client = new Client({ server: server.url });
+  const running = worker.run();
+  try {
+    const old = await client.submit({ on_failure: "fail", steps: [
+      { name: "a", agent: "rerun-ts" },
+      { name: "b", agent: "rerun-ts", depends_on: ["a"], max_attempts: 1 },
+    ] });
+    assert.equal((await client.wait(old.id, { timeoutMs: 20_000 })).state, "failed");
+    fixed = true;
+    const made = await client.rerun(old.id, { from_failed: true, by: "ts", reason: "fixed" });
+    assert.equal(made.rerun_of, old.id);
+    assert.equal(made.steps[0]!.state, "succeeded");
+    const done = await client.wait(made.id, { timeoutMs: 20_000 });
+    assert.equal(done.state, "succeeded");
+    assert.equal((await client.getJob(old.id)).rerun_by, made.id);
+    assert.ok(!runs.includes(`${made.id}/a`) && runs.includes(`${made.id}/b`), runs.join(" "));
+    const again = await rejection(client.rerun(old.id));
+    assert.equal(again.status, 409);
+    assert.ok(again.detail.includes("already rerun"), again.detail);
+  } finally {
+    await worker.stop();
+    await running;
+  }
+});
+
 // Proves agent limits can be set, read back, and the agent paused and resumed.
 test("agent limits, pause and resume", async () => {
   const client = new Client({ server: server.url });

@@ -8,7 +8,7 @@ import { after, before, test } from "node:test";
 import type {
   Backoff, CompensateSpec, CompleteRequest, Event, FailRequest, HeartbeatRequest,
   HeartbeatResponse, HttpTarget, Job, JobList, JobSpec, Lease, LeaseOutcome, LeaseRequest,
-  Problem, ReportResult, ScheduleSpec, Step, StepSpec, WaitingReason,
+  Problem, ReportResult, RerunRequest, ScheduleSpec, Step, StepSpec, WaitingReason,
 } from "../src/types.js";
 import { startServer, type RunningServer } from "./helpers.js";
 
@@ -40,7 +40,8 @@ const types: Array<[string, string, string[]]> = [
     priority: true, run_at: true, ordering_key: true, on_failure: true, created_at: true,
     updated_at: true, finished_at: true, blocked_reason: true, compensated: true,
     callback_url: true, submitted_by: true, retention: true, removable_at: true, deadline: true,
-    round: true, job_attempts: true, job_exhausted: true, waiting_reason: true, steps: true,
+    round: true, job_attempts: true, job_exhausted: true, rerun_of: true, rerun_by: true,
+    waiting_reason: true, steps: true,
   })],
   ["Step", "StepView", keys<Step>({
     name: true, agent: true, state: true, depends_on: true, attempt: true, failures: true,
@@ -48,7 +49,8 @@ const types: Array<[string, string, string[]]> = [
     created_at: true,
     ready_at: true, started_at: true, finished_at: true, lease_expires_at: true,
     next_attempt_at: true, result: true, last_error: true, compensate: true, comp_phase: true,
-    comp_attempts: true, comp_failures: true, http: true, waiting_reason: true,
+    comp_attempts: true, comp_failures: true, http: true, progress: true, progress_at: true,
+    progress_events: true, waiting_reason: true,
   })],
   ["JobList", "JobList", keys<JobList>({ jobs: true, next_cursor: true })],
   ["Event", "Event", keys<Event>({
@@ -62,6 +64,7 @@ const types: Array<[string, string, string[]]> = [
   ["StepSpec", "StepSpec", keys<StepSpec>({
     name: true, agent: true, http: true, payload: true, depends_on: true, timeout: true,
     deadline: true, max_attempts: true, backoff: true, backoff_formula: true, compensate: true,
+    progress_events: true,
   })],
   ["CompensateSpec", "CompensateSpec", keys<CompensateSpec>({
     agent: true, http: true, payload: true, timeout: true, deadline: true, max_attempts: true,
@@ -117,6 +120,7 @@ test("the request bodies the client builds use the server's field names", () => 
     ["HeartbeatRequest", keys<HeartbeatRequest>({ progress: true })],
     ["CompleteRequest", keys<CompleteRequest>({ result: true })],
     ["FailRequest", keys<FailRequest>({ error: true, retryable: true })],
+    ["RerunRequest", keys<RerunRequest>({ from_failed: true, by: true, reason: true })],
   ];
   for (const [name, fields] of sent) {
     assert.deepEqual(fields, props(schemas[name]), name);

@@ -213,3 +213,29 @@ test("stop lets running handlers finish", async () => {
   assert.equal(job.state, "succeeded");
   assert.equal(job.steps[0]!.result, "finished");
 });
+
+// Proves `ctx.progress` sends nothing by itself: the next regular heartbeat carries it, once, and
+// the server keeps it on the step (recording it once for a step with `progress_events`).
+test("progress goes with the next heartbeat", async () => {
+  const rec = recordingFetch();
+  const beats = () => rec.requests.filter((r) => r.path.endsWith("/heartbeat"));
+  const worker = new Worker({ server: server.url, fetch: rec.fetch }).handle("progress-ts", async (c) => {
+    c.progress({ pct: 25 });
+    await until("two heartbeats", () => (beats().length >= 2 ? true : undefined));
+    return "done";
+  });
+  const client = new Client({ server: server.url });
+  await withWorker(worker, async () => {
+    const id = (await client.submit({ steps: [
+      { name: "s", agent: "progress-ts", timeout: "1s", progress_events: true },
+    ] })).id;
+    const job = await client.wait(id, { timeoutMs: 20_000 });
+    assert.equal(job.state, "succeeded");
+    const carried = beats().filter((r) => r.body?.progress !== undefined).map((r) => r.body.progress);
+    assert.deepEqual(carried, [{ pct: 25 }]);
+    assert.deepEqual(job.steps[0]!.progress, { pct: 25 });
+    assert.ok(job.steps[0]!.progress_at);
+    const kinds = (await client.events(id)).map((e) => e.kind);
+    assert.equal(kinds.filter((k) => k === "step_progress").length, 1);
+  });
+});

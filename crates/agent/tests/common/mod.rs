@@ -235,6 +235,8 @@ pub fn job_view(key: Option<String>) -> JobView {
         round: 1,
         job_attempts: None,
         job_exhausted: None,
+        rerun_of: None,
+        rerun_by: None,
         waiting_reason: None,
         retention: None,
         removable_at: None,

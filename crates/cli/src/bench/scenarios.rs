@@ -52,6 +52,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         Scenario::Fanout => fanout(ctx).await,
         Scenario::Memory => super::memory::run(ctx).await,
         Scenario::Overload => super::overload::run(ctx).await,
+        Scenario::Steady => super::steady::run(ctx).await,
     }
 }
 
@@ -360,11 +361,11 @@ async fn cross_node(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
 }
 
 /// What the markers of `latency`, `latency_loaded` and `cross_node` measured.
-struct Probe {
+pub(super) struct Probe {
     /// First marker submitted → last marker leased.
     seconds: f64,
     /// 202 received → lease received, per marker.
-    samples_ms: Vec<f64>,
+    pub(super) samples_ms: Vec<f64>,
     /// Request sent → lease received: includes the submit's own commit.
     from_sent: Percentiles,
     /// Leases that reached the handler before the client had the 202.
@@ -390,7 +391,7 @@ impl Probe {
 
 /// Marker jobs submitted one every 5 ms to idle long-polling workers of their own agent, each
 /// 202 paired with its lease.
-struct Markers {
+pub(super) struct Markers {
     agent: String,
     count: usize,
     agents: Agents,
@@ -401,7 +402,7 @@ struct Markers {
 impl Markers {
     /// Starts `ctx.workers` workers of `agent` on `ctx`'s server and waits until they all
     /// long-poll there.
-    async fn start(ctx: &Ctx, agent: &str, count: usize) -> anyhow::Result<Markers> {
+    pub(super) async fn start(ctx: &Ctx, agent: &str, count: usize) -> anyhow::Result<Markers> {
         let marks = Arc::new(Marks::default());
         let done = Arc::new(Countdown::new(count));
         let handler = {
@@ -430,7 +431,7 @@ impl Markers {
 
     /// Submits the markers to `ctx`'s server (not necessarily the one the workers poll), waits
     /// for every lease and stops the workers.
-    async fn run(self, ctx: &Ctx) -> anyhow::Result<Probe> {
+    pub(super) async fn run(self, ctx: &Ctx) -> anyhow::Result<Probe> {
         let Markers {
             agent,
             count,
@@ -485,7 +486,7 @@ impl Markers {
 /// submits what has fallen due since the start (one request, a batch when more than one job) on
 /// an idle client; when every client is busy the jobs wait for the next tick, so the server's
 /// pace, not an ever-growing pile of requests, sets the rate achieved.
-struct Stream {
+pub(super) struct Stream {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     /// Jobs the server answered 202 for.
@@ -493,7 +494,7 @@ struct Stream {
 }
 
 impl Stream {
-    fn start(ctx: &Ctx, agent: &str, per_s: f64) -> anyhow::Result<Stream> {
+    pub(super) fn start(ctx: &Ctx, agent: &str, per_s: f64) -> anyhow::Result<Stream> {
         let template = one_step(agent)?;
         let clients: Vec<Client> = (0..ctx.clients)
             .map(|_| ctx.client())
@@ -514,12 +515,12 @@ impl Stream {
         })
     }
 
-    fn accepted(&self) -> usize {
+    pub(super) fn accepted(&self) -> usize {
         self.accepted.load(Ordering::Relaxed)
     }
 
     /// Stops submitting and waits for the requests in flight; fails if any request failed.
-    async fn stop(self) -> anyhow::Result<()> {
+    pub(super) async fn stop(self) -> anyhow::Result<()> {
         self.stop.cancel();
         self.task.await.context("the background load panicked")?
     }
@@ -896,14 +897,14 @@ async fn recovery(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
 }
 
 /// SDK workers run by a scenario.
-struct Agents {
+pub(super) struct Agents {
     shutdown: CancellationToken,
     abandon: CancellationToken,
     tasks: JoinSet<()>,
 }
 
 impl Agents {
-    fn start<H: Handler + Clone>(
+    pub(super) fn start<H: Handler + Clone>(
         ctx: &Ctx,
         agent: &str,
         label: &str,
@@ -934,7 +935,7 @@ impl Agents {
         self.abandon.cancel();
     }
 
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         self.shutdown.cancel();
         let joined = async { while self.tasks.join_next().await.is_some() {} };
         if tokio::time::timeout(Duration::from_secs(10), joined)

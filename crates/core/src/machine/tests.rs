@@ -20,6 +20,9 @@ use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, Step, StepSta
 use crate::spec::{CompensateSpec, JobExhausted, JobSpec, Limits, OnFailure, StepSpec};
 use crate::time::{Span, Timestamp};
 
+mod progress;
+mod rerun;
+
 /// Where test time starts: 2026-01-01T00:00:00Z. Every `ms` argument below is an offset from it.
 const T0: i64 = 1_767_225_600_000;
 const TIMEOUT: Span = Span::from_secs(10);
@@ -59,6 +62,7 @@ const DIAGRAM_EDGES: &[Edge] = &[
     ("job", "blocked", "failed"),
     ("step", "[*]", "waiting"),
     ("step", "waiting", "ready"),
+    ("step", "waiting", "succeeded"),
     ("step", "ready", "running"),
     ("step", "running", "running"),
     ("step", "running", "succeeded"),
@@ -99,6 +103,7 @@ fn step(name: &str, agent: &str, deps: &[&str], max_attempts: u32) -> StepSpec {
         backoff_formula: None,
         compensate: None,
         http: None,
+        progress_events: None,
     }
 }
 
@@ -281,6 +286,12 @@ impl Sim {
     fn admit(spec: &JobSpec, now: Timestamp) -> (Sim, Transition) {
         let fresh = Job::from_spec(JobId(Uuid::from_u128(1)), spec, now);
         let tr = admit(fresh.clone(), now);
+        (Sim::admitted(&fresh, &tr, now), tr)
+    }
+
+    /// A `Sim` of the job `fresh` as its admission `tr` at `now` left it, after checking that
+    /// admission.
+    fn admitted(fresh: &Job, tr: &Transition, now: Timestamp) -> Sim {
         assert_eq!(tr.events.first().map(|e| e.kind), Some("job_submitted"));
         assert!(tr.events.iter().all(|e| e.at == now));
         assert_eq!(tr.job.updated_at, now);
@@ -304,7 +315,7 @@ impl Sim {
                 sim.record("step", "waiting", s.state.as_str());
             }
         }
-        (sim, tr)
+        sim
     }
 
     fn record(&mut self, machine: &'static str, from: &'static str, to: &'static str) {
@@ -410,7 +421,7 @@ impl Sim {
                 || n("compensation_leased", s) > 0
             {
                 assert!(
-                    n("step_succeeded", s) == 1,
+                    n("step_succeeded", s) + n("step_kept", s) == 1,
                     "undo of a step that never succeeded: {}",
                     ctx()
                 );
@@ -441,7 +452,7 @@ impl Sim {
                     .filter_map(|e| e.step.clone())
                     .collect()
             };
-            let undoable: BTreeSet<String> = names(&["step_succeeded"])
+            let undoable: BTreeSet<String> = names(&["step_succeeded", "step_kept"])
                 .into_iter()
                 .filter(|n| {
                     let i = self.job.step_index(n).expect("a step of the job");
@@ -513,6 +524,7 @@ impl Sim {
         Command::Heartbeat {
             step: self.idx(name),
             attempt,
+            progress: None,
         }
     }
 
@@ -820,7 +832,12 @@ fn check_job(job: &Job) {
     match job.state {
         JobState::Pending => {
             assert_eq!(job.desired_state, DesiredState::Succeeded, "{}", here());
-            assert!(job.steps.iter().all(|s| s.state == Waiting), "{}", here());
+            // Nothing started; only a rerun's kept steps are done already.
+            let unstarted = |s: &Step| {
+                s.state == Waiting
+                    || (s.state == Succeeded && s.attempt == 0 && job.rerun_of.is_some())
+            };
+            assert!(job.steps.iter().all(unstarted), "{}", here());
         }
         JobState::Running => {
             assert!(
@@ -878,6 +895,38 @@ fn check_job(job: &Job) {
 }
 
 /// Checks one command's outcome against the contract.
+/// A heartbeat's progress is kept on its step with the time, and recorded in the history only
+/// when the step asks for it and the value changed.
+fn check_progress(before: &Job, command: &Command, now: Timestamp, tr: &Transition) {
+    let Command::Heartbeat { step, progress, .. } = command else {
+        return;
+    };
+    let (b, a) = (&before.steps[*step], &tr.job.steps[*step]);
+    let recorded: Vec<&NewEvent> = tr
+        .events
+        .iter()
+        .filter(|e| e.kind == "step_progress" || e.kind == "compensation_progress")
+        .collect();
+    let Some(progress) = progress else {
+        assert!(recorded.is_empty(), "{command:?}");
+        return;
+    };
+    assert_eq!(a.progress.as_ref(), Some(progress), "{command:?}");
+    assert_eq!(a.progress_at, Some(now), "{command:?}");
+    let expected = b.progress_events && b.progress.as_ref() != Some(progress);
+    assert_eq!(recorded.len(), usize::from(expected), "{command:?}");
+    if let Some(e) = recorded.first() {
+        let kind = match b.is_compensating() {
+            true => "compensation_progress",
+            false => "step_progress",
+        };
+        assert_eq!(e.kind, kind);
+        assert_eq!(e.step.as_deref(), Some(b.name.as_str()));
+        assert_eq!(e.attempt, Some(b.attempt));
+        assert_eq!(e.detail, Some(json!({ "progress": progress })));
+    }
+}
+
 fn check_transition(
     before: &Job,
     command: &Command,
@@ -925,7 +974,7 @@ fn check_transition(
                 refused_as(Rejection::UnknownStep);
             }
         }
-        Command::Heartbeat { step, attempt }
+        Command::Heartbeat { step, attempt, .. }
         | Command::Complete { step, attempt, .. }
         | Command::Fail { step, attempt, .. }
         | Command::FailRetryAfter { step, attempt, .. } => {
@@ -1030,6 +1079,7 @@ fn check_transition(
             let end = s.attempt_ends_at.map_or(silence, |e| silence.min(e));
             assert_eq!(*lease_expires_at, end, "{here}");
             assert_eq!(after.steps[*step].lease_expires_at, Some(*lease_expires_at));
+            check_progress(before, command, now, tr);
         }
         (Command::Complete { step, .. }, Reply::Refused(Rejection::LeaseLost { .. })) => {
             assert!(
@@ -1054,6 +1104,22 @@ fn check_transition(
     assert_eq!(after.steps.len(), before.steps.len(), "{here}");
     for (i, (b, a)) in before.steps.iter().zip(&after.steps).enumerate() {
         let claimed = matches!(command, Command::Claim { step, .. } if *step == i);
+        // Progress is kept by a heartbeat that reports it, and cleared by a new lease (or a new
+        // round); nothing else touches it.
+        let reported = matches!(
+            command,
+            Command::Heartbeat { step, progress: Some(_), .. } if *step == i
+        );
+        if claimed {
+            assert_eq!((&a.progress, a.progress_at), (&None, None), "{here}");
+        } else if !reported && after.round == before.round {
+            assert_eq!(
+                (&a.progress, a.progress_at),
+                (&b.progress, b.progress_at),
+                "{here}"
+            );
+        }
+        assert_eq!(a.progress_events, b.progress_events, "{here}");
         assert_eq!(
             a.attempt,
             b.attempt + u32::from(claimed),
@@ -1857,7 +1923,8 @@ fn stale_reports_lose_the_lease() {
     assert_eq!(
         sim.send(Command::Heartbeat {
             step: 4,
-            attempt: 1
+            attempt: 1,
+            progress: None,
         }),
         Err(Rejection::UnknownStep)
     );
@@ -4074,6 +4141,8 @@ fn edge_scenarios() -> Vec<Sim> {
     sim.set_time(10_000);
     sim.ok(Command::Deadline);
     all.push(sim);
+    // A rerun from failure keeps the step that succeeded.
+    all.push(rerun::kept_scenario());
     all
 }
 
@@ -4123,7 +4192,7 @@ fn edge_list_matches_the_diagram() {
     );
     assert_eq!(parse_diagram(), listed);
     let jobs = DIAGRAM_EDGES.iter().filter(|e| e.0 == "job").count();
-    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (19, 23));
+    assert_eq!((jobs, DIAGRAM_EDGES.len() - jobs), (19, 24));
 }
 
 // Proves every edge of the diagram is taken by the scenarios (and `Sim` proves no edge outside
@@ -4150,6 +4219,8 @@ struct RandomStep {
     agent: bool,
     timeout_ms: u64,
     undo: Option<(u32, bool)>,
+    /// Whether a new progress is recorded in the history.
+    progress_events: bool,
 }
 
 /// A command in the abstract: `pick` chooses among the steps it makes sense for (leased steps
@@ -4169,9 +4240,11 @@ enum Op {
         pick: usize,
         when_due: bool,
     },
+    /// `progress`, when given, is reported as `{"done": progress}`.
     Heartbeat {
         pick: usize,
         skew: i64,
+        progress: Option<u8>,
     },
     Complete {
         pick: usize,
@@ -4229,14 +4302,18 @@ fn plan() -> impl Strategy<Value = Plan> {
         any::<bool>(),
         1u64..=5,
         prop::option::weighted(0.6, (0u32..=2, any::<bool>())),
+        any::<bool>(),
     )
-        .prop_map(|(deps, max_attempts, agent, secs, undo)| RandomStep {
-            deps,
-            max_attempts,
-            agent,
-            timeout_ms: secs * 1_000,
-            undo,
-        });
+        .prop_map(
+            |(deps, max_attempts, agent, secs, undo, progress_events)| RandomStep {
+                deps,
+                max_attempts,
+                agent,
+                timeout_ms: secs * 1_000,
+                undo,
+                progress_events,
+            },
+        );
     let pick = 0usize..8;
     let skew = prop_oneof![6 => Just(0i64), 1 => Just(-1i64), 1 => Just(1i64), 1 => Just(2i64)];
     let right = prop::bool::weighted(0.8);
@@ -4245,7 +4322,8 @@ fn plan() -> impl Strategy<Value = Plan> {
         1 => Just(Op::Cancel),
         24 => (pick.clone(), any::<bool>()).prop_map(|(pick, when_due)| Op::Claim { pick, when_due }),
         8 => (pick.clone(), any::<bool>()).prop_map(|(pick, when_due)| Op::ClaimUndo { pick, when_due }),
-        6 => (pick.clone(), skew.clone()).prop_map(|(pick, skew)| Op::Heartbeat { pick, skew }),
+        6 => (pick.clone(), skew.clone(), prop::option::of(0u8..3))
+            .prop_map(|(pick, skew, progress)| Op::Heartbeat { pick, skew, progress }),
         20 => (pick.clone(), skew.clone()).prop_map(|(pick, skew)| Op::Complete { pick, skew }),
         12 => (pick.clone(), skew.clone(), prop::bool::weighted(0.75), 0.0..1.0f64)
             .prop_map(|(pick, skew, retryable, jitter)| Op::Fail { pick, skew, retryable, jitter }),
@@ -4364,11 +4442,16 @@ impl Sim {
                 let step = pick_where(&self.job, pick, Step::is_compensating);
                 claim(self, step, when_due)
             }
-            Op::Heartbeat { pick, skew } => {
+            Op::Heartbeat {
+                pick,
+                skew,
+                progress,
+            } => {
                 let step = leased(&self.job, pick);
                 Command::Heartbeat {
                     step,
                     attempt: attempt(&self.job, step, skew),
+                    progress: progress.map(|p| json!({ "done": p })),
                 }
             }
             Op::Complete { pick, skew } => {
@@ -4553,6 +4636,7 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
                     max_attempts: Some(max_attempts),
                 }),
                 http: None,
+                progress_events: r.progress_events.then_some(true),
             }
         })
         .collect();

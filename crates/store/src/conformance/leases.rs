@@ -159,6 +159,7 @@ pub async fn stale_report_is_rejected_and_changes_nothing(f: &Fixture) {
         Command::Heartbeat {
             step: 0,
             attempt: 1,
+            progress: Some(json!("late")),
         },
         Command::Expire {
             step: 0,
@@ -697,6 +698,7 @@ pub async fn step_deadline_caps_the_stored_lease(f: &Fixture) {
             Command::Heartbeat {
                 step: 0,
                 attempt: 1,
+                progress: None,
             },
             now,
         )
@@ -749,4 +751,77 @@ pub async fn step_deadline_caps_the_stored_lease(f: &Fixture) {
         .last_error
         .as_deref()
         .is_some_and(|e| e.starts_with("deadline exceeded")));
+}
+
+// Proves a heartbeat's progress is stored on the step with its time (read back as written),
+// recorded as an event only for a step that asks for it, refused with a stale heartbeat
+// (nothing changes), kept when the attempt fails, and cleared by the next lease.
+pub async fn heartbeat_progress_is_stored_fenced_and_cleared(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let s = spec(json!({"steps": [
+        {"name": "a", "agent": "pg", "timeout": "10s", "progress_events": true,
+         "backoff": {"initial": "1s"}},
+        {"name": "b", "agent": "pq", "timeout": "10s"}
+    ]}));
+    submit(store, admitted(id, &s, at(0))).await;
+    claim(store, "pg", 1, 1, at(10)).await;
+    claim(store, "pq", 1, 2, at(10)).await;
+    let beat = |step: usize, attempt: u32, progress: Value| Command::Heartbeat {
+        step,
+        attempt,
+        progress: Some(progress),
+    };
+    let progress = json!({"done": 3, "of": 10, "note": "naïve \u{0} ok"});
+    apply(store, id, beat(0, 1, progress.clone()), at(20)).await;
+    apply(store, id, beat(1, 1, json!([1, 2.5, null])), at(25)).await;
+    let stored = get(store, id).await;
+    assert_eq!(stored.steps[0].progress, Some(progress.clone()));
+    assert_eq!(stored.steps[0].progress_at, Some(at(20)));
+    assert!(stored.steps[0].progress_events && !stored.steps[1].progress_events);
+    assert_eq!(stored.steps[1].progress, Some(json!([1, 2.5, null])));
+    let recorded: Vec<(String, Option<String>)> = all_events(store, id)
+        .await
+        .into_iter()
+        .filter(|e| e.kind.ends_with("_progress"))
+        .map(|e| (e.kind, e.step))
+        .collect();
+    assert_eq!(
+        recorded,
+        [("step_progress".to_string(), Some("a".to_string()))]
+    );
+
+    apply(
+        store,
+        id,
+        Command::Fail {
+            step: 0,
+            attempt: 1,
+            error: "flaky".into(),
+            retryable: true,
+            jitter: 0.0,
+        },
+        at(30),
+    )
+    .await;
+    assert_eq!(
+        get(store, id).await.steps[0].progress,
+        Some(progress.clone())
+    );
+    let before = get(store, id).await;
+    let stale = store
+        .job_apply(Apply::new(id, beat(0, 1, json!("late")), at(35)))
+        .await;
+    assert!(matches!(
+        stale,
+        Err(Error::Rejected(Rejection::LeaseLost { .. }))
+    ));
+    assert_eq!(get(store, id).await, before);
+    let again = claim(store, "pg", 1, 3, at(2_000)).await;
+    assert_eq!(claimed_jobs(&again), vec![id]);
+    let stored = get(store, id).await;
+    assert_eq!(
+        (&stored.steps[0].progress, stored.steps[0].progress_at),
+        (&None, None)
+    );
 }

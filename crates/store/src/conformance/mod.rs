@@ -1,6 +1,6 @@
 //! The backend conformance suite: what every [`Store`] must do, written once, one file per noun
-//! of the store (`jobs`, `ordering` keys, `leases`, `agents`, `schedules`, `leader`,
-//! `deliveries`, `tokens`, `maintenance`).
+//! of the store (`jobs`, `ordering` keys, `rerun`s of jobs, `leases`, `agents`, `schedules`,
+//! `leader`, `deliveries`, `tokens`, `maintenance`).
 //!
 //! Each case is a plain async function taking a [`Fixture`] (a fresh, empty store). A backend's
 //! test file expands them all into one `#[tokio::test]` each with [`crate::conformance_tests!`]:
@@ -20,6 +20,7 @@ pub mod leader;
 pub mod leases;
 pub mod maintenance;
 pub mod ordering;
+pub mod rerun;
 pub mod schedules;
 pub mod tokens;
 
@@ -105,6 +106,12 @@ macro_rules! conformance_tests {
             job_deadline_is_found_and_enforced,
             whole_job_retry_rounds_are_stored,
         );
+        $crate::conformance_tests!(@noun rerun:
+            rerun_links_both_ways_and_keeps_what_succeeded,
+            rerun_refusals_write_nothing,
+            concurrent_reruns_make_exactly_one_job,
+            keyed_rerun_waits_for_its_key,
+        );
         $crate::conformance_tests!(@noun ordering:
             ordering_key_runs_one_job_at_a_time,
             blocked_head_holds_only_its_key,
@@ -123,6 +130,7 @@ macro_rules! conformance_tests {
             claim_order_ages_priority,
             http_targets_round_trip_and_are_claimed_per_host,
             step_deadline_caps_the_stored_lease,
+            heartbeat_progress_is_stored_fenced_and_cleared,
         );
         $crate::conformance_tests!(@noun agents:
             agents_counts_ready_and_running,

@@ -2,12 +2,13 @@
 //! the ready and running counts per agent.
 
 use deadpool_postgres::Transaction;
-use overseer_core::bucket::{capacity, next_token_at, refill, whole};
+use overseer_core::bucket::capacity;
 use overseer_core::{Rejection, Timestamp};
 use tokio_postgres::Row;
 
 use super::rows::{self, corrupt, get, query, query_opt, to_u64};
 use super::{jobs, removal, Failure, PgStore, Res, TERMINAL};
+use crate::decide::{ClaimLimits, StoredLimits};
 use crate::{
     AgentCounts, AgentLimits, AgentReady, AgentSettings, Agents, DueBetween, Error, Result,
     SettingsUpdate,
@@ -127,61 +128,31 @@ async fn agent_settings_list(tx: &Transaction<'_>) -> Res<Vec<AgentLimits>> {
     Ok(out)
 }
 
-// The token bucket, exactly as the SQLite backend keeps it (`sqlite/claims.rs`): at most one
-// second's worth of tokens (`max(1, rate)`), refilled at `rate` per second from `tokens_at`,
-// one token per lease, stored lazily (`tokens` as of `tokens_at`) and written back only when a
-// claim took tokens.
-
-/// What an agent's settings allow one claim, worked out under the lock of its settings row.
-pub(super) struct ClaimLimits {
-    /// Leases the claim may take before the bucket is asked (its size, `max_concurrency`).
-    pub(super) room: usize,
-    /// Leases the claim may take: `room`, and whole tokens in the bucket.
-    pub(super) want: usize,
-    /// The agent's rate and its bucket brought up to the claim's `now` (tokens, counted at).
-    bucket: Option<(f64, (f64, Timestamp))>,
-}
-
-impl ClaimLimits {
-    /// Whether the bucket ran dry before the claim's other bounds after `claimed` leases.
-    pub(super) fn ran_dry(&self, claimed: usize) -> bool {
-        self.bucket.is_some() && claimed == self.want && self.want < self.room
-    }
-}
-
-/// Reads the agent's settings, locking its row so the agent's claims are serial across nodes,
-/// and works out how many leases a claim of `wanted` may take.
+/// Reads the agent's limits, locking its settings row so the agent's claims are serial across
+/// nodes, and asks `decide::ClaimLimits` what a claim of `asked` leases may take.
 pub(super) async fn claim_limits(
     tx: &Transaction<'_>,
     agent: &str,
-    wanted: usize,
+    asked: usize,
     now: Timestamp,
 ) -> Res<ClaimLimits> {
-    let Some(row) = query_opt(
+    let row = query_opt(
         tx,
         "SELECT max_concurrency, rate, paused, tokens, tokens_at FROM agent_settings \
          WHERE agent = $1 FOR UPDATE",
         &[&agent],
     )
-    .await?
-    else {
-        return Ok(ClaimLimits {
-            room: wanted,
-            want: wanted,
-            bucket: None,
-        });
+    .await?;
+    let stored = match row {
+        Some(row) => StoredLimits {
+            settings: settings_from_row(&row)?,
+            tokens: get(&row, 3, "agent_settings.tokens")?,
+            tokens_at: get::<Option<i64>>(&row, 4, "agent_settings.tokens_at")?
+                .map(Timestamp::from_millis),
+        },
+        None => StoredLimits::default(),
     };
-    let settings = settings_from_row(&row)?;
-    if settings.paused {
-        return Ok(ClaimLimits {
-            room: 0,
-            want: 0,
-            bucket: None,
-        });
-    }
-    let mut room = wanted;
-    if let Some(max) = settings.max_concurrency {
-        // Leases in flight (work or undo), expired but not yet swept ones included.
+    let in_flight = if stored.counts_in_flight() {
         let count = rows::query_one(
             tx,
             "SELECT count(*) FROM steps \
@@ -189,30 +160,15 @@ pub(super) async fn claim_limits(
             &[&agent],
         )
         .await?;
-        let in_flight = u64::try_from(get::<i64>(&count, 0, "count")?).unwrap_or(0);
-        let free = u64::from(max).saturating_sub(in_flight);
-        room = room.min(usize::try_from(free).unwrap_or(usize::MAX));
-    }
-    let bucket = match settings.rate {
-        Some(rate) => {
-            let tokens: Option<f64> = get(&row, 3, "agent_settings.tokens")?;
-            let tokens_at: Option<i64> = get(&row, 4, "agent_settings.tokens_at")?;
-            Some((
-                rate,
-                refill(rate, tokens, tokens_at.map(Timestamp::from_millis), now),
-            ))
-        }
-        None => None,
+        Some(u64::try_from(get::<i64>(&count, 0, "count")?).unwrap_or(0))
+    } else {
+        None
     };
-    let want = match bucket {
-        Some((_, (tokens, _))) => room.min(whole(tokens)),
-        None => room,
-    };
-    Ok(ClaimLimits { room, want, bucket })
+    Ok(ClaimLimits::of(&stored, asked, in_flight, now))
 }
 
-/// Takes the leases a claim handed out from the agent's bucket; answers the instant the next
-/// lease may start when the bucket held the claim back (`has_more`: claimable work is left).
+/// Stores the agent's bucket after a claim took `claimed` leases; answers when the next lease
+/// may start if the bucket held claimable work back (`has_more`).
 pub(super) async fn claim_spend(
     tx: &Transaction<'_>,
     agent: &str,
@@ -220,11 +176,7 @@ pub(super) async fn claim_spend(
     claimed: usize,
     has_more: bool,
 ) -> Res<Option<Timestamp>> {
-    let Some((rate, (tokens, counted_at))) = limits.bucket else {
-        return Ok(None);
-    };
-    let left = tokens - claimed as f64;
-    if claimed > 0 {
+    if let Some((left, counted_at)) = limits.spend(claimed) {
         rows::execute(
             tx,
             "UPDATE agent_settings SET tokens = $2, tokens_at = $3 WHERE agent = $1",
@@ -232,7 +184,7 @@ pub(super) async fn claim_spend(
         )
         .await?;
     }
-    Ok((limits.ran_dry(claimed) && has_more).then(|| next_token_at(rate, left, counted_at)))
+    Ok(limits.throttled_until(claimed, has_more))
 }
 
 #[async_trait::async_trait]
@@ -241,14 +193,16 @@ impl Agents for PgStore {
         self.read(|tx, _| {
             Box::pin(async move {
                 // Claimable steps by the agent that may lease them, leased steps by the agent
-                // holding the lease (an undo's compensate agent), of unfinished jobs.
+                // holding the lease (an undo's compensate agent), of unfinished jobs. Only a
+                // step whose job would take the claim has a `claim_agent` (property-tested in the
+                // core), so that arm reads the claim index alone; a finished job may still have
+                // leased steps (they learn of it at their next heartbeat), so that arm joins.
                 let rows = query(
                     tx,
                     &format!(
                         "SELECT agent, SUM(ready)::bigint, SUM(running)::bigint FROM ( \
-                           SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
-                           FROM steps s JOIN jobs j ON j.id = s.job_id \
-                           WHERE s.claim_agent IS NOT NULL AND j.state NOT IN {TERMINAL} \
+                           SELECT claim_agent AS agent, COUNT(*) AS ready, 0 AS running \
+                           FROM steps WHERE claim_agent IS NOT NULL GROUP BY claim_agent \
                            UNION ALL \
                            SELECT s.lease_agent, 0, 1 \
                            FROM steps s JOIN jobs j ON j.id = s.job_id \

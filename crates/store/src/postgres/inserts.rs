@@ -31,20 +31,20 @@ pub(super) async fn insert_job_rows(
         "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
            ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
            finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, \
-           deadline_due, round, job_retry) \
+           deadline_due, round, job_retry, rerun_of, rerun_by) \
          SELECT id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
            callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
            blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, deadline_due, \
-           round, job_retry \
+           round, job_retry, rerun_of, rerun_by \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], \
            $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
            $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[], \
            $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], \
-           $22::text[]) \
+           $22::text[], $23::uuid[], $24::uuid[]) \
            WITH ORDINALITY AS v (id, idempotency_key, fingerprint, labels, priority, run_at, \
              ordering_key, callback_url, on_failure, state, desired_state, created_at, \
              updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, \
-             submitted_by, deadline, deadline_due, round, job_retry, n) \
+             submitted_by, deadline, deadline_due, round, job_retry, rerun_of, rerun_by, n) \
          ORDER BY n \
          ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, seq",
         &[
@@ -70,6 +70,8 @@ pub(super) async fn insert_job_rows(
             &c.deadline_due,
             &c.round,
             &c.job_retry,
+            &c.rerun_of,
+            &c.rerun_by,
         ],
     )
     .await?;
@@ -113,6 +115,8 @@ struct JobRows<'a> {
     deadline_due: Vec<Option<i64>>,
     round: Vec<i64>,
     job_retry: Vec<Option<String>>,
+    rerun_of: Vec<Option<Uuid>>,
+    rerun_by: Vec<Option<Uuid>>,
 }
 
 impl<'a> JobRows<'a> {
@@ -149,6 +153,8 @@ impl<'a> JobRows<'a> {
                 .transpose()
                 .map_err(|e| corrupt("jobs.job_retry", e))?,
         );
+        self.rerun_of.push(job.rerun_of.map(|id| id.0));
+        self.rerun_by.push(job.rerun_by.map(|id| id.0));
         Ok(())
     }
 }
@@ -192,16 +198,17 @@ const INSERT_STEPS_SQL: &str = "\
 INSERT INTO steps (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
   started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, budget_from, \
   comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, lease_agent, \
-  claim_rank, attempt_ends_at, name, agent, payload, depends_on, timeout_ms, max_attempts, \
-  backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, created_at, backoff_formula, \
-  http, deadline_ms) \
+  claim_rank, attempt_ends_at, progress, progress_at, name, agent, payload, depends_on, \
+  timeout_ms, max_attempts, backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, \
+  created_at, backoff_formula, http, deadline_ms, progress_events) \
 SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], \
   $6::bigint[], $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], \
   $12::bigint[], $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], \
   $18::bigint[], $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
-  $24::bigint[], $25::text[], $26::text[], $27::text[], $28::text[], $29::bigint[], \
-  $30::bigint[], $31::bigint[], $32::double precision[], $33::bigint[], $34::text[], \
-  $35::bigint[], $36::text[], $37::text[], $38::bigint[])";
+  $24::bigint[], $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], \
+  $30::text[], $31::bigint[], $32::bigint[], $33::bigint[], $34::double precision[], \
+  $35::bigint[], $36::text[], $37::bigint[], $38::text[], $39::text[], $40::bigint[], \
+  $41::boolean[])";
 
 /// What admission fixed about each step, column by column.
 #[derive(Default)]
@@ -220,6 +227,7 @@ struct StepDefinitions<'a> {
     backoff_formula: Vec<Option<&'static str>>,
     http: Vec<Option<String>>,
     deadline_ms: Vec<Option<i64>>,
+    progress_events: Vec<bool>,
 }
 
 impl<'a> StepDefinitions<'a> {
@@ -256,6 +264,7 @@ impl<'a> StepDefinitions<'a> {
                 .map_err(|e| corrupt("steps.http", e))?,
         );
         self.deadline_ms.push(s.deadline.map(|d| d.as_millis_i64()));
+        self.progress_events.push(s.progress_events);
         Ok(())
     }
 
@@ -275,6 +284,7 @@ impl<'a> StepDefinitions<'a> {
             &self.backoff_formula,
             &self.http,
             &self.deadline_ms,
+            &self.progress_events,
         ]
     }
 }

@@ -3,20 +3,19 @@
 use std::collections::HashMap;
 
 use deadpool_postgres::Transaction;
-use overseer_core::{
-    Command, Effect, Event, Job, JobId, JobState, Rejection, Timestamp, Transition,
-};
+use overseer_core::{Command, Effect, Event, Job, JobId, Rejection, Timestamp, Transition};
 use uuid::Uuid;
 
 use super::leader::check_fence;
 use super::rows::{self, corrupt, get, limit_param, query, query_opt, Lock};
 use super::{
-    inserts, job_ids, listen, param_refs, removal, stats, writes, DynParams, Failure, PgStore, Res,
-    TERMINAL,
+    inserts, job_ids, listen, param_refs, removal, rerun, stats, writes, DynParams, Failure,
+    PgStore, Res, TERMINAL,
 };
+use crate::decide;
 use crate::{
     ActivePage, Apply, Due, Error, EventPage, FinishedCount, JobQuery, Jobs, NewJob,
-    OrderingKeyStatus, Removal, Replacement, StateCount, Submitted, Window,
+    OrderingKeyStatus, Removal, Replacement, Reran, RerunJob, StateCount, Submitted, Window,
 };
 
 /// Stores what the core decided at `now` (see `writes::persist_all`).
@@ -320,14 +319,9 @@ async fn find_existing(
         let (existing, fingerprint) = holders.get(key).ok_or_else(|| {
             Failure::Retry(format!("the job holding idempotency key `{key}` vanished"))
         })?;
-        if *fingerprint != job.fingerprint {
-            return Err(Failure::Store(Error::IdempotencyConflict {
-                index: first_index + i,
-                key: key.to_string(),
-                existing: *existing,
-            }));
-        }
-        wanted.push((i, *existing));
+        let existing = decide::key_holder(first_index + i, job, (*existing, fingerprint))
+            .map_err(Failure::Store)?;
+        wanted.push((i, existing));
     }
     let ids: Vec<JobId> = wanted.iter().map(|(_, id)| *id).collect();
     let stored: HashMap<JobId, Job> = rows::load_jobs(tx, &ids)
@@ -357,17 +351,12 @@ async fn admit_keyed(
     seq: i64,
     history_per_job: usize,
 ) -> Res<Transition> {
-    let job = &admission.job;
-    let at = job.created_at;
-    let Some(key) = job.ordering_key.as_deref() else {
-        return Ok(admission);
-    };
-    let due = job.run_at.is_none_or(|t| t <= at);
-    if job.state != JobState::Pending || !due || !is_head(tx, key, seq).await? {
-        return Ok(admission);
+    match decide::waits_on_key(&admission) {
+        Some(key) if is_head(tx, key, seq).await? => {}
+        _ => return Ok(admission),
     }
-    let activation = overseer_core::apply(job, Command::Activate, at)?;
-    persist(tx, &activation, at, history_per_job).await?;
+    let activation = decide::head_starts(&admission)?;
+    persist(tx, &activation, admission.job.created_at, history_per_job).await?;
     Ok(admission.then(activation))
 }
 
@@ -603,6 +592,13 @@ impl Jobs for PgStore {
         let history = self.inner.history_per_job;
         let r = &r;
         self.write(move |tx, _| Box::pin(removal::replace(tx, r.old, &r.states, &r.new, history)))
+            .await
+    }
+
+    async fn job_rerun(&self, r: RerunJob) -> crate::Result<Reran> {
+        let history = self.inner.history_per_job;
+        let r = &r;
+        self.write(move |tx, _| Box::pin(rerun::rerun(tx, r, history)))
             .await
     }
 

@@ -114,7 +114,8 @@ macro_rules! job_columns {
     () => {
         "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
          callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-         blocked_reason, retention_ms, submitted_by, deadline, round, job_retry"
+         blocked_reason, retention_ms, submitted_by, deadline, round, job_retry, rerun_of, \
+         rerun_by"
     };
 }
 
@@ -125,7 +126,8 @@ macro_rules! step_columns {
          backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
          lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
          next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, \
-         comp_failures, comp_budget_from, backoff_formula, http, deadline_ms, attempt_ends_at"
+         comp_failures, comp_budget_from, backoff_formula, http, deadline_ms, attempt_ends_at, \
+         progress, progress_at, progress_events"
     };
 }
 const STEP_COLUMNS: &str = step_columns!();
@@ -162,6 +164,8 @@ fn job_from_row(row: &Row) -> Res<Job> {
         retry: get::<Option<String>>(row, 19, "jobs.job_retry")?
             .map(|r| parse_json::<JobRetry>("jobs.job_retry", &r))
             .transpose()?,
+        rerun_of: get::<Option<Uuid>>(row, 20, "jobs.rerun_of")?.map(JobId),
+        rerun_by: get::<Option<Uuid>>(row, 21, "jobs.rerun_by")?.map(JobId),
         steps: Vec::new(),
     })
 }
@@ -178,6 +182,7 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
     let comp_phase: Option<String> = get(row, 25, "steps.comp_phase")?;
     let formula: Option<String> = get(row, 29, "steps.backoff_formula")?;
     let http: Option<String> = get(row, 30, "steps.http")?;
+    let progress: Option<String> = get(row, 33, "steps.progress")?;
     let step = Step {
         name: get(row, 1, "steps.name")?,
         agent: get(row, 2, "steps.agent")?,
@@ -238,6 +243,11 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
             "steps.comp_budget_from",
             get(row, 28, "steps.comp_budget_from")?,
         )?,
+        progress: progress
+            .map(|p| parse_json::<Value>("steps.progress", &p))
+            .transpose()?,
+        progress_at: ts(get(row, 34, "steps.progress_at")?),
+        progress_events: get(row, 35, "steps.progress_events")?,
     };
     Ok((idx, step))
 }

@@ -29,6 +29,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0010_submitted_by.sql"),
     include_str!("../../migrations/postgres/0011_deadlines.sql"),
     include_str!("../../migrations/postgres/0012_job_rounds.sql"),
+    include_str!("../../migrations/postgres/0013_rerun_progress.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

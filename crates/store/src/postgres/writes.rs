@@ -224,7 +224,7 @@ async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
 }
 
 impl StepColumns<'_> {
-    /// The columns as statement parameters, `$1` to `$24`.
+    /// The columns as statement parameters, `$1` to `$26`.
     pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         let c = self;
         vec![
@@ -252,6 +252,8 @@ impl StepColumns<'_> {
             &c.lease_agent,
             &c.claim_rank,
             &c.attempt_ends_at,
+            &c.progress,
+            &c.progress_at,
         ]
     }
 }
@@ -264,16 +266,16 @@ UPDATE steps SET priority = v.priority, state = v.state, attempt = v.attempt, \
   budget_from = v.budget_from, comp_phase = v.comp_phase, comp_attempts = v.comp_attempts, \
   comp_failures = v.comp_failures, comp_budget_from = v.comp_budget_from, \
   claim_agent = v.claim_agent, lease_agent = v.lease_agent, claim_rank = v.claim_rank, \
-  attempt_ends_at = v.attempt_ends_at \
+  attempt_ends_at = v.attempt_ends_at, progress = v.progress, progress_at = v.progress_at \
 FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], $6::bigint[], \
             $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], \
             $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], $18::bigint[], \
             $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
-            $24::bigint[]) \
+            $24::bigint[], $25::text[], $26::bigint[]) \
   AS v (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
         started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, \
         budget_from, comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, \
-        lease_agent, claim_rank, attempt_ends_at) \
+        lease_agent, claim_rank, attempt_ends_at, progress, progress_at) \
 WHERE steps.job_id = v.job_id AND steps.idx = v.idx";
 
 /// The run-time columns of step rows, column by column (in `WRITE_STEPS_SQL`'s order).
@@ -303,6 +305,8 @@ pub(super) struct StepColumns<'a> {
     lease_agent: Vec<Option<&'a str>>,
     claim_rank: Vec<Option<i64>>,
     attempt_ends_at: Vec<Option<i64>>,
+    progress: Vec<Option<String>>,
+    progress_at: Vec<Option<i64>>,
 }
 
 impl<'a> StepColumns<'a> {
@@ -339,6 +343,8 @@ impl<'a> StepColumns<'a> {
         self.lease_agent.push(s.lease_agent());
         self.claim_rank.push(job.claim_rank(idx));
         self.attempt_ends_at.push(ms(s.attempt_ends_at));
+        self.progress.push(s.progress.as_ref().map(json_text));
+        self.progress_at.push(ms(s.progress_at));
         Ok(())
     }
 }

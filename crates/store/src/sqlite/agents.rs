@@ -7,19 +7,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::rows::{self, DbResult};
 use super::SqliteStore;
+use crate::decide::StoredLimits;
 use crate::{
     AgentCounts, AgentLimits, AgentReady, AgentSettings, Agents, DueBetween, Error, Result,
     SettingsUpdate,
 };
 
-/// An agent's settings row with its bucket.
-pub(super) struct Row {
-    pub(super) settings: AgentSettings,
-    pub(super) tokens: Option<f64>,
-    pub(super) tokens_at: Option<Timestamp>,
-}
-
-pub(super) fn load(conn: &Connection, agent: &str) -> Result<Option<Row>> {
+pub(super) fn load(conn: &Connection, agent: &str) -> Result<Option<StoredLimits>> {
     let row = conn
         .prepare_cached(
             "SELECT max_concurrency, rate, paused, tokens, tokens_at FROM agent_settings \
@@ -49,7 +43,7 @@ pub(super) fn load(conn: &Connection, agent: &str) -> Result<Option<Row>> {
             })
         })
         .transpose()?;
-    Ok(Some(Row {
+    Ok(Some(StoredLimits {
         settings: AgentSettings {
             max_concurrency,
             rate,
@@ -171,15 +165,19 @@ impl Agents for SqliteStore {
 
 /// Claimable steps by the agent that may lease them, leased steps by the agent holding the
 /// lease (an undo's compensate agent), of unfinished jobs. Two arms so each uses its partial
-/// index; a live lease always has an expiry, so the expiry index finds every one.
+/// index; a live lease always has an expiry, so the expiry index finds every one. A step has a
+/// `claim_agent` only while its job would take the claim (`Step::claim_agent`, property-tested
+/// in the core), so the claimable arm is counted from the claim index alone, without a look at
+/// each job: 100,000 ready steps cost one index scan, not 100,000 job lookups. A finished job may
+/// still have leased steps (they learn of the end at their next heartbeat), so the leased arm
+/// keeps the join.
 fn counts(conn: &Connection) -> Result<Vec<AgentCounts>> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT agent, SUM(ready), SUM(running) FROM ( \
-               SELECT s.claim_agent AS agent, 1 AS ready, 0 AS running \
-               FROM steps s INDEXED BY steps_claim JOIN jobs j ON j.id = s.job_id \
-               WHERE s.claim_agent IS NOT NULL \
-                 AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
+               SELECT claim_agent AS agent, COUNT(*) AS ready, 0 AS running \
+               FROM steps INDEXED BY steps_claim WHERE claim_agent IS NOT NULL \
+               GROUP BY claim_agent \
                UNION ALL \
                SELECT s.lease_agent, 0, 1 \
                FROM steps s INDEXED BY steps_lease_expiry JOIN jobs j ON j.id = s.job_id \

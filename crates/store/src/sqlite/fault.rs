@@ -267,6 +267,7 @@ mod tests {
         let heartbeat = Command::Heartbeat {
             step: 0,
             attempt: 1,
+            progress: None,
         };
         assert!(write_step_result_only(&conn, &job, &heartbeat, t(11))
             .expect("ok")

@@ -6,10 +6,12 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use super::rows::{self, job_id_text, limit_param, DbResult};
-use super::{apply_command, leader, ordering, removal, stats, SqliteStore};
+use super::{apply_command, leader, ordering, removal, rerun, stats, SqliteStore};
+use crate::decide;
 use crate::{
     ActivePage, Apply, Due, Error, EventPage, FinishedCount, JobQuery, Jobs, NewJob,
-    OrderingKeyStatus, Removal, Replacement, Result, StateCount, Submitted, Window,
+    OrderingKeyStatus, Removal, Replacement, Reran, RerunJob, Result, StateCount, Submitted,
+    Window,
 };
 
 #[async_trait::async_trait]
@@ -102,6 +104,11 @@ impl Jobs for SqliteStore {
         self.read(move |conn| past_deadline(conn, due)).await
     }
 
+    async fn job_rerun(&self, r: RerunJob) -> Result<Reran> {
+        let history = self.inner.history_per_job;
+        self.write(move |conn| rerun::rerun(conn, r, history)).await
+    }
+
     async fn ordering_key_status(&self, key: &str) -> Result<OrderingKeyStatus> {
         let key = key.to_string();
         self.read(move |conn| ordering::status(conn, &key)).await
@@ -120,29 +127,16 @@ impl Jobs for SqliteStore {
 /// Unfinished jobs in id order. The WHERE clause repeats the partial index's word for word
 /// (see migration 0002).
 fn active(conn: &Connection, page: ActivePage) -> Result<Vec<JobId>> {
-    let ids: Vec<String> = conn
-        .prepare_cached(
-            "SELECT id FROM jobs INDEXED BY jobs_active \
-             WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND id > ?1 \
-             ORDER BY id LIMIT ?2",
-        )
-        .db()?
-        .query_map(
-            params![
-                page.after.map(job_id_text).unwrap_or_default(),
-                limit_param(page.limit)
-            ],
-            |r| r.get(0),
-        )
-        .db()?
-        .collect::<rusqlite::Result<_>>()
-        .db()?;
-    ids.into_iter()
-        .map(|id| {
-            id.parse()
-                .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
-        })
-        .collect()
+    rows::query_job_ids(
+        conn,
+        "SELECT id FROM jobs INDEXED BY jobs_active \
+         WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND id > ?1 \
+         ORDER BY id LIMIT ?2",
+        params![
+            page.after.map(job_id_text).unwrap_or_default(),
+            limit_param(page.limit)
+        ],
+    )
 }
 
 pub(super) fn submit_jobs(
@@ -164,16 +158,8 @@ pub(super) fn submit_jobs(
                 .optional()
                 .db()?;
             if let Some((existing, fingerprint)) = found {
-                let existing: JobId = existing
-                    .parse()
-                    .map_err(|e| Error::Corrupt(format!("jobs.id `{existing}`: {e}")))?;
-                if fingerprint != job.fingerprint {
-                    return Err(Error::IdempotencyConflict {
-                        index,
-                        key: key.clone(),
-                        existing,
-                    });
-                }
+                let existing = rows::job_id(&existing)?;
+                let existing = decide::key_holder(index, job, (existing, &fingerprint))?;
                 let stored = rows::load_job(conn, existing)?.ok_or_else(|| {
                     Error::Corrupt(format!("job {existing} vanished during a submit"))
                 })?;
@@ -212,10 +198,7 @@ fn list_jobs(conn: &Connection, query: &JobQuery) -> Result<Vec<Job>> {
         .db()?;
     let mut jobs = Vec::with_capacity(ids.len());
     for id in ids {
-        let id: JobId = id
-            .parse()
-            .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))?;
-        if let Some(job) = rows::load_job(conn, id)? {
+        if let Some(job) = rows::load_job(conn, rows::job_id(&id)?)? {
             jobs.push(job);
         }
     }
@@ -223,25 +206,12 @@ fn list_jobs(conn: &Connection, query: &JobQuery) -> Result<Vec<Job>> {
 }
 
 /// Jobs whose enforced deadline has come, earliest first (see `Jobs::jobs_past_deadline`).
-fn past_deadline(conn: &rusqlite::Connection, due: Due) -> Result<Vec<JobId>> {
-    let ids: Vec<String> = conn
-        .prepare_cached(
-            "SELECT id FROM jobs INDEXED BY jobs_deadline_due \
-             WHERE deadline_due IS NOT NULL AND deadline_due <= ?1 \
-             ORDER BY deadline_due, id LIMIT ?2",
-        )
-        .db()?
-        .query_map(
-            rusqlite::params![due.now.as_millis(), rows::limit_param(due.limit)],
-            |r| r.get(0),
-        )
-        .db()?
-        .collect::<rusqlite::Result<_>>()
-        .db()?;
-    ids.into_iter()
-        .map(|id| {
-            id.parse()
-                .map_err(|e| crate::Error::Corrupt(format!("jobs.id `{id}`: {e}")))
-        })
-        .collect()
+fn past_deadline(conn: &Connection, due: Due) -> Result<Vec<JobId>> {
+    rows::query_job_ids(
+        conn,
+        "SELECT id FROM jobs INDEXED BY jobs_deadline_due \
+         WHERE deadline_due IS NOT NULL AND deadline_due <= ?1 \
+         ORDER BY deadline_due, id LIMIT ?2",
+        params![due.now.as_millis(), limit_param(due.limit)],
+    )
 }

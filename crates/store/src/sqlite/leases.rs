@@ -1,13 +1,8 @@
 //! Steps and leases: claims, and the per-agent limits they honour (pause, `max_concurrency` and
-//! a `rate` token bucket, all read and updated in the claim's own write transaction so no race
-//! between claimers can exceed them); resolving lease ids; expired leases; report batches.
-//!
-//! The bucket holds at most one second's worth of tokens (`max(1, rate)`), refills at `rate` per
-//! second from `tokens_at`, and each lease takes one. It is stored lazily: `tokens` as of
-//! `tokens_at`, brought up to date when a claim reads it, written back only when a claim took
-//! tokens. Refilling is capped, so reading it at any instant in between gives the same answer.
+//! a `rate` token bucket, decided by `decide::ClaimLimits`, read and updated in the claim's own
+//! write transaction so no race between claimers can exceed them); resolving lease ids; expired
+//! leases; report batches.
 
-use overseer_core::bucket::{next_token_at, refill, whole};
 use std::collections::HashSet;
 
 use overseer_core::{Command, JobId};
@@ -18,6 +13,7 @@ use super::apply_command;
 use super::rows::DbResult;
 use super::rows::{self, limit_param};
 use super::SqliteStore;
+use crate::decide::ClaimLimits;
 use crate::{
     Claim, ClaimResult, Claimed, Due, Error, LeaseId, LeaseRef, Leases, ReportApplied, Reported,
     Reports, Result,
@@ -46,47 +42,25 @@ pub(super) fn claim_steps(
     claim: Claim,
     history_per_job: usize,
 ) -> Result<ClaimResult> {
-    let row = load(conn, &claim.agent)?;
-    let settings = row.as_ref().map(|r| r.settings.clone()).unwrap_or_default();
-    if settings.paused {
-        return Ok(ClaimResult::default());
-    }
-    // What the claim may take before the bucket is asked.
-    let mut room = claim.lease_ids.len();
-    if let Some(max) = settings.max_concurrency {
-        let free = u64::from(max).saturating_sub(in_flight(conn, &claim.agent)?);
-        room = room.min(usize::try_from(free).unwrap_or(usize::MAX));
-    }
-    let bucket = match (settings.rate, &row) {
-        (Some(rate), Some(r)) => Some((rate, refill(rate, r.tokens, r.tokens_at, claim.now))),
-        _ => None,
+    let stored = load(conn, &claim.agent)?.unwrap_or_default();
+    let in_flight = if stored.counts_in_flight() {
+        Some(in_flight(conn, &claim.agent)?)
+    } else {
+        None
     };
-    let want = match bucket {
-        Some((_, (tokens, _))) => room.min(whole(tokens)),
-        None => room,
-    };
-
+    let limits = ClaimLimits::of(&stored, claim.lease_ids.len(), in_flight, claim.now);
     let mut skipped: HashSet<(String, i64)> = HashSet::new();
-    let claimed = lease_candidates(conn, &claim, want, &mut skipped, history_per_job)?;
-
-    let mut throttled_until = None;
-    if let Some((rate, (tokens, counted_at))) = bucket {
-        let left = tokens - claimed.len() as f64;
-        if !claimed.is_empty() {
-            conn.prepare_cached(
-                "UPDATE agent_settings SET tokens = ?2, tokens_at = ?3 WHERE agent = ?1",
-            )
-            .db()?
-            .execute(params![claim.agent, left, counted_at.as_millis()])
-            .db()?;
-        }
-        // The bucket held the claim back if it ran dry before the claim's other bounds and
-        // claimable work is left over.
-        let ran_dry = claimed.len() == want && want < room;
-        if ran_dry && has_candidate(conn, &claim, &skipped)? {
-            throttled_until = Some(next_token_at(rate, left, counted_at));
-        }
+    let claimed = lease_candidates(conn, &claim, limits.want, &mut skipped, history_per_job)?;
+    if let Some((left, counted_at)) = limits.spend(claimed.len()) {
+        conn.prepare_cached(
+            "UPDATE agent_settings SET tokens = ?2, tokens_at = ?3 WHERE agent = ?1",
+        )
+        .db()?
+        .execute(params![claim.agent, left, counted_at.as_millis()])
+        .db()?;
     }
+    let has_more = limits.ran_dry(claimed.len()) && has_candidate(conn, &claim, &skipped)?;
+    let throttled_until = limits.throttled_until(claimed.len(), has_more);
     Ok(ClaimResult {
         claimed,
         throttled_until,

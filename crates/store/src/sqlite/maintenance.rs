@@ -3,7 +3,7 @@
 use overseer_core::{JobId, Timestamp};
 use rusqlite::{params, Connection};
 
-use super::rows::{limit_param, DbResult};
+use super::rows::{self, limit_param, DbResult};
 use super::SqliteStore;
 use crate::{Error, Maintenance, Prune, Result};
 
@@ -104,10 +104,7 @@ fn prune_jobs(conn: &Connection, prune: &Prune) -> Result<Vec<JobId>> {
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         settled.execute([&id]).db()?;
-        out.push(
-            id.parse()
-                .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))?,
-        );
+        out.push(rows::job_id(&id)?);
     }
     Ok(out)
 }

@@ -7,12 +7,12 @@
 //! transaction that finishes the predecessor (`start_next_head`), or by the supervisor's
 //! `jobs_due` once its `run_at` comes. A failed or blocked head holds only its own key.
 
-use overseer_core::{Command, Job, JobId, JobState, Timestamp, Transition};
+use overseer_core::{Command, Job, JobId, Timestamp, Transition};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::persist;
 use super::rows::{self, DbResult};
-use crate::{Error, OrderingKeyStatus, Result};
+use crate::{decide, Error, OrderingKeyStatus, Result};
 
 /// Whether no unfinished job of `key` was submitted before `seq`. The WHERE clause repeats the
 /// partial index's word for word (see schema V3).
@@ -58,17 +58,13 @@ pub(super) fn admit_keyed(
     seq: i64,
     history_per_job: usize,
 ) -> Result<Transition> {
-    let job = &admission.job;
-    let at = job.created_at;
-    let Some(key) = job.ordering_key.as_deref() else {
-        return Ok(admission);
-    };
-    let due = job.run_at.is_none_or(|t| t <= at);
-    if job.state != JobState::Pending || !due || !is_head(conn, key, seq)? {
-        return Ok(admission);
+    match decide::waits_on_key(&admission) {
+        Some(key) if is_head(conn, key, seq)? => {}
+        _ => return Ok(admission),
     }
-    let activation = overseer_core::apply(job, Command::Activate, at)?;
-    persist(conn, job, &activation, at, history_per_job)?;
+    let activation = decide::head_starts(&admission)?;
+    let job = &admission.job;
+    persist(conn, job, &activation, job.created_at, history_per_job)?;
     Ok(admission.then(activation))
 }
 
@@ -86,21 +82,11 @@ pub(super) const JOBS_DUE_SQL: &str = "SELECT j.id FROM jobs AS j INDEXED BY job
 /// Pending jobs due at `now` that have no key or head theirs, earliest due instant
 /// (`run_at`, else `created_at`) first, then by id.
 pub(super) fn jobs_due(conn: &Connection, now: Timestamp, limit: usize) -> Result<Vec<JobId>> {
-    let ids: Vec<String> = conn
-        .prepare_cached(JOBS_DUE_SQL)
-        .db()?
-        .query_map(params![now.as_millis(), rows::limit_param(limit)], |r| {
-            r.get(0)
-        })
-        .db()?
-        .collect::<rusqlite::Result<_>>()
-        .db()?;
-    ids.into_iter()
-        .map(|id| {
-            id.parse()
-                .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
-        })
-        .collect()
+    rows::query_job_ids(
+        conn,
+        JOBS_DUE_SQL,
+        params![now.as_millis(), rows::limit_param(limit)],
+    )
 }
 
 /// The unfinished job of `key` with the smallest submission number.
@@ -116,11 +102,7 @@ fn head_id(conn: &Connection, key: &str) -> Result<Option<JobId>> {
         .query_row([key], |r| r.get(0))
         .optional()
         .db()?;
-    id.map(|id| {
-        id.parse()
-            .map_err(|e| Error::Corrupt(format!("jobs.id `{id}`: {e}")))
-    })
-    .transpose()
+    id.map(|id| rows::job_id(&id)).transpose()
 }
 
 /// After a job of `key` finished (see `Transition::freed_ordering_key`): starts the key's new

@@ -95,20 +95,42 @@ pub(super) fn job_id_text(id: JobId) -> String {
     id.0.to_string()
 }
 
+/// A job id read back from a `jobs.id` text.
+pub(super) fn job_id(text: &str) -> Result<JobId> {
+    parse_id("jobs.id", text)
+}
+
+/// Runs a cached query whose one column is a job id; answers the ids in row order.
+pub(super) fn query_job_ids(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<JobId>> {
+    let ids: Vec<String> = conn
+        .prepare_cached(sql)
+        .db()?
+        .query_map(params, |r| r.get(0))
+        .db()?
+        .collect::<rusqlite::Result<_>>()
+        .db()?;
+    ids.iter().map(|id| job_id(id)).collect()
+}
+
 const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
      callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-     blocked_reason, retention_ms, submitted_by, deadline, round, job_retry";
+     blocked_reason, retention_ms, submitted_by, deadline, round, job_retry, rerun_of, rerun_by";
 
 const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, max_attempts, \
      backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, state, attempt, failures, \
      lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
      next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
-     comp_budget_from, backoff_formula, http, deadline_ms, attempt_ends_at";
+     comp_budget_from, backoff_formula, http, deadline_ms, attempt_ends_at, progress, progress_at, \
+     progress_events";
 
 /// Everything a step write sets: the job's key and copied priority, the step's own columns, and
 /// the columns derived from the step for the queries that find work (see schemas V2 and V3).
-const STEP_WRITE_COLUMNS: [&str; 38] = [
+const STEP_WRITE_COLUMNS: [&str; 41] = [
     "job_id",
     "priority",
     "idx",
@@ -147,6 +169,9 @@ const STEP_WRITE_COLUMNS: [&str; 38] = [
     "http",
     "deadline_ms",
     "attempt_ends_at",
+    "progress",
+    "progress_at",
+    "progress_events",
 ];
 
 /// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
@@ -226,6 +251,16 @@ fn job_from_row(row: &Row<'_>) -> Result<Job> {
             .db()?
             .map(|r| parse_json::<JobRetry>("jobs.job_retry", &r))
             .transpose()?,
+        rerun_of: row
+            .get::<_, Option<String>>(20)
+            .db()?
+            .map(|id| parse_id("jobs.rerun_of", &id))
+            .transpose()?,
+        rerun_by: row
+            .get::<_, Option<String>>(21)
+            .db()?
+            .map(|id| parse_id("jobs.rerun_by", &id))
+            .transpose()?,
         steps: Vec::new(),
     })
 }
@@ -242,6 +277,7 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
     let comp_phase: Option<String> = row.get(25).db()?;
     let formula: Option<String> = row.get(29).db()?;
     let http: Option<String> = row.get(30).db()?;
+    let progress: Option<String> = row.get(33).db()?;
     let step = Step {
         name: row.get(1).db()?,
         agent: row.get(2).db()?,
@@ -291,6 +327,11 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
         comp_attempts: to_u32("steps.comp_attempts", row.get(26).db()?)?,
         comp_failures: to_u32("steps.comp_failures", row.get(27).db()?)?,
         comp_budget_from: to_u32("steps.comp_budget_from", row.get(28).db()?)?,
+        progress: progress
+            .map(|p| parse_json::<Value>("steps.progress", &p))
+            .transpose()?,
+        progress_at: ts(row.get(34).db()?),
+        progress_events: row.get::<_, i64>(35).db()? != 0,
     };
     Ok((idx, step))
 }
@@ -335,7 +376,7 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
     conn.prepare_cached(&format!(
         "INSERT INTO jobs ({JOB_COLUMNS}, seq, deadline_due) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22)"
+         ?19, ?20, ?21, ?22, ?23, ?24)"
     ))
     .db()?
     .execute(params![
@@ -359,6 +400,8 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
         ms(job.deadline),
         job.round,
         retry_text(job)?,
+        job.rerun_of.map(job_id_text),
+        job.rerun_by.map(job_id_text),
         seq,
         ms(job.deadline_due()),
     ])
@@ -537,6 +580,9 @@ fn write_step_with(conn: &Connection, job: &Job, idx: usize, sql: &str) -> Resul
             http,
             s.deadline.map(|d| d.as_millis_i64()),
             ms(s.attempt_ends_at),
+            s.progress.as_ref().map(json_text),
+            ms(s.progress_at),
+            s.progress_events,
         ])
         .db()
 }

@@ -22,4 +22,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0011_submitted_by.sql"),
     include_str!("../../migrations/sqlite/0012_deadlines.sql"),
     include_str!("../../migrations/sqlite/0013_job_rounds.sql"),
+    include_str!("../../migrations/sqlite/0014_rerun_progress.sql"),
 ];

@@ -61,6 +61,7 @@ class Attempt:
         if not await self._confirm_if_late():
             return
         self.ctx._beat = self._request_beat
+        self.ctx._set_progress = self._keep_progress
         work = self._start()
         try:
             report = await self._supervise(work)
@@ -77,6 +78,12 @@ class Attempt:
             self.beat_now.set()
 
         self.loop.call_soon_threadsafe(ask)
+
+    def _keep_progress(self, progress: Any) -> None:
+        def keep() -> None:
+            self.progress = progress
+
+        self.loop.call_soon_threadsafe(keep)
 
     def _start(self) -> "asyncio.Future[Any]":
         if inspect.iscoroutinefunction(self.handler):
@@ -115,6 +122,9 @@ class Attempt:
             raise _Lost() from e
         except Exception as e:
             log.warning("heartbeat for lease %s failed: %s", self.lease["lease_id"], e)
+            # Its progress goes with the next heartbeat, unless a newer one was given.
+            if self.progress is None:
+                self.progress = progress
             return None
         self.deadline = local_deadline(sent, int(answer["lease_ms"]))
         self.ctx.deadline = monotonic_of(self.loop, self.deadline)

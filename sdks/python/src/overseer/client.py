@@ -27,7 +27,7 @@ import httpx
 
 from . import _http as h
 from ._http import Call
-from .wire import CompleteRequest, FailRequest, HeartbeatRequest, LeaseRequest
+from .wire import CompleteRequest, FailRequest, HeartbeatRequest, LeaseRequest, RerunRequest
 
 JSON = Dict[str, Any]
 Label = Union[None, str, Mapping[str, str]]
@@ -96,6 +96,21 @@ class _Api(Generic[R]):
     def resume(self, job_id: str, by: Optional[str] = None, reason: Optional[str] = None) -> R:
         path = f"/v1/jobs/{h.seg(job_id)}/resume"
         return self._send(h.post(path, h.operator_body(by, reason)))
+
+    # A failed or cancelled job, run again
+    def rerun(
+        self,
+        job_id: str,
+        from_failed: bool = False,
+        by: Optional[str] = None,
+        reason: Optional[str] = None,
+    ) -> R:
+        """Runs a failed or cancelled job again as a new job; answers the new job (its
+        `rerun_of` names this one). With `from_failed`, the steps that succeeded keep their
+        results and are not run again. A job is rerun once: a second call is refused (409)."""
+        body: RerunRequest = {"from_failed": from_failed}
+        body.update(h.operator_body(by, reason))  # type: ignore[typeddict-item]
+        return self._send(h.post(f"/v1/jobs/{h.seg(job_id)}/rerun", dict(body)))
 
     # Agents
     def agents(self) -> R:

@@ -32,6 +32,7 @@ class Context:
         self.deadline = deadline
         self.cancel_event = threading.Event()
         self._beat: Optional[Callable[[Any], None]] = None
+        self._set_progress: Optional[Callable[[Any], None]] = None
 
     @property
     def cancelled(self) -> bool:
@@ -46,6 +47,15 @@ class Context:
         from any thread. The worker heartbeats on its own anyway."""
         if self._beat is not None:
             self._beat(progress)
+
+    def progress(self, value: Any) -> None:
+        """Reports how the work is going (any JSON, at most the server's
+        `limits.progress_bytes`, 4 KiB by default, encoded) with the next regular heartbeat,
+        without asking for one now: a newer value set before then replaces it. The server keeps
+        the last one on the step (`progress` in `Client.get`), and records it in the job's
+        history only for a step submitted with `progress_events: true`. Safe from any thread."""
+        if self._set_progress is not None:
+            self._set_progress(value)
 
     def _cancel(self) -> None:
         self.cancel_event.set()

@@ -181,6 +181,7 @@ class StepSpec(_StepSpecRequired, total=False):
     backoff: Backoff
     backoff_formula: Literal["exponential", "faktory"]
     compensate: CompensateSpec
+    progress_events: bool
 
 
 class _JobSpecRequired(TypedDict):
@@ -234,6 +235,9 @@ class Step(_StepRequired, total=False):
     comp_attempts: int
     comp_failures: int
     http: HttpTarget
+    progress: Json
+    progress_at: str
+    progress_events: bool
     waiting_reason: WaitingReason
 
 
@@ -266,4 +270,14 @@ class Job(_JobRequired, total=False):
     round: int
     job_attempts: int
     job_exhausted: Literal["fail", "hold"]
+    rerun_of: str
+    rerun_by: str
     waiting_reason: WaitingReason
+
+
+class RerunRequest(TypedDict, total=False):
+    """`POST /v1/jobs/{id}/rerun` body (`Client.rerun`)."""
+
+    from_failed: bool
+    by: str
+    reason: str
