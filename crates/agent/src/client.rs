@@ -545,6 +545,14 @@ impl Client {
             .await
     }
 
+    /// `PUT /v1/schedules/{name}`: replaces a schedule's definition (a `ScheduleSpec` as JSON,
+    /// its `name` the schedule's own).
+    pub async fn schedule_update(&self, name: &str, spec: &Value) -> Result<Value> {
+        let url = self.url(&["v1", "schedules", name]);
+        self.call_ok(Method::PUT, url, &[], Some(spec), REQUEST_TIMEOUT)
+            .await
+    }
+
     /// `DELETE /v1/schedules/{name}`.
     pub async fn schedule_delete(&self, name: &str) -> Result<()> {
         let url = self.url(&["v1", "schedules", name]);

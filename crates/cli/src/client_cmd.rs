@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use overseer_agent::Client;
 use overseer_core::wire::JobView;
 use overseer_core::{CompPhase, JobId, JobState, Span, StepState, Timestamp};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::{Output, Remote};
 
@@ -58,18 +58,9 @@ pub async fn resolve_job(client: &Client, raw: &str) -> anyhow::Result<JobId> {
 /// column in the user's own file, with the field's path. The server still judges the rest
 /// (dependencies, limits), naming fields by path.
 fn read_spec<T: serde::de::DeserializeOwned>(file: &Path) -> anyhow::Result<Value> {
-    let mut text = String::new();
-    if file == Path::new("-") {
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read the spec from standard input")?;
-    } else {
-        text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
-    }
+    let text = read_text(file)?;
     let name = file.display();
-    let looks_json = text.trim_start().starts_with(['{', '[']);
-    if looks_json {
+    if looks_json(&text) {
         let de = &mut serde_json::Deserializer::from_str(&text);
         if let Err(e) = serde_path_to_error::deserialize::<_, T>(de) {
             bail!("{name}: {}", located(e.path(), e.inner()));
@@ -80,8 +71,41 @@ fn read_spec<T: serde::de::DeserializeOwned>(file: &Path) -> anyhow::Result<Valu
     if let Err(e) = serde_path_to_error::deserialize::<_, T>(de) {
         bail!("{name}: {}", located(e.path(), e.inner()));
     }
-    let yaml: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    yaml_to_json(&text)
+}
+
+fn read_text(file: &Path) -> anyhow::Result<String> {
+    let mut text = String::new();
+    if file == Path::new("-") {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the spec from standard input")?;
+    } else {
+        text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+    }
+    Ok(text)
+}
+
+fn looks_json(text: &str) -> bool {
+    text.trim_start().starts_with(['{', '['])
+}
+
+fn yaml_to_json(text: &str) -> anyhow::Result<Value> {
+    let yaml: serde_yaml::Value = serde_yaml::from_str(text)?;
     serde_json::to_value(yaml).context("the YAML does not map to JSON (non-string keys?)")
+}
+
+/// A document as JSON (or YAML), its syntax checked but not its fields.
+fn read_document(file: &Path) -> anyhow::Result<Value> {
+    let text = read_text(file)?;
+    let name = file.display();
+    let value = if looks_json(&text) {
+        serde_json::from_str(&text).with_context(|| format!("{name} is not valid JSON"))?
+    } else {
+        yaml_to_json(&text).with_context(|| format!("{name} is not valid YAML"))?
+    };
+    Ok(value)
 }
 
 /// `field: message` for a spec that does not decode, or the message alone when the problem is
@@ -300,7 +324,11 @@ fn render_job(job: &JobView) -> String {
     }
     out.push('\n');
     if let Some(rounds) = job.job_attempts {
-        out.push_str(&format!("round: {} of {rounds}\n", job.round));
+        let then = job.job_exhausted.unwrap_or_default().as_str();
+        out.push_str(&format!(
+            "round: {} of {rounds} (after the last: {then})\n",
+            job.round
+        ));
     }
     if let Some(deadline) = job.deadline {
         out.push_str(&format!("deadline: {deadline}\n"));
@@ -700,12 +728,81 @@ pub enum SchedulesCmd {
     List,
     /// Show one schedule.
     Get { name: String },
+    /// Replace a schedule's definition (cron, timezone, job, overlap, misfire) in one step: from
+    /// a spec file as for `create` (its `name` may be left out), or the stored definition with
+    /// the flags given applied. The next due time counts from now under the new pattern (a
+    /// paused schedule stays paused); a due time that already fired never fires again.
+    Update {
+        name: String,
+        /// The new definition (JSON or YAML; `-` for standard input). Without it, the stored
+        /// definition is changed by the flags.
+        file: Option<std::path::PathBuf>,
+        /// A 5- or 6-field pattern, or @hourly, @daily, @weekly, @monthly, @yearly.
+        #[arg(long)]
+        cron: Option<String>,
+        /// An IANA time zone name (e.g. Europe/Berlin).
+        #[arg(long)]
+        timezone: Option<String>,
+        #[arg(long, value_parser = ["skip", "allow"])]
+        overlap: Option<String>,
+        #[arg(long, value_parser = ["once", "skip", "all"])]
+        misfire: Option<String>,
+    },
     /// Delete a schedule (jobs it already created are not touched).
     Delete { name: String },
     /// Stop firing until resumed.
     Pause { name: String },
     /// Fire again, from the next due time after now.
     Resume { name: String },
+}
+
+/// The definition `schedules update` sends: the file's (its `name` filled in when left out), or
+/// the stored one; then each flag given replaces its field. Checked as a `ScheduleSpec` here, so
+/// a mistake names its field before anything is sent.
+async fn replacement(
+    client: &Client,
+    name: &str,
+    file: Option<&Path>,
+    flags: [(&str, Option<String>); 4],
+) -> anyhow::Result<Value> {
+    let changed = flags.iter().any(|(_, v)| v.is_some());
+    let mut spec = match file {
+        Some(file) => read_document(file)?,
+        None if changed => {
+            let stored = client.schedule(name).await?;
+            let mut spec = serde_json::Map::new();
+            for field in ["name", "cron", "timezone", "overlap", "misfire", "job"] {
+                spec.insert(field.to_string(), stored[field].clone());
+            }
+            Value::Object(spec)
+        }
+        None => {
+            bail!("give a spec file, or at least one of --cron, --timezone, --overlap, --misfire")
+        }
+    };
+    let Some(fields) = spec.as_object_mut() else {
+        bail!("the spec must be an object with `cron` and `job`");
+    };
+    match fields.get("name") {
+        None => {
+            fields.insert("name".into(), json!(name));
+        }
+        Some(given) if given != name => {
+            bail!("name: the spec names {given}, not the schedule `{name}` being replaced")
+        }
+        Some(_) => {}
+    }
+    for (field, value) in flags {
+        if let Some(v) = value {
+            fields.insert(field.to_string(), json!(v));
+        }
+    }
+    if let Err(e) =
+        serde_path_to_error::deserialize::<_, overseer_core::schedule::ScheduleSpec>(&spec)
+    {
+        bail!("{}", located(e.path(), e.inner()));
+    }
+    Ok(spec)
 }
 
 pub async fn schedules(
@@ -748,6 +845,23 @@ pub async fn schedules(
             Some(all)
         }
         SchedulesCmd::Get { name } => Some(client.schedule(&name).await?),
+        SchedulesCmd::Update {
+            name,
+            file,
+            cron,
+            timezone,
+            overlap,
+            misfire,
+        } => {
+            let flags = [
+                ("cron", cron),
+                ("timezone", timezone),
+                ("overlap", overlap),
+                ("misfire", misfire),
+            ];
+            let spec = replacement(&client, &name, file.as_deref(), flags).await?;
+            Some(client.schedule_update(&name, &spec).await?)
+        }
         SchedulesCmd::Delete { name } => {
             client.schedule_delete(&name).await?;
             eprintln!("schedule {name} deleted");

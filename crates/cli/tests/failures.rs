@@ -793,3 +793,188 @@ async fn whole_job_retry_undoes_and_runs_each_round() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("round: 2 of 2"), "{text}");
 }
+
+// Proves `job_exhausted: hold` end to end: with two rounds, the first failed round is undone
+// and the job starts over; the step failing for good in the last round blocks the job with
+// that round's work kept (not undone), the reason naming the last round and `overseer status`
+// the policy; the operator's cancel then undoes the round and the job ends `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_job_retry_holds_after_its_last_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let journal = dir.path().join("journal");
+    let _work = Agent::start(&server, "work", &journaling(&journal, "do"));
+    let _undo = Agent::start(&server, "undo", &journaling(&journal, "undo"));
+    let _broken = Agent::start_with(
+        &server,
+        "broken",
+        &["--fatal-exit-codes", "3"],
+        &["sh", "-c", "cat >/dev/null; echo 'declined' >&2; exit 3"],
+    );
+    let api = server.api();
+    let id = api
+        .submit(
+            &json!({"on_failure": "compensate_and_retry", "job_attempts": 2,
+            "job_exhausted": "hold", "job_backoff": {"initial": "100ms"},
+            "steps": [
+                {"name": "reserve", "agent": "work", "compensate": {"agent": "undo"}},
+                {"name": "charge", "agent": "broken", "depends_on": ["reserve"]}
+            ]}),
+        )
+        .await;
+    let blocked = wait_for("the last round to block", || {
+        let (api, id) = (api.clone(), id.clone());
+        async move {
+            let job = api.job(&id).await;
+            (job["state"] == "blocked").then_some(job)
+        }
+    })
+    .await;
+    assert_eq!(
+        (blocked["round"].as_u64(), blocked["job_exhausted"].as_str()),
+        (Some(2), Some("hold")),
+        "{blocked}"
+    );
+    assert_eq!(
+        step(&blocked, "reserve")["state"],
+        "succeeded",
+        "kept: {blocked}"
+    );
+    assert_eq!(step(&blocked, "charge")["state"], "failed", "{blocked}");
+    let reason = blocked["blocked_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("last round, 2 of 2"), "{reason}");
+    let stripped = |lines: Vec<String>| -> Vec<String> {
+        lines
+            .into_iter()
+            .map(|l| l.split(' ').take(4).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    assert_eq!(
+        stripped(journal_lines(&journal)),
+        [
+            "do reserve 1 work",
+            "undo reserve 2 compensate",
+            "do reserve 3 work"
+        ],
+        "round 1 undone, round 2 held with its work"
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["status", &id, "--server", &server.url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("round: 2 of 2 (after the last: hold)"),
+        "{text}"
+    );
+    let (status, cancelled) = api.post(&format!("/v1/jobs/{id}/cancel"), &json!({})).await;
+    assert_eq!(status, 200, "{cancelled}");
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "cancelled", "{job}");
+    assert_eq!(job["compensated"], json!(["reserve"]), "{job}");
+    assert_eq!(
+        stripped(journal_lines(&journal)),
+        [
+            "do reserve 1 work",
+            "undo reserve 2 compensate",
+            "do reserve 3 work",
+            "undo reserve 4 compensate"
+        ]
+    );
+}
+
+// Proves a job's `deadline` end to end: `reserve` succeeds, `hang` heartbeats past the job's
+// 4 s deadline, `ship` waits behind it. At the deadline the job stops wanting its work: `ship`
+// is never leased, the hanging command is told to stop and killed, nothing is leased after
+// the deadline but the undo, `reserve` is undone (its undo ran once), and the job ends `failed`
+// naming the deadline, within a sweep or so of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_deadline_stops_undoes_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let journal = dir.path().join("journal");
+    let pids = dir.path().join("pids");
+    let _work = Agent::start(&server, "work", &journaling(&journal, "do"));
+    let _undo = Agent::start(&server, "undo", &journaling(&journal, "undo"));
+    let _hang = Agent::start(
+        &server,
+        "hang",
+        &format!(
+            "cat >/dev/null; sleep 60 & echo $! >> {p}; wait",
+            p = pids.display()
+        ),
+    );
+    let id = api
+        .submit(&json!({"deadline": "4s", "steps": [
+            {"name": "reserve", "agent": "work", "compensate": {"agent": "undo"}},
+            {"name": "hang", "agent": "hang", "depends_on": ["reserve"], "timeout": "2s"},
+            {"name": "ship", "agent": "work", "depends_on": ["hang"]}
+        ]}))
+        .await;
+    let pid: u32 = wait_for("the hanging command to start", || {
+        let pids = pids.clone();
+        async move {
+            let text = std::fs::read_to_string(&pids).unwrap_or_default();
+            text.lines().next()?.trim().parse().ok()
+        }
+    })
+    .await;
+    let job = api.wait_terminal(&id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(job["compensated"], json!(["reserve"]), "{job}");
+    assert_eq!(step(&job, "reserve")["state"], "compensated", "{job}");
+    assert_eq!(
+        (
+            step(&job, "ship")["state"].as_str(),
+            step(&job, "ship")["attempt"].as_u64()
+        ),
+        (Some("cancelled"), Some(0)),
+        "nothing new starts past the deadline: {job}"
+    );
+    assert_ne!(step(&job, "hang")["state"], "succeeded", "{job}");
+    wait_for("the hanging command to be stopped", || async move {
+        (!process_alive(pid)).then_some(())
+    })
+    .await;
+
+    let events = api.events(&id).await;
+    let deadline = millis(&job["deadline"]);
+    let passed = events
+        .iter()
+        .find(|e| e["kind"] == "job_deadline_passed")
+        .unwrap_or_else(|| panic!("no job_deadline_passed: {events:?}"));
+    let passed_at = millis(&passed["at"]);
+    assert!(
+        (deadline..=deadline + 1_500).contains(&passed_at),
+        "enforced {} ms after the deadline",
+        passed_at - deadline
+    );
+    let after: Vec<&Value> = events
+        .iter()
+        .filter(|e| millis(&e["at"]) >= passed_at && e["kind"] == "step_leased")
+        .collect();
+    assert!(
+        after.is_empty(),
+        "work leased after the deadline: {after:?}"
+    );
+    let unwound = events
+        .iter()
+        .find(|e| e["kind"] == "job_compensating")
+        .unwrap_or_else(|| panic!("no job_compensating: {events:?}"));
+    assert_eq!(unwound["detail"]["cause"], "deadline", "{unwound}");
+    let failed = events.iter().find(|e| e["kind"] == "job_failed").unwrap();
+    assert_eq!(
+        failed["detail"]["compensated"],
+        json!(["reserve"]),
+        "{failed}"
+    );
+    let lines = journal_lines(&journal);
+    let undos: Vec<&String> = lines.iter().filter(|l| l.starts_with("undo")).collect();
+    assert_eq!(undos.len(), 1, "the undo ran once: {lines:?}");
+    assert!(undos[0].starts_with("undo reserve"), "{lines:?}");
+    assert!(
+        !lines.iter().any(|l| l.starts_with("do ship")),
+        "ship never ran: {lines:?}"
+    );
+}

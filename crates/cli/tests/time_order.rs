@@ -494,3 +494,176 @@ async fn priorities_order_a_backlog() {
         "then priority 0, which still completes"
     );
 }
+
+/// The due times (ms) the schedule `name` fired, from its jobs' idempotency keys, in order.
+async fn fired_dues(api: &Api, name: &str) -> Vec<i64> {
+    let mut dues: Vec<i64> = jobs_with_label(api, &format!("schedule:{name}"))
+        .await
+        .iter()
+        .map(|j| {
+            j["idempotency_key"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    dues.sort_unstable();
+    dues
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+// Proves a schedule replaced while it runs, through the real server and `overseer schedules
+// update`: firing on even seconds, `--cron 1/2 * * * * *` moves it to odd seconds: nothing even
+// fires after the update returned, the odd seconds fire from the first one after the update,
+// each once, with no gap; then a spec file with `@yearly` and another job body stops the
+// firings until next New Year (UTC), and a name other than the schedule's is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_schedule_fires_on_its_new_pattern_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let api = server.api();
+    let (status, body) = api
+        .post(
+            "/v1/schedules",
+            &json!({"name": "flip", "cron": "0/2 * * * * *", "overlap": "allow",
+                    "job": {"steps": [{"name": "tick", "agent": "nobody"}]}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    wait_for("two firings on even seconds", || {
+        let api = api.clone();
+        async move { (fired_dues(&api, "flip").await.len() >= 2).then_some(()) }
+    })
+    .await;
+
+    let before = now_ms();
+    let out = overseer_at(
+        &server,
+        &["schedules", "update", "flip", "--cron", "1/2 * * * * *"],
+    );
+    let after = now_ms();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["cron"], "1/2 * * * * *", "{shown}");
+    assert_eq!(
+        shown["overlap"], "allow",
+        "the stored definition kept the rest"
+    );
+    let next = millis(&shown["next_fire_at"]);
+    assert_eq!(next.rem_euclid(2_000), 1_000, "an odd second: {shown}");
+    assert!(next > before && next <= after + 2_000, "{shown}");
+
+    wait_for("three firings on odd seconds", || {
+        let api = api.clone();
+        async move {
+            let odd = fired_dues(&api, "flip")
+                .await
+                .into_iter()
+                .filter(|d| d.rem_euclid(2_000) == 1_000)
+                .count();
+            (odd >= 3).then_some(())
+        }
+    })
+    .await;
+    let dues = fired_dues(&api, "flip").await;
+    let unique: BTreeSet<i64> = dues.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        dues.len(),
+        "no due time fired twice: {dues:?}"
+    );
+    let (even, odd): (Vec<i64>, Vec<i64>) = dues.iter().partition(|d| d.rem_euclid(2_000) == 0);
+    assert!(
+        even.iter().all(|d| *d <= after),
+        "an old due time fired after the update returned: {dues:?} (update at {before}..{after})"
+    );
+    assert!(odd.iter().all(|d| *d > before), "{dues:?}");
+    assert_eq!(
+        odd[0], next,
+        "the first new firing is the announced one: {dues:?}"
+    );
+    assert!(
+        odd.windows(2).all(|w| w[1] - w[0] == 2_000),
+        "every odd second from the first, no gap: {odd:?}"
+    );
+
+    // A spec file (no name: the schedule's own) with a macro and a new job body.
+    let file = dir.path().join("yearly.yaml");
+    std::fs::write(
+        &file,
+        "cron: '@yearly'\njob:\n  priority: 5\n  steps:\n    - {name: tock, agent: nobody}\n",
+    )
+    .unwrap();
+    let out = overseer_at(
+        &server,
+        &["schedules", "update", "flip", file.to_str().unwrap()],
+    );
+    let stopped_at = now_ms();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&shown["cron"], &shown["overlap"], &shown["job"]["priority"]),
+        (&json!("@yearly"), &json!("skip"), &json!(5)),
+        "a file replaces the whole definition: {shown}"
+    );
+    let new_year = {
+        use chrono::Datelike;
+        let year = chrono::Utc::now().year() + 1;
+        chrono::NaiveDate::from_ymd_opt(year, 1, 1)
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap()
+            .and_utc()
+            .timestamp_millis()
+    };
+    assert_eq!(millis(&shown["next_fire_at"]), new_year, "{shown}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = fired_dues(&api, "flip").await;
+    assert!(
+        later.iter().all(|d| *d <= stopped_at),
+        "fired after moving to @yearly: {later:?}"
+    );
+
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(
+        &wrong,
+        r#"{"name": "other", "cron": "@daily", "job": {"steps": [{"name": "a", "agent": "b"}]}}"#,
+    )
+    .unwrap();
+    let out = overseer_at(
+        &server,
+        &["schedules", "update", "flip", wrong.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("name"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, problem) = api
+        .post_put(
+            "/v1/schedules/flip",
+            &json!({"name": "flip", "cron": "@sometimes", "job": {"steps": [{"name": "a", "agent": "b"}]}}),
+        )
+        .await;
+    assert_eq!(
+        (status, problem["field"].as_str()),
+        (400, Some("cron")),
+        "{problem}"
+    );
+}

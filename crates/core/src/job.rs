@@ -8,7 +8,9 @@ use serde_json::Value;
 use crate::backoff::{Backoff, Formula};
 use crate::id::{JobId, LeaseId};
 use crate::push::HttpTarget;
-use crate::spec::{CompensateSpec, JobSpec, OnFailure, DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT};
+use crate::spec::{
+    CompensateSpec, JobExhausted, JobSpec, OnFailure, DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT,
+};
 use crate::time::{Span, Timestamp};
 
 macro_rules! string_enum {
@@ -151,12 +153,20 @@ pub struct Job {
     pub steps: Vec<Step>,
 }
 
-/// A whole-job retry's policy: at most `attempts` rounds, `backoff` before each new one; the
-/// job fails after the last.
+/// A whole-job retry's policy: at most `attempts` rounds, `backoff` before each new one; when
+/// the last fails, `then` says whether the job fails (after undoing it) or is held.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRetry {
     pub attempts: u32,
     pub backoff: Backoff,
+    /// Left out of the stored JSON when `fail`, so policies stored before it existed read back
+    /// the same.
+    #[serde(default, skip_serializing_if = "is_fail")]
+    pub then: JobExhausted,
+}
+
+fn is_fail(then: &JobExhausted) -> bool {
+    *then == JobExhausted::Fail
 }
 
 /// One step of a job, with its current attempt.
@@ -302,6 +312,7 @@ impl Job {
                     .job_attempts
                     .unwrap_or(crate::spec::DEFAULT_JOB_ATTEMPTS),
                 backoff: spec.job_backoff.unwrap_or_default(),
+                then: spec.job_exhausted.unwrap_or_default(),
             }),
             rerun_of: None,
             rerun_by: None,

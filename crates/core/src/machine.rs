@@ -22,7 +22,10 @@
 //! unwinds as with `compensate`; once every undo is done, if rounds are left (`job_attempts`)
 //! and the job's deadline has not passed, every step goes back to `waiting`, `round` grows by
 //! one and the roots are ready after the job's backoff (`job_round_started`). Attempt numbers
-//! keep growing across rounds, so a report from an earlier round is always refused.
+//! keep growing across rounds, so a report from an earlier round is always refused. After the
+//! last round the job ends `failed` (undone), or, with `job_exhausted: hold`, a step that fails
+//! for good in the last round blocks the job as `hold` does, nothing undone: an operator's
+//! retry or skip goes on in that round, a cancel undoes it.
 //!
 //! Progress: a heartbeat may carry `progress` (any JSON). It is kept on the step with the time it
 //! came (`progress`, `progress_at`), fenced like the heartbeat itself, and recorded in the
@@ -48,7 +51,7 @@
 //!         pending --> failed: job deadline passed
 //!         running --> succeeded: every step succeeded or skipped
 //!         running --> failed: a step failed for good (fail, or compensate with nothing to undo), or the job deadline passed
-//!         running --> blocked: a step failed for good (hold)
+//!         running --> blocked: a step failed for good (hold, or in the last round of a whole-job retry with job_exhausted hold)
 //!         running --> compensating: a step failed for good (compensate), cancelled, or the job deadline passed
 //!         running --> cancelled: cancel, once no step runs, nothing to undo
 //!         blocked --> running: operator retry, skip or resume
@@ -99,7 +102,7 @@ use serde_json::{json, Value};
 use crate::id::LeaseId;
 use crate::job::JobRetry;
 use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, StepState};
-use crate::spec::OnFailure;
+use crate::spec::{JobExhausted, OnFailure};
 use crate::time::{Span, Timestamp};
 
 /// A step that has failed this many times raises a "poisoned" alert, even if it may retry more.
@@ -1088,6 +1091,13 @@ impl Work {
                 let reason = format!("step `{name}` failed: {error}");
                 self.block(reason);
             }
+            OnFailure::CompensateAndRetry if self.holds_last_round() => {
+                let (round, rounds) = (self.job.round, self.job.retry.map_or(1, |r| r.attempts));
+                let reason = format!(
+                    "step `{name}` failed: {error} (in the last round, {round} of {rounds})"
+                );
+                self.block(reason);
+            }
             OnFailure::Compensate | OnFailure::CompensateAndRetry => {
                 self.cancel_unstarted("the job is compensating");
                 let mut detail = json!({ "step": name, "error": error });
@@ -1293,6 +1303,14 @@ impl Work {
                 self.finish_job(JobState::Failed, Some(json!({ "compensated": undone })));
             }
         }
+    }
+
+    /// Whether a step that fails for good now blocks the job rather than unwinding it: the job
+    /// is in the last round of a whole-job retry whose `then` is `hold`.
+    fn holds_last_round(&self) -> bool {
+        self.job
+            .retry
+            .is_some_and(|r| r.then == JobExhausted::Hold && self.job.round >= r.attempts)
     }
 
     /// The policy of a whole-job retry that may run another round now: rounds left, and the

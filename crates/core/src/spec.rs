@@ -62,9 +62,35 @@ pub struct JobSpec {
     /// parameters given means 1 s doubling up to 5 min).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_backoff: Option<Backoff>,
+    /// What a `compensate_and_retry` job does when a step fails for good in its last round:
+    /// `fail` (the default) undoes the round and fails the job; `hold` blocks the job as
+    /// `on_failure: hold` would, with the round's work kept for an operator to retry, skip or
+    /// cancel (which undoes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_exhausted: Option<JobExhausted>,
     /// 1 to `limits.steps_per_job` (100).
     #[schema(min_items = 1, max_items = 100)]
     pub steps: Vec<StepSpec>,
+}
+
+/// How a whole-job retry ends when its last round fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobExhausted {
+    /// Undo the last round like the others, then fail the job.
+    #[default]
+    Fail,
+    /// Block the job at the failed step of the last round, nothing undone, for an operator.
+    Hold,
+}
+
+impl JobExhausted {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobExhausted::Fail => "fail",
+            JobExhausted::Hold => "hold",
+        }
+    }
 }
 
 /// The most rounds one whole-job retry may ask for.
@@ -623,12 +649,13 @@ impl JobSpec {
 }
 
 impl JobSpec {
-    /// `job_attempts` and `job_backoff` shape a whole-job retry only.
+    /// `job_attempts`, `job_backoff` and `job_exhausted` shape a whole-job retry only.
     fn validate_job_retry(&self) -> Result<(), SpecError> {
         let retrying = self.on_failure == Some(OnFailure::CompensateAndRetry);
         for (field, given) in [
             ("job_attempts", self.job_attempts.is_some()),
             ("job_backoff", self.job_backoff.is_some()),
+            ("job_exhausted", self.job_exhausted.is_some()),
         ] {
             if given && !retrying {
                 return Err(SpecError::new(

@@ -65,6 +65,10 @@ pub struct JobView {
     /// Rounds a whole-job retry runs at most; absent for other jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_attempts: Option<u32>,
+    /// What a whole-job retry does when its last round fails (`fail` or `hold`); absent for
+    /// other jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_exhausted: Option<crate::spec::JobExhausted>,
     /// The job this one reruns (`POST /v1/jobs/{id}/rerun`), when it is a rerun.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_of: Option<JobId>,
@@ -152,6 +156,7 @@ impl From<&Job> for JobView {
             deadline: job.deadline,
             round: job.round,
             job_attempts: job.retry.map(|r| r.attempts),
+            job_exhausted: job.retry.map(|r| r.then),
             rerun_of: job.rerun_of,
             rerun_by: job.rerun_by,
             waiting_reason: None,

@@ -143,6 +143,7 @@ pub fn from_push(
         deadline: None,
         job_attempts: None,
         job_backoff: None,
+        job_exhausted: None,
         steps: vec![StepSpec {
             name: jobtype,
             agent: queue,

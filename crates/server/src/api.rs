@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use overseer_core::machine::{admit, Reply};
-use overseer_core::schedule::{CronSchedule, ScheduleSpec};
+use overseer_core::schedule::{self, CronSchedule, ScheduleSpec};
 use overseer_core::spec::{decode_bytes, JobSpec};
 use overseer_core::wire::{
     AgentList, AgentView, AlertDelivery, AlertList, AlertView, BatchRequest, BatchResponse,
@@ -19,8 +19,8 @@ use overseer_core::wire::{
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{
     AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
-    ReportApplied, Reports, RerunJob, Schedule, ScheduleCreated, SchedulePause, SettingsUpdate,
-    Submitted,
+    ReportApplied, Reports, RerunJob, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate,
+    SettingsUpdate, Submitted,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -97,7 +97,7 @@ fn documented() -> (axum::Router<App>, utoipa::openapi::OpenApi) {
         .routes(routes!(fail))
         .routes(routes!(report_batch))
         .routes(routes!(list_schedules, create_schedule))
-        .routes(routes!(get_schedule, delete_schedule))
+        .routes(routes!(get_schedule, update_schedule, delete_schedule))
         .routes(routes!(pause_schedule))
         .routes(routes!(resume_schedule))
         .routes(routes!(ordering_key))
@@ -162,7 +162,7 @@ fn add_links(doc: &mut utoipa::openapi::OpenApi) {
     let step = ("name", "$response.body#/steps/0/name");
     let lease = ("lease_id", "$response.body#/leases/0/lease_id");
     let named = ("name", "$response.body#/name");
-    let links: [Linked; 16] = [
+    let links: [Linked; 17] = [
         ("/v1/jobs", "202", "get_job", &[job]),
         ("/v1/jobs", "202", "job_events", &[job]),
         ("/v1/jobs", "202", "wait_job", &[job]),
@@ -175,6 +175,7 @@ fn add_links(doc: &mut utoipa::openapi::OpenApi) {
         ("/v1/agents/{agent}/leases", "200", "complete", &[lease]),
         ("/v1/agents/{agent}/leases", "200", "fail", &[lease]),
         ("/v1/schedules", "201", "get_schedule", &[named]),
+        ("/v1/schedules", "201", "update_schedule", &[named]),
         ("/v1/schedules", "201", "pause_schedule", &[named]),
         ("/v1/schedules", "201", "resume_schedule", &[named]),
         ("/v1/schedules", "201", "delete_schedule", &[named]),
@@ -1646,6 +1647,36 @@ async fn get_schedule(State(app): State<App>, Path(name): Path<String>) -> Resul
     Ok(Json(schedule_view(&find_schedule(&app, &name).await?)))
 }
 
+#[utoipa::path(put, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), request_body = ScheduleSpec, responses((status = 200, description = "The schedule as replaced: cron, timezone, job, overlap and misfire changed together; the next due time counted from now under the new pattern (kept when the pattern and zone did not change), never a due time that already fired; a paused schedule stays paused", body = serde_json::Value), (status = "default", description = "A problem: 400 invalid request (`field` names it; `name` must be the schedule's own), 401/403 auth, 404 not found, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+async fn update_schedule(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    Body(spec): Body<ScheduleSpec>,
+) -> Result<Json<Value>> {
+    if spec.name != name {
+        return Err(ApiError::bad_request(
+            "name",
+            format!(
+                "`{}` is not the schedule being replaced (`{name}`); a schedule cannot be renamed",
+                spec.name
+            ),
+        ));
+    }
+    let cron = spec.validate(app.limits())?;
+    check_outbound(&app, &spec.job, "job.")?;
+    let now = app.now();
+    let s = app
+        .store()
+        .schedule_update(ScheduleUpdate { spec, cron, now })
+        .await?;
+    tracing::info!(schedule = %s.name, cron = %s.spec.cron, timezone = %s.spec.timezone,
+        next = ?s.next_fire_at, "schedule replaced");
+    if let Some(at) = s.next_fire_at {
+        app.notifier().due_at(at);
+    }
+    Ok(Json(schedule_view(&s)))
+}
+
 #[utoipa::path(delete, path = "/v1/schedules/{name}", tag = "schedules", params(("name" = String, Path, description = "A schedule name", min_length = 1, max_length = 200)), responses((status = 204, description = "Deleted"), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn delete_schedule(State(app): State<App>, Path(name): Path<String>) -> Result<StatusCode> {
     if app.store().schedule_delete(&name).await? {
@@ -1681,7 +1712,7 @@ async fn resume_schedule(State(app): State<App>, Path(name): Path<String>) -> Re
         .schedule_set_paused(SchedulePause {
             name: name.to_string(),
             paused: false,
-            next_fire_at: cron.next_after(now),
+            next_fire_at: schedule::resume_at(&cron, s.last_fire_at, now),
             now,
         })
         .await?;

@@ -294,6 +294,7 @@ mod tests {
                 Need::Admin,
             ),
             (Method::DELETE, "/v1/schedules/{name}", None, Need::Operate),
+            (Method::PUT, "/v1/schedules/{name}", None, Need::Operate),
             (Method::POST, "/v1/something-new", None, Need::Admin),
         ];
         for (method, path, agent, need) in cases {

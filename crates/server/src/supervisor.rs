@@ -487,68 +487,64 @@ impl Supervisor {
                 break;
             };
             let plan = schedule::plan(&cron, s.spec.misfire, due, now);
-            let Some(fire_at) = plan.fire else {
+            let job = plan.fire.map(|fire_at| {
+                let spec = s.spec.job_for(fire_at);
+                let job = Job::from_spec(self.app.new_job_id(), &spec, now);
+                NewJob {
+                    transition: admit(job, now),
+                }
+            });
+            if job.is_none() {
                 tracing::warn!(schedule = %s.name, due = %due, "misfire: skipping the missed window");
-                store
-                    .schedule_set_paused(SchedulePause {
-                        name: s.name.to_string(),
-                        paused: false,
-                        next_fire_at: plan.next,
-                        now,
-                    })
-                    .await?;
-                s.next_fire_at = plan.next;
-                continue;
-            };
-            let spec = s.spec.job_for(fire_at);
-            let job = Job::from_spec(self.app.new_job_id(), &spec, now);
+            }
             let fire = Fire {
                 name: s.name.clone(),
+                spec: s.spec.clone(),
                 due_at: due,
                 next_fire_at: plan.next,
-                job: NewJob {
-                    transition: admit(job, now),
-                },
+                job,
                 now,
             };
-            let outcome = match store.schedule_fire(fire, fence).await {
+            let outcome = match store.schedule_fire(fire.clone(), fence).await {
                 Ok(o) => o,
                 Err(StoreError::IdempotencyConflict { key, existing, .. }) => {
                     // A job under this due time's key exists with another body (the schedule was
                     // deleted and recreated differently): that firing happened; move on.
                     tracing::error!(schedule = %s.name, due = %due, %key, %existing,
                         "this due time already fired with another job body; skipping it");
-                    store
-                        .schedule_set_paused(SchedulePause {
-                            name: s.name.to_string(),
-                            paused: false,
-                            next_fire_at: plan.next,
-                            now,
-                        })
-                        .await?;
-                    s.next_fire_at = plan.next;
-                    continue;
+                    let pass = Fire { job: None, ..fire };
+                    store.schedule_fire(pass, fence).await?
                 }
                 Err(e) => return Err(e),
             };
-            match outcome {
-                FireOutcome::Fired(Submitted::Created(t)) => {
-                    fired += 1;
-                    tracing::info!(schedule = %s.name, due = %due, job = %t.job.id, "schedule fired");
-                    self.app.metrics().jobs_submitted.inc();
-                    self.app.committed(&t);
-                }
-                FireOutcome::Fired(Submitted::Existing(job)) => {
-                    tracing::info!(schedule = %s.name, due = %due, job = %job.id, "schedule firing already recorded");
-                }
-                FireOutcome::Skipped { running } => {
-                    tracing::info!(schedule = %s.name, due = %due, %running, "overlap: previous run not finished, skipped");
-                }
-                FireOutcome::Stale => break,
+            if matches!(outcome, FireOutcome::Stale) {
+                break;
             }
+            fired += self.fired(&s.name, due, outcome);
             s.next_fire_at = plan.next;
         }
         Ok(fired)
+    }
+
+    /// Logs and announces what one firing did; answers how many jobs it created (0 or 1).
+    fn fired(&self, name: &str, due: Timestamp, outcome: FireOutcome) -> usize {
+        match outcome {
+            FireOutcome::Fired(Submitted::Created(t)) => {
+                tracing::info!(schedule = %name, due = %due, job = %t.job.id, "schedule fired");
+                self.app.metrics().jobs_submitted.inc();
+                self.app.committed(&t);
+                1
+            }
+            FireOutcome::Fired(Submitted::Existing(job)) => {
+                tracing::info!(schedule = %name, due = %due, job = %job.id, "schedule firing already recorded");
+                0
+            }
+            FireOutcome::Skipped { running } => {
+                tracing::info!(schedule = %name, due = %due, %running, "overlap: previous run not finished, skipped");
+                0
+            }
+            FireOutcome::Passed | FireOutcome::Stale => 0,
+        }
     }
 
     /// Re-derives the next page of active jobs; returns how many needed repair.

@@ -590,7 +590,7 @@ async fn the_api_describes_itself() {
                 .count()
         })
         .sum();
-    assert_eq!(operations, 41, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(operations, 42, "{:?}", paths.keys().collect::<Vec<_>>());
     for schema in [
         "JobSpec",
         "JobView",
@@ -824,7 +824,7 @@ async fn bodies_are_objects_and_path_names_are_bounded() {
 }
 
 // Proves the document's links lead somewhere: every operation that makes a job, lease, schedule
-// or token links to the operations taking its id (15 links), and each link names an
+// or token links to the operations taking its id (17 links), and each link names an
 // operationId that the document has.
 #[tokio::test]
 async fn links_name_documented_operations() {
@@ -852,13 +852,146 @@ async fn links_name_documented_operations() {
             }
         }
     }
-    assert_eq!(links.len(), 16, "{links:?}");
+    assert_eq!(links.len(), 17, "{links:?}");
     for target in &links {
         assert!(
             ids.contains(target),
             "a link to `{target}`, which is no operation"
         );
     }
+}
+
+// Proves `PUT /v1/schedules/{name}`: bad input is a 400 naming the field (the cron, a job
+// field, a name other than the path's, an unknown field) and an unknown schedule a 404; a
+// replacement changes cron, zone, overlap, misfire and job together and counts the next due
+// time from now under the new pattern; a due time that fired is not due again when the new
+// pattern matches it; a paused schedule stays paused; a macro works as a cron.
+#[tokio::test]
+async fn a_schedule_is_replaced_in_place() {
+    let h = harness();
+    let job = json!({"steps": [{"name": "s", "agent": "a"}]});
+    let (status, created) = h
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(json!({"name": "tick", "cron": "@hourly", "job": job})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let next = |v: &Value| Timestamp::parse_rfc3339(v["next_fire_at"].as_str().unwrap()).unwrap();
+    assert_eq!(next(&created).as_millis(), T0 + 3_600_000, "{created}");
+    let put = |body: Value| h.call("PUT", "/v1/schedules/tick", Some(body));
+    for (body, field) in [
+        (
+            json!({"name": "tick", "cron": "@fortnightly", "job": job}),
+            "cron",
+        ),
+        (json!({"name": "tick", "cron": "* * *", "job": job}), "cron"),
+        (
+            json!({"name": "tick", "cron": "@daily", "timezone": "Mars/Olympus", "job": job}),
+            "timezone",
+        ),
+        (
+            json!({"name": "tick", "cron": "@daily", "job": {"idempotency_key": "k", "steps": job["steps"]}}),
+            "job.idempotency_key",
+        ),
+        (
+            json!({"name": "tock", "cron": "@daily", "job": job}),
+            "name",
+        ),
+        (
+            json!({"name": "tick", "cron": "@daily", "job": job, "overlapp": "allow"}),
+            "overlapp",
+        ),
+    ] {
+        let (status, problem) = put(body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {problem}");
+        assert!(
+            problem["field"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(field)
+                || problem["detail"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(field),
+            "{body}: {problem}"
+        );
+    }
+    let (_, unchanged) = h.call("GET", "/v1/schedules/tick", None).await;
+    assert_eq!(unchanged, created, "refused replacements change nothing");
+    let (status, problem) = h
+        .call(
+            "PUT",
+            "/v1/schedules/nope",
+            Some(json!({"name": "nope", "cron": "@daily", "job": job})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+
+    // Every 10 s, in another zone, overlapping, catching up: all at once.
+    let new_job = json!({"priority": 4, "steps": [{"name": "t", "agent": "b"}]});
+    let (status, replaced) = put(json!({"name": "tick", "cron": "*/10 * * * * *",
+        "timezone": "Asia/Tokyo", "overlap": "allow", "misfire": "all", "job": new_job}))
+    .await;
+    assert_eq!(status, StatusCode::OK, "{replaced}");
+    assert_eq!(
+        (
+            &replaced["cron"],
+            &replaced["timezone"],
+            &replaced["overlap"],
+            &replaced["misfire"],
+            &replaced["job"]["priority"]
+        ),
+        (
+            &json!("*/10 * * * * *"),
+            &json!("Asia/Tokyo"),
+            &json!("allow"),
+            &json!("all"),
+            &json!(4)
+        )
+    );
+    assert_eq!(next(&replaced).as_millis(), T0 + 10_000, "{replaced}");
+    assert_eq!(replaced["created_at"], created["created_at"]);
+
+    h.advance(10_000);
+    h.sweep().await;
+    let (_, fired) = h.call("GET", "/v1/schedules/tick", None).await;
+    assert_eq!(
+        Timestamp::parse_rfc3339(fired["last_fire_at"].as_str().unwrap())
+            .unwrap()
+            .as_millis(),
+        T0 + 10_000,
+        "{fired}"
+    );
+    let (_, jobs) = h.call("GET", "/v1/jobs", None).await;
+    let jobs = jobs["jobs"].as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["priority"], 4, "the new job body fired");
+    // At the very instant that fired, a pattern matching it again: next is 15 s, not 10 s.
+    let (_, again) =
+        put(json!({"name": "tick", "cron": "*/5 * * * * *", "overlap": "allow", "job": new_job}))
+            .await;
+    assert_eq!(next(&again).as_millis(), T0 + 15_000, "{again}");
+    h.sweep().await;
+    let (_, jobs) = h.call("GET", "/v1/jobs", None).await;
+    assert_eq!(
+        jobs["jobs"].as_array().unwrap().len(),
+        1,
+        "nothing fired twice"
+    );
+
+    let (status, _) = h.call("POST", "/v1/schedules/tick/pause", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, paused) = put(json!({"name": "tick", "cron": "@daily", "job": job})).await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    assert_eq!(
+        (&paused["paused"], &paused["next_fire_at"], &paused["cron"]),
+        (&json!(true), &Value::Null, &json!("@daily"))
+    );
+    let (_, resumed) = h.call("POST", "/v1/schedules/tick/resume", None).await;
+    // 2027-01-16T00:00:00Z: the next midnight after T0 + 10 s.
+    assert_eq!(next(&resumed).as_millis(), T0 + 16 * 3_600_000, "{resumed}");
 }
 
 // Proves the rerun route: 404 for an unknown job, 409 (not-allowed) while the job runs, 202 with

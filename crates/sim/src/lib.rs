@@ -14,6 +14,7 @@
 //! from the server's seeded generator, time from the manual clock. A failure names its seed
 //! and prints the last [`trace::TRACE_KEEP`] actions with their answers.
 
+pub mod cron;
 pub mod model;
 pub mod sim;
 pub mod store;
@@ -85,6 +86,8 @@ fn replay_command(seed: u64, opts: &Options) -> String {
         Bug::StaleLeaseLookup => cmd.push_str(" --bug stale-lease"),
         Bug::LaggingReportClock => cmd.push_str(" --bug lagging-clock"),
         Bug::RescheduleRunsNow => cmd.push_str(" --bug reschedule-runs-now"),
+        Bug::RoundEndsAtLastUndoLease => cmd.push_str(" --bug round-skips-undo"),
+        Bug::PruneIgnoresState => cmd.push_str(" --bug prune-ignores-state"),
         Bug::RerunForgetsKept => cmd.push_str(" --bug rerun-forgets-kept"),
     }
     cmd

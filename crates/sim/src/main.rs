@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use overseer_sim::{run_seed_traced, Bug, Failure, Options};
 
-const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--trace] [--bug none|stale-lease|lagging-clock|reschedule-runs-now|rerun-forgets-kept]";
+const USAGE: &str = "usage: overseer-sim [--seeds N] [--start S] [--seed S] [--actions N] [--jobs N] [--threads T] [--trace] [--bug none|stale-lease|lagging-clock|reschedule-runs-now|rerun-forgets-kept|round-skips-undo|prune-ignores-state]";
 
 struct Args {
     start: u64,
@@ -68,6 +68,8 @@ fn parse() -> Result<Args, String> {
                     "stale-lease" => Bug::StaleLeaseLookup,
                     "lagging-clock" => Bug::LaggingReportClock,
                     "reschedule-runs-now" => Bug::RescheduleRunsNow,
+                    "round-skips-undo" => Bug::RoundEndsAtLastUndoLease,
+                    "prune-ignores-state" => Bug::PruneIgnoresState,
                     "rerun-forgets-kept" => Bug::RerunForgetsKept,
                     other => return Err(format!("--bug: unknown bug `{other}`")),
                 }
@@ -134,7 +136,8 @@ fn main() -> ExitCode {
     eprintln!(
         "{ran} seeds in {secs:.1} s ({:.1} seeds/s) on {} threads: {} requests, {} leases ({} undo), \
          reports {} ok / {} refused, {} server crashes, {} cancels, {} operator actions, \
-         jobs {} succeeded / {} failed / {} cancelled, {} times blocked, {} steps compensated",
+         jobs {} succeeded / {} failed / {} cancelled, {} times blocked, {} steps compensated, \
+         {} jobs removed after their retention",
         ran as f64 / secs.max(1e-9),
         args.threads,
         t.requests,
@@ -149,7 +152,8 @@ fn main() -> ExitCode {
         t.failed,
         t.cancelled,
         t.blocked_seen,
-        t.compensated_steps
+        t.compensated_steps,
+        t.pruned
     );
     let paths: Vec<String> = t.paths.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     eprintln!("paths taken: {}", paths.join("; "));

@@ -6,7 +6,7 @@
 //! and every report, cancel and operator action the server acknowledged. Each answer and each
 //! job view is checked against it; a mismatch is a violation, reported as a readable message.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use overseer_core::wire::{JobView, Lease, LeaseKind};
 use overseer_core::{Event, JobId, JobState, LeaseId, StepState, Timestamp};
@@ -57,6 +57,20 @@ pub struct JobModel {
     pub cancel_at: Option<Timestamp>,
     /// The terminal state once seen: it must never change.
     pub terminal: Option<JobState>,
+    /// A whole-job retry (`on_failure: compensate_and_retry`).
+    pub retry: bool,
+    /// The round the model's per-round step state (`work_done`, `undo_done`, the skips) is
+    /// about; follows the server's `round` (see [`Model::on_round`]).
+    pub round: u32,
+    /// For each finished round (index 0 is round 1), the steps whose undo the model saw
+    /// complete in it.
+    pub undone_in_round: Vec<BTreeSet<String>>,
+    /// Asked for its own retention at submit: it may be removed once finished and kept so long.
+    pub own_retention: bool,
+    /// When the server said the finished job may be removed (`removable_at`).
+    pub removable_at: Option<Timestamp>,
+    /// The job was found removed, legitimately (finished and past `removable_at`).
+    pub pruned: bool,
     /// The job this one reruns, when it is a rerun.
     pub rerun_of: Option<usize>,
     /// Its rerun, once the server made one (answered 202).
@@ -76,15 +90,16 @@ pub struct StepModel {
     /// Every step that depends on this one, directly or not.
     pub dependants: Vec<usize>,
     pub compensate: bool,
-    /// Every lease handed out for this step, work and undo, in order (attempt = index + 1).
+    /// Every lease handed out for this step, work and undo, in order (attempt = index + 1),
+    /// over every round of a whole-job retry.
     pub leases: Vec<LeaseModel>,
-    /// The lease whose `complete` was acknowledged (2xx) for the step's work.
+    /// The lease whose `complete` was acknowledged (2xx) for the step's work, in this round.
     pub work_done: Option<usize>,
-    /// An operator skip of the failed step's work was acknowledged.
+    /// An operator skip of the failed step's work was acknowledged, in this round.
     pub skipped: bool,
-    /// Acknowledged `complete`s of undo leases: at most one.
+    /// Acknowledged `complete`s of undo leases in this round: at most one.
     pub undo_done: u32,
-    /// An operator skip of the step's failed undo was acknowledged.
+    /// An operator skip of the step's failed undo was acknowledged, in this round.
     pub undo_skipped: bool,
     /// In a rerun from failure: the result the step kept from the job rerun. Such a step must
     /// never be run again (no work lease), and counts as done for its dependants.
@@ -186,7 +201,8 @@ pub struct Model {
 }
 
 impl Model {
-    /// Registers a job the clients will submit; `deps` by step index.
+    /// Registers a job the clients will submit; `deps` by step index. Whether it is a whole-job
+    /// retry and asked for its own retention is read from `body`.
     pub fn add_job(
         &mut self,
         key: String,
@@ -195,6 +211,8 @@ impl Model {
         run_at: Option<Timestamp>,
         steps: Vec<StepShape>,
     ) -> usize {
+        let retry = body["on_failure"] == "compensate_and_retry";
+        let own_retention = !body["retention"].is_null();
         let n = steps.len();
         let mut models: Vec<StepModel> = steps
             .into_iter()
@@ -241,10 +259,109 @@ impl Model {
             commit_order: None,
             cancel_at: None,
             terminal: None,
+            retry,
+            round: 1,
+            undone_in_round: Vec::new(),
+            own_retention,
+            removable_at: None,
+            pruned: false,
             rerun_of: None,
             rerun: None,
         });
         self.jobs.len() - 1
+    }
+
+    /// The server shows job `j` in `round`. When that is a later round than the model's, every
+    /// round in between has ended: each must have undone exactly the steps whose work succeeded
+    /// in it (or that a rerun kept) and declare an undo (an operator's skip of a failed undo
+    /// counts as undone), by the acknowledged reports the model saw. Then the per-round step
+    /// state starts afresh.
+    pub fn on_round(&mut self, j: usize, round: u32) -> Check {
+        let m = &mut self.jobs[j];
+        if round < m.round {
+            return Err(format!(
+                "job {j} ({}): round {round} shown after round {}: a round went back",
+                m.key, m.round
+            ));
+        }
+        if round > m.round && !m.retry {
+            return Err(format!(
+                "job {j} ({}) is not a whole-job retry, yet it shows round {round}",
+                m.key
+            ));
+        }
+        while m.round < round {
+            let succeeded: BTreeSet<String> = m
+                .steps
+                .iter()
+                .filter(|s| (s.work_done.is_some() || s.kept.is_some()) && s.compensate)
+                .map(|s| s.name.clone())
+                .collect();
+            let undone: BTreeSet<String> = m
+                .steps
+                .iter()
+                .filter(|s| s.undo_done == 1 || s.undo_skipped)
+                .map(|s| s.name.clone())
+                .collect();
+            if succeeded != undone {
+                return Err(format!(
+                    "job {j} ({}): round {} ended and round {} started, but the steps that succeeded in it and declare an undo were {succeeded:?} while the undos acknowledged (or skipped) were {undone:?}: every round of a whole-job retry undoes exactly the steps that succeeded in it",
+                    m.key,
+                    m.round,
+                    m.round + 1
+                ));
+            }
+            // The history lists the undos that completed (a skipped one is not undone).
+            m.undone_in_round.push(
+                m.steps
+                    .iter()
+                    .filter(|s| s.undo_done == 1)
+                    .map(|s| s.name.clone())
+                    .collect(),
+            );
+            for s in &mut m.steps {
+                // A step a rerun kept starts over too in the next round.
+                s.kept = None;
+                s.work_done = None;
+                s.skipped = false;
+                s.undo_done = 0;
+                s.undo_skipped = false;
+            }
+            m.round += 1;
+        }
+        Ok(())
+    }
+
+    /// Job `j` was seen as `view`: once finished, its end state and when it may be removed are
+    /// noted (the first end seen stays: `check_view` fails a job whose end changes).
+    pub fn observe_end(&mut self, j: usize, view: &JobView) {
+        let m = &mut self.jobs[j];
+        if view.state.is_terminal() && m.terminal.is_none() {
+            m.terminal = Some(view.state);
+        }
+        if m.terminal.is_some() && m.own_retention && m.removable_at.is_none() {
+            m.removable_at = view.removable_at;
+        }
+    }
+
+    /// Job `j` is gone from the store (404) at `now`. Allowed only once it finished and its own
+    /// retention passed (as the server announced in `removable_at`); then it is marked pruned.
+    pub fn on_removed(&mut self, j: usize, now: Timestamp) -> Check {
+        let m = &mut self.jobs[j];
+        match (m.terminal, m.removable_at) {
+            (Some(_), Some(at)) if now >= at => {
+                m.pruned = true;
+                Ok(())
+            }
+            (Some(state), at) => Err(format!(
+                "job {j} ({}) is gone from the store at {now}: it ended {state} but may be removed only from {at:?}",
+                m.key
+            )),
+            (None, _) => Err(format!(
+                "job {j} ({}) is gone from the store at {now}, but it was never seen finished: nothing may be pruned while active",
+                m.key
+            )),
+        }
     }
 
     /// Which steps a rerun of job `old` from failure keeps, as far as everything acknowledged
@@ -309,6 +426,9 @@ impl Model {
             s.kept = result;
         }
         self.jobs[new].rerun_of = Some(old);
+        // The rerun has the old job's definition: its whole-job retry and its own retention.
+        self.jobs[new].retry = self.jobs[old].retry;
+        self.jobs[new].own_retention = self.jobs[old].own_retention;
         self.jobs[new].acked = true;
         self.jobs[old].rerun = Some(new);
         self.on_submitted(new, 202, id)?;
@@ -587,6 +707,7 @@ impl Model {
                 )),
             },
             409 => Ok(Followup::None),
+            404 if self.jobs[j].pruned => Ok(Followup::None),
             404 => Err(format!("{what}: the server does not know the lease (404)")),
             other => Err(format!("{what} was answered {other}: {answer}")),
         }
@@ -642,6 +763,7 @@ impl Model {
         events: &[Event],
         settled: bool,
     ) -> Check {
+        self.on_round(j, view.round)?;
         let m = &self.jobs[j];
         let tag = format!("job {j} ({}, {})", m.key, view.id);
         if Some(view.id) != m.id {
@@ -896,11 +1018,52 @@ impl Model {
                 view.state, view.blocked_reason
             ));
         }
-        if view.state.is_terminal() {
-            self.jobs[j].terminal = Some(view.state);
+        if full_history {
+            check_round_history(&tag, m, events)?;
         }
+        self.observe_end(j, view);
         Ok(())
     }
+}
+
+/// Each `job_round_started` lists as undone exactly the steps the model saw undone in the round
+/// it ends, and no work of the new round is leased before the job's backoff ended (its `at`).
+fn check_round_history(tag: &str, m: &JobModel, events: &[Event]) -> Check {
+    let mut not_before: Option<(Timestamp, i64)> = None;
+    for e in events {
+        match e.kind.as_str() {
+            "job_round_started" => {
+                let detail = e.detail.clone().unwrap_or(Value::Null);
+                let round = detail["round"].as_u64().unwrap_or(0) as usize;
+                let listed: BTreeSet<String> = detail["undone"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect();
+                let seen = round.checked_sub(2).and_then(|r| m.undone_in_round.get(r));
+                if let Some(seen) = seen.filter(|seen| **seen != listed) {
+                    return Err(format!(
+                        "{tag}: event {} starts round {round} saying {listed:?} were undone, but the acknowledged undos of round {} were {seen:?}",
+                        e.seq,
+                        round - 1
+                    ));
+                }
+                let at = serde_json::from_value::<Timestamp>(detail["at"].clone()).ok();
+                not_before = at.map(|t| (t, e.seq));
+            }
+            "step_leased" => {
+                if let Some((t, seq)) = not_before.filter(|(t, _)| e.at < *t) {
+                    return Err(format!(
+                        "{tag}: {:?} leased at {} (event {}) before the round's backoff ended at {t} (event {seq})",
+                        e.step, e.at, e.seq
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A lease carries what its step was submitted with: the idempotency key, the payload, the
@@ -1038,6 +1201,11 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
                 used_undo = 0;
                 continue;
             }
+            // A new round of a whole-job retry: fresh budgets for the work and the undo.
+            "step_reset" => {
+                (used, used_undo) = (0, 0);
+                continue;
+            }
             "step_failed" | "step_retry_scheduled" => (used, sm.max_attempts, "attempts"),
             "compensation_failed" | "compensation_retry_scheduled" => {
                 (used_undo, sm.undo_max_attempts, "undo attempts")
@@ -1076,7 +1244,7 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
             {
                 not_before = None
             }
-            "job_unblocked" => not_before = None,
+            "job_unblocked" | "job_round_started" => not_before = None,
             "step_leased" | "compensation_leased" if own => {
                 if let Some((t, seq)) = not_before.take() {
                     if e.at < t {
@@ -1095,10 +1263,18 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
         .filter(mine)
         .filter(|e| e.kind == "step_leased")
     {
+        // In the lease's own round: a dependency's success in an earlier round does not count.
+        let round_start = events
+            .iter()
+            .filter(|x| x.seq < e.seq && x.kind == "job_round_started")
+            .map(|x| x.seq)
+            .max()
+            .unwrap_or(0);
         for &d in &sm.deps {
             let dep = &m.steps[d].name;
             let done = events.iter().any(|x| {
                 x.seq < e.seq
+                    && x.seq > round_start
                     && x.step.as_deref() == Some(dep.as_str())
                     && matches!(
                         x.kind.as_str(),

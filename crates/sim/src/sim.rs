@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::http::Request;
 use axum::Router;
-use overseer_core::schedule::CronSchedule;
 use overseer_core::wire::{EventList, JobView, Lease, LeaseKind, LeaseResponse};
 use overseer_core::{CompPhase, JobId, JobState, LeaseId, Span, StepState, Timestamp};
 use overseer_server::supervisor::Supervisor;
@@ -24,6 +23,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::cron::{CronState, CRON_NAME, PATTERNS};
 use crate::model::{Check, Followup, Model, ReportKind, StepShape};
 use crate::store::{Crash, SimStore};
 use crate::trace::Trace;
@@ -38,19 +38,6 @@ const UNDO_AGENT: &str = "undo";
 const REPLAYS_MAX: usize = 40;
 /// Drain rounds before a job still not finished is a violation.
 const DRAIN_ROUNDS: usize = 400;
-
-/// The schedule some seeds run beside their jobs.
-const CRON_NAME: &str = "tick";
-const CRON_PATTERN: &str = "0 * * * * *";
-
-/// What is known of the schedule, to check it fired exactly once per due time.
-struct CronState {
-    cron: CronSchedule,
-    created_at: Timestamp,
-    /// The last leader sweep that ran to its end while the schedule existed.
-    swept_until: Option<Timestamp>,
-    deleted_at: Option<Timestamp>,
-}
 
 /// What the fault phase can do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +56,7 @@ enum Action {
     Operate,
     Limits,
     Reschedule,
+    ReplaceSchedule,
     Rerun,
 }
 
@@ -110,6 +98,7 @@ impl Mix {
             (Action::Operate, 50),
             (Action::Limits, 6 * limits),
             (Action::Reschedule, 12),
+            (Action::ReplaceSchedule, 5),
             (Action::Rerun, 10),
         ];
         // How work goes: percentages of (complete, retryable failure, fatal failure, vanish),
@@ -174,6 +163,8 @@ pub struct Stats {
     /// Times a job was seen blocked.
     pub blocked_seen: u64,
     pub compensated_steps: u64,
+    /// Jobs found removed after their retention.
+    pub pruned: u64,
     /// How often each interesting path was taken, by name.
     pub paths: std::collections::BTreeMap<&'static str, u64>,
 }
@@ -199,6 +190,7 @@ impl Stats {
         self.operator_ok += o.operator_ok;
         self.blocked_seen += o.blocked_seen;
         self.compensated_steps += o.compensated_steps;
+        self.pruned += o.pruned;
         for (k, v) in &o.paths {
             *self.paths.entry(k).or_default() += v;
         }
@@ -392,13 +384,8 @@ impl Sim {
     }
 
     async fn create_schedule(&mut self) -> Check {
-        let body = json!({
-            "name": CRON_NAME,
-            "cron": CRON_PATTERN,
-            "overlap": "allow",
-            "misfire": "all",
-            "job": {"steps": [{"name": "tick", "agent": AGENTS[0], "timeout": "5s", "max_attempts": 2}]},
-        });
+        let pattern = PATTERNS[0];
+        let body = CronState::body(pattern, 0, AGENTS[0]);
         let a = self.http("POST", "/v1/schedules", Some(&body)).await;
         self.log(format!(
             "operator: POST /v1/schedules {} -> {}",
@@ -411,18 +398,49 @@ impl Sim {
                 a.status, a.body
             ));
         }
-        let cron = CronSchedule::parse(CRON_PATTERN, "UTC").map_err(|e| e.to_string())?;
-        self.cron = Some(CronState {
-            cron,
-            created_at: self.now(),
-            swept_until: None,
-            deleted_at: None,
+        self.cron = Some(CronState::created(pattern, &a.body)?);
+        Ok(())
+    }
+
+    /// An operator replaces the schedule's definition while it runs: another pattern (or the
+    /// same one with a new job body), through `PUT /v1/schedules/{name}`.
+    async fn replace_schedule(&mut self) -> Check {
+        let Some(cron) = self.cron.as_ref().filter(|c| c.deleted_at.is_none()) else {
+            return Ok(());
+        };
+        let (current, version) = (cron.pattern(), cron.next_version());
+        let pattern = if self.chance(0.3) {
+            current
+        } else {
+            *PATTERNS.choose(&mut self.rng).unwrap_or(&current)
+        };
+        let body = CronState::body(pattern, version, AGENTS[0]);
+        let path = format!("/v1/schedules/{CRON_NAME}");
+        let Sent::Answered { answer, .. } =
+            self.send("operator", "PUT", &path, Some(&body)).await?
+        else {
+            return Ok(());
+        };
+        if answer.status != 200 {
+            return Err(format!(
+                "replacing the schedule answered {}: {}",
+                answer.status, answer.body
+            ));
+        }
+        let now = self.now();
+        if let Some(cron) = &mut self.cron {
+            cron.replaced(pattern, version, &answer.body, now)?;
+        }
+        self.cover(if pattern == current {
+            "operator replaced the schedule's job"
+        } else {
+            "operator replaced the schedule's pattern"
         });
         Ok(())
     }
 
-    /// Every due time of the schedule up to the last complete leader sweep fired exactly once,
-    /// and nothing after it was deleted.
+    /// Every due time of each definition of the schedule fired exactly once while it was in
+    /// force, up to the last complete leader sweep (see `cron`).
     fn check_cron(&self) -> Check {
         let Some(cron) = &self.cron else {
             return Ok(());
@@ -435,36 +453,7 @@ impl Sim {
             .filter_map(|m| m.key.strip_prefix(&prefix).and_then(|d| d.parse().ok()))
             .collect();
         fired.sort_unstable();
-        let mut expected = Vec::new();
-        if let Some(until) = cron.swept_until {
-            let mut due = cron.cron.next_after(cron.created_at);
-            while let Some(d) = due.filter(|d| *d <= until) {
-                expected.push(d.as_millis());
-                due = cron.cron.next_after(d);
-            }
-        }
-        // Due times after the last complete leader sweep may have fired or not, up to deletion.
-        let extra: Vec<i64> = fired[expected.len().min(fired.len())..].to_vec();
-        let deleted = cron.deleted_at.map_or(i64::MAX, |t| t.as_millis());
-        let mut next = expected
-            .last()
-            .copied()
-            .map(|d| cron.cron.next_after(Timestamp::from_millis(d)))
-            .unwrap_or_else(|| cron.cron.next_after(cron.created_at));
-        for &d in &extra {
-            if next.map(|n| n.as_millis()) != Some(d) || d > deleted {
-                return Err(format!(
-                    "schedule fired at {fired:?}; expected every due time from its creation, at least {expected:?}, none after its deletion at {deleted}"
-                ));
-            }
-            next = cron.cron.next_after(Timestamp::from_millis(d));
-        }
-        if fired[..expected.len().min(fired.len())] != expected[..] {
-            return Err(format!(
-                "schedule fired at {fired:?}; expected exactly once at each of {expected:?} (and maybe later ones)"
-            ));
-        }
-        Ok(())
+        cron.check_fired(&fired)
     }
 
     // ----- the server process -----
@@ -634,10 +623,11 @@ impl Sim {
     /// another attempt, or is no longer leased).
     async fn check_deadlines_swept(&mut self, now: Timestamp) -> Check {
         for (j, s, l) in self.model.overdue(now) {
-            let Some(id) = self.model.jobs[j].id else {
+            let Some(view) = self.fetch(j).await? else {
+                // Removed after its retention: nothing of it runs any more.
+                self.model.jobs[j].steps[s].leases[l].deadline_swept = true;
                 continue;
             };
-            let view = self.get_job(id).await?;
             let lease = &self.model.jobs[j].steps[s].leases[l];
             let sv = &view.steps[s];
             let leased = sv.state == StepState::Running
@@ -731,6 +721,7 @@ impl Sim {
             Action::Operate => self.operate_some().await,
             Action::Limits => self.set_limits().await,
             Action::Reschedule => self.reschedule_some().await,
+            Action::ReplaceSchedule => self.replace_schedule().await,
             Action::Rerun => self.rerun_some().await,
         }
     }
@@ -828,11 +819,28 @@ impl Sim {
             "priority": self.rng.gen_range(-3..=3),
             "steps": specs,
         });
-        match self.rng.gen_range(0..20) {
-            0..=6 => body["on_failure"] = json!("compensate"),
-            7..=11 => body["on_failure"] = json!("hold"),
-            12..=14 => body["on_failure"] = json!("fail"),
-            _ => {}
+        match self.rng.gen_range(0..24) {
+            0..=5 => body["on_failure"] = json!("compensate"),
+            6..=9 => body["on_failure"] = json!("hold"),
+            10..=12 => body["on_failure"] = json!("fail"),
+            13..=16 => {}
+            _ => {
+                // A whole-job retry: a few rounds, a short job backoff, failing or holding
+                // after the last round.
+                body["on_failure"] = json!("compensate_and_retry");
+                body["job_attempts"] = json!(self.rng.gen_range(1..=3));
+                let initial = self.rng.gen_range(100..=2_000);
+                body["job_backoff"] =
+                    json!({"initial": format!("{initial}ms"), "factor": 2.0, "max": "5s"});
+                if self.chance(0.5) {
+                    body["job_exhausted"] = json!(if self.chance(0.5) { "hold" } else { "fail" });
+                }
+            }
+        }
+        if self.chance(0.3) {
+            // Kept only briefly once finished: the leader's prune removes it during the run.
+            let ms = self.rng.gen_range(1_000..=20_000);
+            body["retention"] = json!(format!("{ms}ms"));
         }
         let run_at = self.chance(0.15).then(|| {
             self.now()
@@ -936,8 +944,12 @@ impl Sim {
 
     /// A buggy client reuses a committed job's key for another body: refused, nothing stored.
     async fn reuse_key(&mut self) -> Check {
+        // Not a job that may have been removed: its key would be free again.
         let committed: Vec<usize> = (0..self.model.jobs.len())
-            .filter(|&j| self.model.jobs[j].id.is_some() && !self.model.jobs[j].body.is_null())
+            .filter(|&j| {
+                let m = &self.model.jobs[j];
+                m.id.is_some() && !m.body.is_null() && !(m.own_retention && m.terminal.is_some())
+            })
             .collect();
         let Some(&j) = committed.choose(&mut self.rng) else {
             return Ok(());
@@ -962,7 +974,28 @@ impl Sim {
     async fn resubmit(&mut self) -> Check {
         let i = self.rng.gen_range(0..self.resubmits.len());
         let group = self.resubmits.swap_remove(i);
+        let group = self.still_wanted(group).await?;
+        if group.is_empty() {
+            return Ok(());
+        }
         self.submit_group(group).await
+    }
+
+    /// The jobs of a lost submit a client still sends again: not those already finished and
+    /// removed (the client learned their outcome; their key is free again, so a resubmit would
+    /// make a new job, as the README says).
+    async fn still_wanted(&mut self, group: Vec<usize>) -> Check<Vec<usize>> {
+        let mut kept = Vec::new();
+        for j in group {
+            let m = &self.model.jobs[j];
+            if m.terminal.is_some() && m.own_retention {
+                self.fetch(j).await?;
+            }
+            if !self.model.jobs[j].pruned {
+                kept.push(j);
+            }
+        }
+        Ok(kept)
     }
 
     async fn submit(&mut self, j: usize) -> Check {
@@ -1126,8 +1159,12 @@ impl Sim {
                     lease.lease_id, lease.agent
                 ));
             }
-            if self.model.job_of(lease.job_id).is_none() {
-                self.discover(lease.job_id).await?;
+            match self.model.job_of(lease.job_id) {
+                None => {
+                    self.discover(lease.job_id).await?;
+                }
+                // The model judges the lease in the round the job is in.
+                Some(j) => self.sync_round(j).await?,
             }
             let worker = self.workers[w].name.clone();
             let j = self.model.on_lease(&lease, &worker, now)?;
@@ -1145,11 +1182,16 @@ impl Sim {
     async fn discover(&mut self, id: JobId) -> Check<usize> {
         let view = self.get_job(id).await?;
         let key = view.idempotency_key.clone().unwrap_or_default();
-        if self.cron.is_none() || !key.starts_with(&format!("schedule/{CRON_NAME}/")) {
+        let due = key
+            .strip_prefix(&format!("schedule/{CRON_NAME}/"))
+            .and_then(|d| d.parse().ok())
+            .map(Timestamp::from_millis);
+        let (Some(cron), Some(due)) = (&self.cron, due) else {
             return Err(format!(
                 "job {id} (key {key:?}) exists, but no client or schedule created it"
             ));
-        }
+        };
+        cron.check_job(due, &view.steps[0].payload)?;
         let names: Vec<String> = view.steps.iter().map(|s| s.name.clone()).collect();
         let shape = view
             .steps
@@ -1244,10 +1286,10 @@ impl Sim {
             })
             .collect();
         for k in earlier {
-            let Some(id) = self.model.jobs[k].id else {
+            // A job removed after its retention had finished.
+            let Some(view) = self.fetch(k).await? else {
                 continue;
             };
-            let view = self.get_job(id).await?;
             if !view.state.is_terminal() {
                 return Err(format!(
                     "job {j} of ordering key {key} got a lease while job {k}, committed before it, is {}",
@@ -1400,6 +1442,14 @@ impl Sim {
     /// the agent got the answer, or None when the request was lost.
     async fn report(&mut self, who: &str, r: &Replay) -> Check<Option<(u16, bool, Value)>> {
         let path = format!("/v1/leases/{}/{}", r.lease, r.kind.path());
+        // The model judges the report in the round the job is in before it is sent.
+        let round_before = match self.model.lease_of(r.lease) {
+            Some((j, _, _)) => {
+                self.sync_round(j).await?;
+                Some(self.model.jobs[j].round)
+            }
+            None => None,
+        };
         let who = match self.model.lease_of(r.lease) {
             Some((j, s, l)) => {
                 let step = &self.model.jobs[j].steps[s];
@@ -1420,6 +1470,10 @@ impl Sim {
             200..=299 => self.stats.reports_ok += 1,
             409 => self.stats.reports_refused += 1,
             _ => {}
+        }
+        if let (404, Some((j, _, _))) = (answer.status, self.model.lease_of(r.lease)) {
+            // Known only if the job was removed after its retention (checked by `fetch`).
+            self.fetch(j).await?;
         }
         if let (409, Some((j, s, l))) = (answer.status, self.model.lease_of(r.lease)) {
             let step = &self.model.jobs[j].steps[s];
@@ -1442,14 +1496,15 @@ impl Sim {
         }
         if let Followup::RefusedLiveComplete { job, step } = follow {
             self.cover("live complete refused: the job stopped wanting it");
-            let id = self.model.jobs[job]
-                .id
-                .ok_or("a leased job without an id")?;
-            let view = self.get_job(id).await?;
+            let Some(view) = self.fetch(job).await? else {
+                return Err(format!("job {job} is gone right after a refused report"));
+            };
             let s = &view.steps[step];
             let stopped = view.desired_state == overseer_core::DesiredState::Cancelled
                 || view.state != JobState::Running && view.state != JobState::Blocked;
-            if !(stopped && s.state == StepState::Cancelled) {
+            // The refusal may have ended an unwind, and a whole-job retry started over.
+            let next_round = round_before.is_some_and(|r| view.round > r);
+            if !((stopped && s.state == StepState::Cancelled) || next_round) {
                 return Err(format!(
                     "job {job} step {}: the complete of a live lease was refused, yet the job is {} (desired {}) and the step {}",
                     s.name, view.state, view.desired_state, s.state
@@ -1469,8 +1524,9 @@ impl Sim {
             return Ok(());
         };
         let undo = self.model.jobs[j].steps[s].leases[l].undo;
-        let id = self.model.jobs[j].id.ok_or("a leased job without an id")?;
-        let view = self.get_job(id).await?;
+        let Some(view) = self.fetch(j).await? else {
+            return Err(format!("job {j} is gone right after a heartbeat was taken"));
+        };
         let wanted = view.desired_state == overseer_core::DesiredState::Succeeded
             && matches!(view.state, JobState::Running | JobState::Blocked);
         let expected = !undo && !wanted;
@@ -1534,7 +1590,9 @@ impl Sim {
                     self.model.on_cancelled(j, now);
                 }
                 409 => {
-                    let view = self.get_job(id).await?;
+                    let Some(view) = self.fetch(j).await? else {
+                        return Ok(());
+                    };
                     if !view.state.is_terminal() {
                         return Err(format!(
                             "cancel of job {j} refused (409) while it is {}",
@@ -1556,7 +1614,9 @@ impl Sim {
             return Ok(());
         };
         let id = self.model.jobs[j].id.ok_or("a picked job without an id")?;
-        let view = self.get_job(id).await?;
+        let Some(view) = self.fetch(j).await? else {
+            return Ok(());
+        };
         let mut body = json!({"by": "sim-operator"});
         if self.chance(0.5) {
             body["priority"] = json!(self.rng.gen_range(-3..=3));
@@ -1599,7 +1659,9 @@ impl Sim {
                 Ok(())
             }
             409 => {
-                let now = self.get_job(id).await?;
+                let Some(now) = self.fetch(j).await? else {
+                    return Ok(());
+                };
                 let moved_run_at = to.is_some();
                 if now.state.is_terminal() || (moved_run_at && now.state != JobState::Pending) {
                     Ok(())
@@ -1624,8 +1686,9 @@ impl Sim {
         if self.reruns >= self.opts.jobs {
             return Ok(());
         }
+        // Not a job removed after its retention (a rerun of it answers 404).
         let known: Vec<usize> = (0..self.model.jobs.len())
-            .filter(|&j| self.model.jobs[j].id.is_some())
+            .filter(|&j| self.model.jobs[j].id.is_some() && !self.model.jobs[j].pruned)
             .collect();
         let finished: Vec<usize> = known
             .iter()
@@ -1651,7 +1714,9 @@ impl Sim {
             return Ok(());
         };
         let id = self.model.jobs[j].id.ok_or("a picked job without an id")?;
-        let view = self.get_job(id).await?;
+        let Some(view) = self.fetch(j).await? else {
+            return Ok(());
+        };
         let running = view
             .steps
             .iter()
@@ -1717,8 +1782,9 @@ impl Sim {
         let Some(j) = self.pick_job(true) else {
             return Ok(());
         };
-        let id = self.model.jobs[j].id.ok_or("a picked job without an id")?;
-        let view = self.get_job(id).await?;
+        let Some(view) = self.fetch(j).await? else {
+            return Ok(());
+        };
         if view.state != JobState::Blocked {
             return Ok(());
         }
@@ -1789,18 +1855,66 @@ impl Sim {
         serde_json::from_slice(&bytes).map_err(|e| format!("job {id} does not parse: {e}"))
     }
 
-    async fn check_job(&mut self, j: usize, settled: bool) -> Check {
+    /// Job `j` as the server shows it, or None once it is gone: allowed only for a job the
+    /// model saw finish and whose retention has passed (see `Model::on_removed`: nothing is
+    /// pruned while active); any other answer than 200 or such a 404 is a violation.
+    async fn fetch(&mut self, j: usize) -> Check<Option<JobView>> {
         let Some(id) = self.model.jobs[j].id else {
+            return Ok(None);
+        };
+        if self.model.jobs[j].pruned {
+            return Ok(None);
+        }
+        let (status, bytes) = self.http_raw("GET", &format!("/v1/jobs/{id}"), None).await;
+        match status {
+            200 => {
+                let view: JobView = serde_json::from_slice(&bytes)
+                    .map_err(|e| format!("job {id} does not parse: {e}"))?;
+                self.model.observe_end(j, &view);
+                Ok(Some(view))
+            }
+            404 => {
+                let now = self.now();
+                let acked = if self.model.jobs[j].acked {
+                    "acknowledged"
+                } else {
+                    "committed"
+                };
+                self.model
+                    .on_removed(j, now)
+                    .map_err(|e| format!("{acked} {e}"))?;
+                self.stats.pruned += 1;
+                self.log(format!("job {j} was removed after its retention"));
+                self.cover("a finished job was removed after its retention");
+                Ok(None)
+            }
+            _ => {
+                let body = String::from_utf8_lossy(&bytes);
+                Err(format!("GET job {id} answered {status}: {body}"))
+            }
+        }
+    }
+
+    /// Brings the model of a whole-job retry to the round the server shows (checking each round
+    /// that ended, see `Model::on_round`); nothing for other jobs.
+    async fn sync_round(&mut self, j: usize) -> Check {
+        if !self.model.jobs[j].retry {
+            return Ok(());
+        }
+        if let Some(view) = self.fetch(j).await? {
+            if view.round > self.model.jobs[j].round {
+                self.cover("a whole-job retry started a new round");
+            }
+            self.model.on_round(j, view.round)?;
+        }
+        Ok(())
+    }
+
+    async fn check_job(&mut self, j: usize, settled: bool) -> Check {
+        let Some(view) = self.fetch(j).await? else {
             return Ok(());
         };
-        let view = self.get_job(id).await.map_err(|e| {
-            let acked = if self.model.jobs[j].acked {
-                "acknowledged "
-            } else {
-                "committed "
-            };
-            format!("{acked}job {j} is lost: {e}")
-        })?;
+        let id = view.id;
         let (status, bytes) = self
             .http_raw("GET", &format!("/v1/jobs/{id}/events"), None)
             .await;
@@ -1812,6 +1926,15 @@ impl Sim {
             serde_json::from_slice(&bytes).map_err(|e| format!("events do not parse: {e}"))?;
         if view.state == JobState::Blocked {
             self.stats.blocked_seen += 1;
+            let held_last_round = view.job_attempts == Some(view.round)
+                && view.job_exhausted == Some(overseer_core::spec::JobExhausted::Hold)
+                && view.steps.iter().all(|s| s.comp_phase.is_none());
+            if held_last_round {
+                self.cover("a whole-job retry held in its last round");
+            }
+        }
+        if view.round > self.model.jobs[j].round {
+            self.cover("a whole-job retry started a new round");
         }
         if settled {
             self.stats.compensated_steps += view.compensated.len() as u64;
@@ -1872,7 +1995,10 @@ impl Sim {
         // Clients that never got an answer try once more, so every job they meant is known.
         let pending = std::mem::take(&mut self.resubmits);
         for group in pending {
-            self.submit_group(group).await?;
+            let group = self.still_wanted(group).await?;
+            if !group.is_empty() {
+                self.submit_group(group).await?;
+            }
         }
         for round in 0..DRAIN_ROUNDS {
             self.stats.drain_rounds = round as u64 + 1;
@@ -1894,10 +2020,9 @@ impl Sim {
             }
             let mut unfinished = 0;
             for j in 0..self.model.jobs.len() {
-                let Some(id) = self.model.jobs[j].id else {
+                let Some(view) = self.fetch(j).await? else {
                     continue;
                 };
-                let view = self.get_job(id).await?;
                 // A job that failed at once may still have a step running: it is cancelled
                 // when its report comes or its lease expires.
                 if view.state.is_terminal() && view.steps.iter().all(|s| s.state.is_settled()) {
@@ -1940,6 +2065,7 @@ impl Sim {
             .model
             .jobs
             .iter()
+            .filter(|m| !m.pruned)
             .filter_map(|m| m.id.map(|id| id.to_string()))
             .collect();
         expected.sort();
@@ -1974,7 +2100,7 @@ impl Sim {
                 .model
                 .jobs
                 .iter()
-                .filter(|m| m.terminal == Some(state))
+                .filter(|m| m.terminal == Some(state) && !m.pruned)
                 .filter_map(|m| m.id.map(|id| id.to_string()))
                 .collect();
             expected.sort();

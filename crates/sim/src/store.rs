@@ -8,14 +8,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use overseer_core::auth::TokenRecord;
-use overseer_core::{Command, Event, Job, JobId, LeaseId, Span, Timestamp, Transition};
+use overseer_core::{
+    Command, Event, Job, JobId, JobState, LeaseId, Span, StepState, Timestamp, Transition,
+};
 use overseer_store::prelude::*;
 use overseer_store::{
     leases, ActivePage, AgentCounts, AgentLimits, AgentReady, AgentSettings, Apply, Claim,
     ClaimResult, Deliveries, Delivery, DeliveryCounts, DeliveryOutcome, Due, DueBetween, Error,
     EventPage, Fence, Fire, FireOutcome, JobQuery, LeaderBid, Leadership, LeaseRef, NewJob,
     OrderingKeyStatus, Removal, Replacement, Reported, Reports, Reran, RerunJob, Result, Schedule,
-    ScheduleCreated, SchedulePause, SettingsUpdate, SqliteStore, Submitted,
+    ScheduleCreated, SchedulePause, ScheduleUpdate, SettingsUpdate, SqliteStore, Submitted,
 };
 
 /// A deliberately wrong behaviour, for proving that the simulator notices it. Never set outside
@@ -32,6 +34,12 @@ pub enum Bug {
     LaggingReportClock,
     /// A move of a pending job's `run_at` starts it at once, whatever time was asked for.
     RescheduleRunsNow,
+    /// In a whole-job retry with rounds left, the round's last undo counts as done as soon as it
+    /// is leased: the next round starts before that step was undone.
+    RoundEndsAtLastUndoLease,
+    /// The prune of finished jobs ignores their state: an unfinished job whose own retention
+    /// has passed since it was created is removed too (when none of its steps is leased).
+    PruneIgnoresState,
     /// A rerun from failure is stored as a plain rerun: the steps it should keep run again.
     RerunForgetsKept,
 }
@@ -113,6 +121,65 @@ fn is_report(command: &Command) -> bool {
     )
 }
 
+/// Whether `attempt` of `step` is the leased undo whose completion at `now` would end the
+/// current round of a whole-job retry and start the next (no other step is running or being
+/// undone, rounds are left, the job is not being cancelled nor past its deadline).
+fn ends_a_round(job: &Job, step: usize, attempt: u32, now: Timestamp) -> bool {
+    // Rounds left, and the job still wants its work (a cancelled one ends after its unwind).
+    let rounds_left = job.retry.is_some_and(|r| job.round < r.attempts)
+        && job.desired_state == overseer_core::DesiredState::Succeeded
+        && !job.past_deadline(now);
+    let Some(s) = job.steps.get(step) else {
+        return false;
+    };
+    let last = job.steps.iter().enumerate().all(|(i, x)| {
+        i == step || !matches!(x.state, StepState::Running | StepState::Compensating)
+    });
+    rounds_left
+        && job.state == JobState::Compensating
+        && s.is_compensating()
+        && s.is_leased()
+        && s.attempt == attempt
+        && last
+}
+
+/// The planted [`Bug::PruneIgnoresState`]: besides what the real prune removed, every
+/// unfinished job whose own retention has passed since it was created (unless a step is leased,
+/// which the delete refuses).
+async fn prune_ignoring_state(inner: &SqliteStore, now: Timestamp) -> Result<Vec<JobId>> {
+    let active = inner
+        .jobs_active(ActivePage {
+            after: None,
+            limit: 1_000,
+        })
+        .await?;
+    let mut old = Vec::new();
+    for id in active {
+        if let Some(job) = inner.job_get(id).await? {
+            if job
+                .retention
+                .is_some_and(|keep| job.created_at.plus(keep) <= now)
+            {
+                old.push(id);
+            }
+        }
+    }
+    if old.is_empty() {
+        return Ok(old);
+    }
+    inner
+        .jobs_delete(Removal {
+            ids: old,
+            states: vec![
+                JobState::Pending,
+                JobState::Running,
+                JobState::Blocked,
+                JobState::Compensating,
+            ],
+        })
+        .await
+}
+
 /// Every call checks that the process is alive; every write counts towards an armed crash.
 #[async_trait]
 impl Jobs for SimStore {
@@ -138,6 +205,7 @@ impl Jobs for SimStore {
 
     async fn job_apply(&self, mut apply: Apply) -> Result<Transition> {
         self.crash.before_write()?;
+
         if self.bug == Bug::RescheduleRunsNow {
             if let Command::Reschedule {
                 run_at: run_at @ Some(_),
@@ -210,7 +278,25 @@ impl Jobs for SimStore {
 impl Leases for SimStore {
     async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
         self.crash.before_write()?;
-        self.inner.steps_claim(claim).await
+        let now = claim.now;
+        let result = self.inner.steps_claim(claim).await?;
+        if self.bug == Bug::RoundEndsAtLastUndoLease {
+            for c in &result.claimed {
+                let Some(job) = self.inner.job_get(c.transition.job.id).await? else {
+                    continue;
+                };
+                let attempt = job.steps.get(c.step).map_or(0, |s| s.attempt);
+                if ends_a_round(&job, c.step, attempt, now) {
+                    let done = Command::Complete {
+                        step: c.step,
+                        attempt,
+                        result: serde_json::json!({"undo": "taken as done when leased"}),
+                    };
+                    self.inner.job_apply(Apply::new(job.id, done, now)).await?;
+                }
+            }
+        }
+        Ok(result)
     }
 
     async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
@@ -300,6 +386,11 @@ impl Schedules for SimStore {
     async fn schedule_set_paused(&self, pause: SchedulePause) -> Result<Schedule> {
         self.crash.before_write()?;
         self.inner.schedule_set_paused(pause).await
+    }
+
+    async fn schedule_update(&self, update: ScheduleUpdate) -> Result<Schedule> {
+        self.crash.before_write()?;
+        self.inner.schedule_update(update).await
     }
 
     async fn schedules_due(&self, due: Due) -> Result<Vec<Schedule>> {
@@ -401,6 +492,10 @@ impl Maintenance for SimStore {
 
     async fn jobs_prune(&self, prune: overseer_store::Prune) -> Result<Vec<JobId>> {
         self.crash.before_write()?;
-        self.inner.jobs_prune(prune).await
+        let mut gone = self.inner.jobs_prune(prune).await?;
+        if self.bug == Bug::PruneIgnoresState {
+            gone.extend(prune_ignoring_state(&self.inner, prune.now).await?);
+        }
+        Ok(gone)
     }
 }

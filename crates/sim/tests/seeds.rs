@@ -118,6 +118,34 @@ fn catches_a_rescheduled_job_started_early() {
     );
 }
 
+// Proves the checks catch a whole-job retry that does not undo a round: with the round's last
+// undo taken as done as soon as it is leased, the next round starts with a step that succeeded
+// in the round never undone, and a seed fails within the budget on the round invariant.
+#[test]
+fn catches_a_round_that_skips_an_undo() {
+    let (seed, report) =
+        first_failure(Bug::RoundEndsAtLastUndoLease, 100).expect("the planted bug was not caught");
+    assert!(
+        report.contains(
+            "every round of a whole-job retry undoes exactly the steps that succeeded in it"
+        ),
+        "seed {seed}: {report}"
+    );
+}
+
+// Proves the checks catch a prune that ignores state: with unfinished jobs removed once their
+// own retention has passed since they were created, a job the model never saw finish is gone,
+// and a seed fails within the budget naming it.
+#[test]
+fn catches_a_prune_of_an_unfinished_job() {
+    let (seed, report) =
+        first_failure(Bug::PruneIgnoresState, 100).expect("the planted bug was not caught");
+    assert!(
+        report.contains("nothing may be pruned while active"),
+        "seed {seed}: {report}"
+    );
+}
+
 // Proves the checks catch a rerun that runs kept steps again: with every rerun from failure
 // stored as a plain rerun, a step that should have been kept is made ready to run again, and a
 // seed fails within the budget naming the kept step.

@@ -48,7 +48,9 @@ pub use leases::{
 };
 pub use maintenance::{Maintenance, Prune, Signal};
 pub use postgres::PgStore;
-pub use schedules::{Fire, FireOutcome, Schedule, ScheduleCreated, SchedulePause, Schedules};
+pub use schedules::{
+    Fire, FireOutcome, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate, Schedules,
+};
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use tokens::Tokens;
 

@@ -39,16 +39,34 @@ pub struct SchedulePause {
     pub now: Timestamp,
 }
 
+/// Replacing a schedule's definition (`spec.name` names it): cron, zone, job body, overlap and
+/// misfire in one write. `cron` is `spec`'s pattern parsed in its zone (as
+/// `ScheduleSpec::validate` answers it). The store decides the next due time from the row as
+/// it is at the write, by [`overseer_core::schedule::replan`]: paused stays paused, and no due
+/// time that fired is ever due again.
+#[derive(Clone, Debug)]
+pub struct ScheduleUpdate {
+    pub spec: overseer_core::schedule::ScheduleSpec,
+    pub cron: overseer_core::schedule::CronSchedule,
+    pub now: Timestamp,
+}
+
 /// One firing of a schedule, committed all-or-nothing with the advance of the schedule.
 #[derive(Clone, Debug)]
 pub struct Fire {
     pub name: String,
+    /// The definition the firing was planned from: a firing whose schedule was replaced since
+    /// is stale (its job body and next due time would be the old definition's).
+    pub spec: overseer_core::schedule::ScheduleSpec,
     /// The due time being fired: must equal the stored `next_fire_at`, else the firing is stale.
     pub due_at: Timestamp,
     /// Where the schedule goes next.
     pub next_fire_at: Option<Timestamp>,
-    /// The job to create (its idempotency key is derived from the schedule and `due_at`).
-    pub job: NewJob,
+    /// The job to create (its idempotency key is derived from the schedule and `due_at`);
+    /// `None` passes the due time without a job (a missed window the `misfire` rule skips),
+    /// checked and written like a firing, so it cannot undo a pause or a replacement made
+    /// since it was planned.
+    pub job: Option<NewJob>,
     pub now: Timestamp,
 }
 
@@ -61,7 +79,10 @@ pub enum FireOutcome {
     Fired(Submitted),
     /// `overlap: skip` and the previous job is not terminal: no job, the schedule advanced.
     Skipped { running: JobId },
-    /// Another firing got there first (`next_fire_at` moved): nothing written.
+    /// The firing carried no job: the schedule advanced past the due time.
+    Passed,
+    /// Another firing got there first (`next_fire_at` moved), or the schedule was paused or
+    /// replaced since the firing was planned: nothing written.
     Stale,
 }
 
@@ -81,11 +102,18 @@ pub trait Schedules: Send + Sync {
 
     async fn schedule_set_paused(&self, pause: SchedulePause) -> Result<Schedule>;
 
+    /// Replaces a schedule's definition atomically and answers it as stored; the next due time
+    /// is decided in the same transaction (see [`ScheduleUpdate`]). Paused state, the last
+    /// firing and the creation time are kept. The same definition again writes nothing.
+    /// [`crate::Error::ScheduleNotFound`] when there is no such schedule.
+    async fn schedule_update(&self, update: ScheduleUpdate) -> Result<Schedule>;
+
     /// Schedules not paused whose `next_fire_at` has come, earliest first.
     async fn schedules_due(&self, due: Due) -> Result<Vec<Schedule>>;
 
-    /// Fires one due time of a schedule: in one transaction, checks `fence` and that
-    /// `fire.due_at` is still the schedule's `next_fire_at`, applies `overlap`, inserts the job
+    /// Fires one due time of a schedule: in one transaction, checks `fence`, that
+    /// `fire.due_at` is still the schedule's `next_fire_at` and that its definition is still
+    /// `fire.spec` (else [`FireOutcome::Stale`]), applies `overlap`, inserts the job
     /// (idempotent on its key), and advances the schedule. A firing can be neither lost nor
     /// doubled, whatever crashes and however many nodes race.
     async fn schedule_fire(&self, fire: Fire, fence: &Fence) -> Result<FireOutcome>;

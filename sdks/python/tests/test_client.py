@@ -131,7 +131,8 @@ def test_rerun_from_failure_keeps_what_succeeded(server: Any, client: Client) ->
 
 def test_agents_limits_and_schedules(client: Client) -> None:
     # Proves agent limits round-trip, pause/resume flip `paused`, and schedules can be
-    # created, listed, fetched, paused, resumed and deleted (then 404).
+    # created, listed, fetched, replaced (a paused one stays paused), paused, resumed and
+    # deleted (then 404).
     limits = client.set_limits("dns", max_concurrency=2, rate=5.0)
     assert limits["max_concurrency"] == 2 and limits["rate"] == 5.0
     assert client.get_limits("dns")["max_concurrency"] == 2
@@ -142,7 +143,11 @@ def test_agents_limits_and_schedules(client: Client) -> None:
     assert [s["name"] for s in client.list_schedules()] == ["nightly"]
     assert client.get_schedule("nightly")["name"] == "nightly"
     assert client.pause_schedule("nightly")["paused"] is True
+    replaced = client.update_schedule("nightly", {"cron": "@daily", "job": ONE})
+    assert replaced["cron"] == "@daily" and replaced["paused"] is True, replaced
+    assert replaced["next_fire_at"] is None, replaced
     assert client.resume_schedule("nightly")["paused"] is False
+    assert client.get_schedule("nightly")["next_fire_at"].endswith("T00:00:00.000Z")
     client.delete_schedule("nightly")
     with pytest.raises(NotFoundError):
         client.get_schedule("nightly")

@@ -192,6 +192,13 @@ export class Client {
     return this.request("GET", `/v1/schedules/${enc(name)}`);
   }
 
+  /** Replaces the schedule's cron, timezone, job, overlap and misfire in one step (`name` in
+   * `spec` defaults to `name`). The next due time counts from now under the new pattern; a
+   * paused schedule stays paused. */
+  updateSchedule(name: string, spec: Omit<ScheduleSpec, "name"> & { name?: string }): Promise<Schedule> {
+    return this.request("PUT", `/v1/schedules/${enc(name)}`, { ...spec, name: spec.name ?? name });
+  }
+
   async deleteSchedule(name: string): Promise<void> {
     await this.request("DELETE", `/v1/schedules/${enc(name)}`);
   }

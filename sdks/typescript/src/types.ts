@@ -76,6 +76,8 @@ export interface JobSpec {
   job_attempts?: number;
   /** The wait before each new round of a `compensate_and_retry` job. */
   job_backoff?: Backoff;
+  /** When the last round fails: `fail` (undo it, the default) or `hold` (block for an operator). */
+  job_exhausted?: "fail" | "hold";
   /** How long the finished job is kept, instead of the server's default. */
   retention?: Span;
   steps: StepSpec[];
@@ -142,6 +144,7 @@ export interface Job {
   /** The round of a whole-job retry, from 1. */
   round: number;
   job_attempts?: number;
+  job_exhausted?: "fail" | "hold";
   /** The job this one reruns, when it is a rerun. */
   rerun_of?: string;
   /** The rerun of this job, once one was made (a job is rerun once). */

@@ -156,7 +156,8 @@ test("agent limits, pause and resume", async () => {
   assert.equal(bad.field, "max_concurrency");
 });
 
-// Proves schedule create, get, list, pause, resume and delete round-trip.
+// Proves schedule create, get, list, replace (a macro; a paused one stays paused), pause,
+// resume and delete round-trip.
 test("schedules CRUD", async () => {
   const client = new Client({ server: server.url });
   const created = await client.createSchedule({
@@ -168,7 +169,16 @@ test("schedules CRUD", async () => {
   assert.equal((await client.getSchedule("nightly-ts")).cron, "0 30 2 * * *");
   assert.deepEqual((await client.listSchedules()).map((s) => s.name), ["nightly-ts"]);
   assert.equal((await client.pauseSchedule("nightly-ts")).paused, true);
-  assert.equal((await client.resumeSchedule("nightly-ts")).paused, false);
+  const replaced = await client.updateSchedule("nightly-ts", {
+    cron: "@hourly", job: { steps: [{ name: "report", agent: "reports" }] },
+  });
+  assert.equal(replaced.cron, "@hourly");
+  assert.equal(replaced.timezone, "UTC", "a replacement is the whole definition");
+  assert.equal(replaced.paused, true);
+  assert.equal(replaced.next_fire_at, null);
+  const resumed = await client.resumeSchedule("nightly-ts");
+  assert.equal(resumed.paused, false);
+  assert.match(String(resumed.next_fire_at), /:00:00(\.000)?Z$/);
   await client.deleteSchedule("nightly-ts");
   assert.equal((await rejection(client.getSchedule("nightly-ts"))).status, 404);
 });

@@ -40,8 +40,8 @@ const types: Array<[string, string, string[]]> = [
     priority: true, run_at: true, ordering_key: true, on_failure: true, created_at: true,
     updated_at: true, finished_at: true, blocked_reason: true, compensated: true,
     callback_url: true, submitted_by: true, retention: true, removable_at: true, deadline: true,
-    round: true, job_attempts: true, rerun_of: true, rerun_by: true, waiting_reason: true,
-    steps: true,
+    round: true, job_attempts: true, job_exhausted: true, rerun_of: true, rerun_by: true,
+    waiting_reason: true, steps: true,
   })],
   ["Step", "StepView", keys<Step>({
     name: true, agent: true, state: true, depends_on: true, attempt: true, failures: true,
@@ -59,7 +59,7 @@ const types: Array<[string, string, string[]]> = [
   ["JobSpec", "JobSpec", keys<JobSpec>({
     idempotency_key: true, labels: true, priority: true, run_at: true, ordering_key: true,
     callback_url: true, on_failure: true, deadline: true, job_attempts: true, job_backoff: true,
-    retention: true, steps: true,
+    job_exhausted: true, retention: true, steps: true,
   })],
   ["StepSpec", "StepSpec", keys<StepSpec>({
     name: true, agent: true, http: true, payload: true, depends_on: true, timeout: true,

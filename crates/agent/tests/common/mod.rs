@@ -234,6 +234,7 @@ pub fn job_view(key: Option<String>) -> JobView {
         deadline: None,
         round: 1,
         job_attempts: None,
+        job_exhausted: None,
         rerun_of: None,
         rerun_by: None,
         waiting_reason: None,

@@ -17,7 +17,7 @@ use super::{admit, apply, Command, Effect, Rejection, Reply, Transition, POISON_
 use crate::backoff::{Backoff, Formula};
 use crate::id::{JobId, LeaseId};
 use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, Step, StepState};
-use crate::spec::{CompensateSpec, JobSpec, Limits, OnFailure, StepSpec};
+use crate::spec::{CompensateSpec, JobExhausted, JobSpec, Limits, OnFailure, StepSpec};
 use crate::time::{Span, Timestamp};
 
 mod progress;
@@ -135,6 +135,7 @@ fn spec(steps: Vec<StepSpec>, run_at: Option<Timestamp>) -> JobSpec {
         deadline: None,
         job_attempts: None,
         job_backoff: None,
+        job_exhausted: None,
         steps,
     }
 }
@@ -271,6 +272,7 @@ type Setup = fn(&mut Sim);
 
 /// A job under test with its clock. Every command is checked on the way (see `check_transition`
 /// and `check_job`) and the state edges it takes are recorded.
+#[derive(Clone)]
 struct Sim {
     job: Job,
     now: Timestamp,
@@ -4282,6 +4284,10 @@ struct Plan {
     steps: Vec<RandomStep>,
     run_at_ms: Option<i64>,
     on_failure: Option<OnFailure>,
+    /// For `compensate_and_retry`: rounds (`job_attempts`) and what the last round's failure
+    /// does (`job_exhausted`), each left to its default when `None`.
+    job_attempts: Option<u32>,
+    job_exhausted: Option<JobExhausted>,
     callback: bool,
     /// Whether the operator of the final drain unblocks jobs by Skip (else by Resume).
     drain_by_skip: bool,
@@ -4331,12 +4337,19 @@ fn plan() -> impl Strategy<Value = Plan> {
             .prop_map(|(run_at_ms, priority)| Op::Reschedule { run_at_ms, priority }),
     ];
     let advance = prop_oneof![3 => Just(0u64), 4 => 1u64..1_500, 1 => 1_500u64..12_000];
-    let on_failure = prop_oneof![
+    let exhausted = prop_oneof![
         Just(None),
-        Just(Some(OnFailure::Fail)),
-        Just(Some(OnFailure::Hold)),
-        Just(Some(OnFailure::Compensate)),
-        Just(Some(OnFailure::CompensateAndRetry)),
+        Just(Some(JobExhausted::Fail)),
+        Just(Some(JobExhausted::Hold)),
+    ];
+    let retry = (prop::option::of(1u32..=3), exhausted)
+        .prop_map(|(rounds, then)| (Some(OnFailure::CompensateAndRetry), rounds, then));
+    let on_failure = prop_oneof![
+        1 => Just((None, None, None)),
+        1 => Just((Some(OnFailure::Fail), None, None)),
+        1 => Just((Some(OnFailure::Hold), None, None)),
+        1 => Just((Some(OnFailure::Compensate), None, None)),
+        2 => retry,
     ];
     (
         prop::collection::vec(random_step, 1..=8),
@@ -4347,10 +4360,19 @@ fn plan() -> impl Strategy<Value = Plan> {
         prop::collection::vec((advance, op), 0..80),
     )
         .prop_map(
-            |(steps, run_at_ms, on_failure, callback, drain_by_skip, ops)| Plan {
+            |(
+                steps,
+                run_at_ms,
+                (on_failure, job_attempts, job_exhausted),
+                callback,
+                drain_by_skip,
+                ops,
+            )| Plan {
                 steps,
                 run_at_ms,
                 on_failure,
+                job_attempts,
+                job_exhausted,
                 callback,
                 drain_by_skip,
                 ops,
@@ -4619,6 +4641,8 @@ fn run(plan: &Plan) -> (Vec<Result<Transition, Rejection>>, Sim) {
         })
         .collect();
     let mut job_spec = job(steps, plan.on_failure);
+    job_spec.job_attempts = plan.job_attempts;
+    job_spec.job_exhausted = plan.job_exhausted;
     job_spec.run_at = plan.run_at_ms.map(at);
     if plan.callback {
         job_spec.callback_url = Some("https://example.com/hook".into());
@@ -4655,6 +4679,42 @@ proptest! {
         let (second, _) = run(&plan);
         prop_assert_eq!(first, second);
     }
+}
+
+// Proves the random plans reach the paths of a whole-job retry the property test is meant to
+// cover: a round started over, a job that failed after its last round was undone, and one held
+// in its last round (`job_exhausted: hold`), among 3,000 plans drawn with a fixed seed.
+#[test]
+fn random_plans_reach_every_end_of_a_whole_job_retry() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]);
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    let (mut restarted, mut failed_last, mut held_last) = (0, 0, 0);
+    for _ in 0..3_000 {
+        let plan = plan().new_tree(&mut runner).expect("a plan").current();
+        if plan.on_failure != Some(OnFailure::CompensateAndRetry) {
+            continue;
+        }
+        let (_, sim) = run(&plan);
+        let has = |kind: &str, text: &str| {
+            sim.history.iter().any(|e| {
+                e.kind == kind
+                    && e.detail
+                        .as_ref()
+                        .is_some_and(|d| d.to_string().contains(text))
+            })
+        };
+        restarted += usize::from(sim.history.iter().any(|e| e.kind == "job_round_started"));
+        held_last += usize::from(has("job_blocked", "in the last round"));
+        let rounds = sim.job.retry.map_or(0, |r| r.attempts);
+        failed_last +=
+            usize::from(sim.job.state == JobState::Failed && sim.job.round == rounds && rounds > 1);
+    }
+    assert!(
+        restarted > 0 && failed_last > 0 && held_last > 0,
+        "rounds started over {restarted}, failed after the last {failed_last}, held in the last {held_last}"
+    );
 }
 
 // Proves a failure with a target's `Retry-After` schedules the retry at that delay, kept within
@@ -4999,4 +5059,58 @@ fn whole_job_retry_succeeds_in_a_later_round_and_stops_at_the_deadline() {
     sim.set_time(1_000);
     let tr = sim.run("a");
     assert_eq!((tr.job.state, tr.job.round), (JobState::Failed, 1));
+}
+
+// Proves `job_exhausted: hold`: the rounds before the last are undone and start over as usual,
+// but a step failing for good in the last round blocks the job with nothing undone (the reason
+// names the round); an operator's retry goes on in that round and can still succeed, a second
+// failure holds again, and a cancel undoes the round and ends `cancelled`. With the default
+// (`fail`) the same job ends `failed`, its last round undone.
+#[test]
+fn whole_job_retry_can_hold_after_its_last_round() {
+    let mut held = whole_job(2);
+    held.job_exhausted = Some(JobExhausted::Hold);
+    held.validate(&Limits::default()).expect("valid");
+    let mut sim = start(&held);
+    sim.run("a");
+    sim.run_fatal("b");
+    let tr = sim.run("a");
+    assert_eq!((tr.job.round, tr.job.state), (2, JobState::Running));
+    sim.run("a");
+    let tr = sim.run_fatal("b");
+    assert_eq!(tr.job.state, JobState::Blocked);
+    assert_eq!(states(&tr.job), "a:succeeded b:failed");
+    let reason = tr.job.blocked_reason.clone().unwrap_or_default();
+    assert!(reason.contains("last round, 2 of 2"), "{reason}");
+    assert!(kinds(&tr.events).contains(&"job_blocked".to_string()));
+    // The operator retries the failed step: it runs again in round 2 and fails again: held.
+    sim.retry("b");
+    let tr = sim.run_fatal("b");
+    assert_eq!((tr.job.state, tr.job.round), (JobState::Blocked, 2));
+    // Retried again, it succeeds: the job succeeds in its last round.
+    let mut succeeds = sim.clone();
+    succeeds.retry("b");
+    let tr = succeeds.run("b");
+    assert_eq!((tr.job.state, tr.job.round), (JobState::Succeeded, 2));
+    // Or the operator cancels: the round is undone, the job ends cancelled.
+    let tr = sim.ok(Command::Cancel);
+    assert_eq!(tr.job.state, JobState::Compensating);
+    let tr = sim.run("a");
+    assert_eq!(tr.job.state, JobState::Cancelled);
+    assert_eq!(tr.job.compensated_steps(), ["a"]);
+
+    // The default: the last round is undone too and the job fails.
+    let mut failing = start(&whole_job(1));
+    failing.run("a");
+    failing.run_fatal("b");
+    let tr = failing.run("a");
+    assert_eq!((tr.job.state, tr.job.round), (JobState::Failed, 1));
+
+    // `job_exhausted` only shapes a whole-job retry.
+    let mut wrong = job(vec![step("a", "x", &[], 1)], Some(OnFailure::Hold));
+    wrong.job_exhausted = Some(JobExhausted::Hold);
+    let e = wrong
+        .validate(&Limits::default())
+        .expect_err("not a whole-job retry");
+    assert_eq!(e.field, "job_exhausted");
 }

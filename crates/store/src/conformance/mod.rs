@@ -45,7 +45,7 @@ use crate::{
     Claimed, Delivery, DeliveryCounts, DeliveryOutcome, Due, DueBetween, Error, EventPage, Fence,
     FinishedCount, Fire, FireOutcome, JobQuery, LeaderBid, Leadership, LeaseRef, NewJob,
     OrderingKeyStatus, Removal, Replacement, Report, ReportApplied, Reports, Result, Schedule,
-    ScheduleCreated, SchedulePause, SettingsUpdate, StateCount, Submitted, Window,
+    ScheduleCreated, SchedulePause, ScheduleUpdate, SettingsUpdate, StateCount, Submitted, Window,
 };
 use overseer_core::retention::Retention;
 use overseer_core::Span;
@@ -145,6 +145,10 @@ macro_rules! conformance_tests {
             schedule_overlap_skip_and_allow,
             schedule_fire_with_a_stale_due_time_writes_nothing,
             schedule_fire_is_fenced,
+            schedule_update_replaces_the_definition,
+            schedule_update_never_refires_and_keeps_pause,
+            schedule_update_racing_a_firing_fires_once,
+            schedule_pass_advances_without_a_job,
         );
         $crate::conformance_tests!(@noun leader:
             leader_lease_changes_hands_with_epochs,
@@ -444,9 +448,10 @@ fn firing(
     let job = schedule.spec.job_for(due);
     Fire {
         name: schedule.name.clone(),
+        spec: schedule.spec.clone(),
         due_at: due,
         next_fire_at: next,
-        job: admitted(id, &job, now),
+        job: Some(admitted(id, &job, now)),
         now,
     }
 }

@@ -2,7 +2,7 @@
 //! `next_fire_at`, the job inserted idempotently in the same transaction).
 
 use deadpool_postgres::Transaction;
-use overseer_core::schedule::{Overlap, ScheduleSpec};
+use overseer_core::schedule::{self, Overlap, ScheduleSpec, Timing};
 use overseer_core::{JobId, JobState, Timestamp};
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -12,7 +12,7 @@ use super::rows::{self, corrupt, get, limit_param, ms, query, query_opt};
 use super::{jobs, Failure, PgStore, Res};
 use crate::{
     Due, Error, Fence, Fire, FireOutcome, Result, Schedule, ScheduleCreated, SchedulePause,
-    Schedules, Submitted,
+    ScheduleUpdate, Schedules, Submitted,
 };
 
 const SCHEDULE_COLUMNS: &str =
@@ -124,6 +124,37 @@ async fn schedule_set_paused(
     }
 }
 
+/// Replaces the definition; the row is locked first, so a firing of the same schedule waits for
+/// this transaction and then finds its due time moved or its definition changed (stale), or
+/// went first and left `last_fire_at` for the core to keep clear of.
+async fn schedule_update(tx: &Transaction<'_>, update: &ScheduleUpdate) -> Res<Schedule> {
+    let name = &update.spec.name;
+    let Some(stored) = schedule_get(tx, name, true).await? else {
+        return Err(Failure::Store(Error::ScheduleNotFound(name.clone())));
+    };
+    if stored.spec == update.spec {
+        return Ok(stored);
+    }
+    let timing = Timing {
+        paused: stored.paused,
+        next_fire_at: stored.next_fire_at,
+        last_fire_at: stored.last_fire_at,
+    };
+    let next = schedule::replan(&stored.spec, &update.spec, &update.cron, timing, update.now);
+    let spec = serde_json::to_string(&update.spec).map_err(|e| corrupt("schedules.spec", e))?;
+    let row = query_opt(
+        tx,
+        &format!(
+            "UPDATE schedules SET spec = $2, next_fire_at = $3, updated_at = $4 \
+             WHERE name = $1 RETURNING {SCHEDULE_COLUMNS}"
+        ),
+        &[name, &spec, &ms(next), &update.now.as_millis()],
+    )
+    .await?
+    .ok_or_else(|| Failure::Retry(format!("schedule `{name}` vanished")))?;
+    schedule_from_row(&row)
+}
+
 async fn schedules_due(tx: &Transaction<'_>, now: Timestamp, limit: usize) -> Res<Vec<Schedule>> {
     let rows = query(
         tx,
@@ -150,37 +181,61 @@ async fn schedule_fire(
     let Some(schedule) = schedule_get(tx, &fire.name, true).await? else {
         return Err(Failure::Store(Error::ScheduleNotFound(fire.name.clone())));
     };
-    if schedule.paused || schedule.next_fire_at != Some(fire.due_at) {
+    if schedule.paused || schedule.next_fire_at != Some(fire.due_at) || schedule.spec != fire.spec {
         return Ok(FireOutcome::Stale);
     }
-    if schedule.spec.overlap == Overlap::Skip {
-        if let Some(previous) = schedule.last_job_id {
-            let row = query_opt(tx, "SELECT state FROM jobs WHERE id = $1", &[&previous.0]).await?;
-            if let Some(row) = row {
-                let state: String = get(&row, 0, "jobs.state")?;
-                let state = JobState::parse(&state).ok_or_else(|| corrupt("jobs.state", &state))?;
-                if !state.is_terminal() {
-                    rows::execute(
-                        tx,
-                        "UPDATE schedules SET next_fire_at = $2, updated_at = $3 WHERE name = $1",
-                        &[&fire.name, &ms(fire.next_fire_at), &fire.now.as_millis()],
-                    )
-                    .await?;
-                    return Ok(FireOutcome::Skipped { running: previous });
-                }
-            }
-        }
+    let Some(job) = &fire.job else {
+        pass(tx, fire).await?;
+        return Ok(FireOutcome::Passed);
+    };
+    if let Some(running) = unfinished_previous(tx, &schedule).await? {
+        pass(tx, fire).await?;
+        return Ok(FireOutcome::Skipped { running });
     }
-    let job = &fire.job.transition.job;
-    let keys = job.ordering_key.as_deref().into_iter().collect();
+    let keys = job
+        .transition
+        .job
+        .ordering_key
+        .as_deref()
+        .into_iter()
+        .collect();
     jobs::lock_ordering_keys(tx, keys).await?;
-    let submitted = jobs::submit_one(tx, 0, &fire.job, history_per_job).await?;
+    let submitted = jobs::submit_one(tx, 0, job, history_per_job).await?;
     let id = match &submitted {
         Submitted::Created(t) => t.job.id,
         Submitted::Existing(j) => j.id,
     };
     advance(tx, fire, id).await?;
     Ok(FireOutcome::Fired(submitted))
+}
+
+/// The schedule's previous job when `overlap: skip` holds this firing back (it exists and is
+/// not finished).
+async fn unfinished_previous(tx: &Transaction<'_>, schedule: &Schedule) -> Res<Option<JobId>> {
+    let Some(previous) = schedule.last_job_id else {
+        return Ok(None);
+    };
+    if schedule.spec.overlap != Overlap::Skip {
+        return Ok(None);
+    }
+    let Some(row) = query_opt(tx, "SELECT state FROM jobs WHERE id = $1", &[&previous.0]).await?
+    else {
+        return Ok(None);
+    };
+    let state: String = get(&row, 0, "jobs.state")?;
+    let state = JobState::parse(&state).ok_or_else(|| corrupt("jobs.state", &state))?;
+    Ok((!state.is_terminal()).then_some(previous))
+}
+
+/// Moves a schedule past a due time without a job.
+async fn pass(tx: &Transaction<'_>, fire: &Fire) -> Res<()> {
+    rows::execute(
+        tx,
+        "UPDATE schedules SET next_fire_at = $2, updated_at = $3 WHERE name = $1",
+        &[&fire.name, &ms(fire.next_fire_at), &fire.now.as_millis()],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Moves a schedule past a fired due time.
@@ -235,6 +290,12 @@ impl Schedules for PgStore {
             ))
         })
         .await
+    }
+
+    async fn schedule_update(&self, update: ScheduleUpdate) -> Result<Schedule> {
+        let update = &update;
+        self.write(move |tx, _| Box::pin(schedule_update(tx, update)))
+            .await
     }
 
     async fn schedules_due(&self, due: Due) -> Result<Vec<Schedule>> {

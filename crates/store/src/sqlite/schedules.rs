@@ -6,7 +6,7 @@
 //! same due time find `next_fire_at` moved and write nothing, so none is doubled; a crash before
 //! the commit leaves the due time in place to be fired again, so none is lost.
 
-use overseer_core::schedule::{Overlap, ScheduleSpec};
+use overseer_core::schedule::{self, Overlap, ScheduleSpec, Timing};
 use overseer_core::{JobId, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
@@ -15,7 +15,7 @@ use super::rows::{self, DbResult};
 use super::{leader, SqliteStore};
 use crate::{
     Due, Error, Fence, Fire, FireOutcome, Result, Schedule, ScheduleCreated, SchedulePause,
-    Schedules, Submitted,
+    ScheduleUpdate, Schedules, Submitted,
 };
 
 const COLUMNS: &str =
@@ -171,6 +171,40 @@ fn set_paused(conn: &Connection, pause: &SchedulePause) -> Result<Schedule> {
     get(conn, name)?.ok_or_else(|| Error::ScheduleNotFound(name.clone()))
 }
 
+/// Replaces the definition and sets the next due time the core decides from the row as it is
+/// now (in the writer's transaction, so no firing can come between the read and the write).
+fn update(conn: &Connection, update: ScheduleUpdate) -> Result<Schedule> {
+    let name = update.spec.name.clone();
+    let stored = get(conn, &name)?.ok_or_else(|| Error::ScheduleNotFound(name.clone()))?;
+    if stored.spec == update.spec {
+        return Ok(stored);
+    }
+    let timing = Timing {
+        paused: stored.paused,
+        next_fire_at: stored.next_fire_at,
+        last_fire_at: stored.last_fire_at,
+    };
+    let next = schedule::replan(&stored.spec, &update.spec, &update.cron, timing, update.now);
+    let replaced = Schedule {
+        spec: update.spec,
+        next_fire_at: next,
+        updated_at: update.now,
+        ..stored
+    };
+    conn.prepare_cached(
+        "UPDATE schedules SET spec = ?2, next_fire_at = ?3, updated_at = ?4 WHERE name = ?1",
+    )
+    .db()?
+    .execute(params![
+        name,
+        spec_text(&replaced)?,
+        next.map(Timestamp::as_millis),
+        update.now.as_millis()
+    ])
+    .db()?;
+    Ok(replaced)
+}
+
 /// Whether the job exists and is not finished. A job that is gone holds nothing back.
 fn is_unfinished(conn: &Connection, id: JobId) -> Result<bool> {
     let state: Option<String> = conn
@@ -182,8 +216,8 @@ fn is_unfinished(conn: &Connection, id: JobId) -> Result<bool> {
     Ok(state.is_some_and(|s| !matches!(s.as_str(), "succeeded" | "failed" | "cancelled")))
 }
 
-/// Fires one due time; see the module's description. `Stale` and `Skipped` write nothing but
-/// what they say (nothing, and the advance of `next_fire_at`).
+/// Fires one due time; see the module's description. `Stale`, `Skipped` and `Passed` write
+/// nothing but what they say (nothing, and the advance of `next_fire_at`).
 fn fire(
     conn: &Connection,
     fire: Fire,
@@ -193,7 +227,7 @@ fn fire(
     leader::check_fence(conn, fence, fire.now)?;
     let schedule =
         get(conn, &fire.name)?.ok_or_else(|| Error::ScheduleNotFound(fire.name.clone()))?;
-    if schedule.paused || schedule.next_fire_at != Some(fire.due_at) {
+    if schedule.paused || schedule.next_fire_at != Some(fire.due_at) || schedule.spec != fire.spec {
         return Ok(FireOutcome::Stale);
     }
     let next = fire.next_fire_at.map(Timestamp::as_millis);
@@ -203,16 +237,22 @@ fn fire(
         }
         _ => None,
     };
-    if let Some(running) = running {
-        conn.prepare_cached(
-            "UPDATE schedules SET next_fire_at = ?2, updated_at = ?3 WHERE name = ?1",
-        )
-        .db()?
-        .execute(params![fire.name, next, fire.now.as_millis()])
-        .db()?;
-        return Ok(FireOutcome::Skipped { running });
-    }
-    let submitted = submit_jobs(conn, vec![fire.job], history_per_job)?
+    let job = match fire.job {
+        Some(job) if running.is_none() => job,
+        job => {
+            conn.prepare_cached(
+                "UPDATE schedules SET next_fire_at = ?2, updated_at = ?3 WHERE name = ?1",
+            )
+            .db()?
+            .execute(params![fire.name, next, fire.now.as_millis()])
+            .db()?;
+            return Ok(match (job, running) {
+                (Some(_), Some(running)) => FireOutcome::Skipped { running },
+                _ => FireOutcome::Passed,
+            });
+        }
+    };
+    let submitted = submit_jobs(conn, vec![job], history_per_job)?
         .pop()
         .ok_or_else(|| Error::Corrupt("a firing's submit answered nothing".into()))?;
     let job_id = match &submitted {
@@ -257,6 +297,10 @@ impl Schedules for SqliteStore {
 
     async fn schedule_set_paused(&self, pause: SchedulePause) -> Result<Schedule> {
         self.write(move |conn| set_paused(conn, &pause)).await
+    }
+
+    async fn schedule_update(&self, update: ScheduleUpdate) -> Result<Schedule> {
+        self.write(move |conn| self::update(conn, update)).await
     }
 
     async fn schedules_due(&self, due: Due) -> Result<Vec<Schedule>> {

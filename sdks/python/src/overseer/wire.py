@@ -201,6 +201,7 @@ class JobSpec(_JobSpecRequired, total=False):
     deadline: str
     job_attempts: int
     job_backoff: Backoff
+    job_exhausted: Literal["fail", "hold"]
     retention: str
 
 
@@ -268,6 +269,7 @@ class Job(_JobRequired, total=False):
     deadline: str
     round: int
     job_attempts: int
+    job_exhausted: Literal["fail", "hold"]
     rerun_of: str
     rerun_by: str
     waiting_reason: WaitingReason
