@@ -5,7 +5,9 @@
 use overseer_core::bucket::{next_token_at, refill, whole};
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Step, Timestamp, Transition};
 
-use crate::{AgentSettings, Error, LeaseRef, Result};
+use overseer_core::schedule::Overlap;
+
+use crate::{AgentSettings, Error, Fire, LeaseRef, Result, Schedule};
 
 /// The step, lease id and worker of a claim command, whose lease must be recorded with the
 /// transition; `None` for every other command.
@@ -82,6 +84,43 @@ pub(crate) fn head_starts(admission: &Transition) -> Result<Transition> {
         Command::Activate,
         job.created_at,
     )?)
+}
+
+/// Whether a leader's firing is no longer the schedule's to make: the schedule was paused, its
+/// due time moved on (another leader fired it), or it was replaced since the firing was planned.
+pub(crate) fn firing_is_stale(schedule: &Schedule, fire: &Fire) -> bool {
+    schedule.paused || schedule.next_fire_at != Some(fire.due_at) || schedule.spec != fire.spec
+}
+
+/// The previous job whose state decides a firing under `overlap: skip`; the backend reads that
+/// job's state for [`fire_plan`]. `None`: nothing holds the firing back.
+pub(crate) fn overlap_holder(schedule: &Schedule) -> Option<JobId> {
+    (schedule.spec.overlap == Overlap::Skip)
+        .then_some(schedule.last_job_id)
+        .flatten()
+}
+
+/// What a current firing does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FirePlan {
+    /// Moves past the due time without a job (the supervisor decided to skip it).
+    Pass,
+    /// Moves past the due time: the previous job still runs under `overlap: skip`.
+    Skip { running: JobId },
+    /// Submits the firing's job and records it as the schedule's last.
+    Fire,
+}
+
+/// Decides a current firing, given the [`overlap_holder`] with its state as stored (`None`
+/// when that job is gone: a removed job holds nothing back).
+pub(crate) fn fire_plan(fire: &Fire, holder: Option<(JobId, Option<JobState>)>) -> FirePlan {
+    if fire.job.is_none() {
+        return FirePlan::Pass;
+    }
+    match holder {
+        Some((running, Some(state))) if !state.is_terminal() => FirePlan::Skip { running },
+        _ => FirePlan::Fire,
+    }
 }
 
 /// What a submit resolves to when its idempotency key is already held by `holder` (its id and

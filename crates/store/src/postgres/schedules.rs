@@ -2,7 +2,7 @@
 //! `next_fire_at`, the job inserted idempotently in the same transaction).
 
 use deadpool_postgres::Transaction;
-use overseer_core::schedule::{self, Overlap, ScheduleSpec, Timing};
+use overseer_core::schedule::{self, ScheduleSpec, Timing};
 use overseer_core::{JobId, JobState, Timestamp};
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::leader::check_fence;
 use super::rows::{self, corrupt, get, limit_param, ms, query, query_opt};
 use super::{jobs, Failure, PgStore, Res};
+use crate::decide::{self, FirePlan};
 use crate::{
     Due, Error, Fence, Fire, FireOutcome, Result, Schedule, ScheduleCreated, SchedulePause,
     ScheduleUpdate, Schedules, Submitted,
@@ -181,17 +182,24 @@ async fn schedule_fire(
     let Some(schedule) = schedule_get(tx, &fire.name, true).await? else {
         return Err(Failure::Store(Error::ScheduleNotFound(fire.name.clone())));
     };
-    if schedule.paused || schedule.next_fire_at != Some(fire.due_at) || schedule.spec != fire.spec {
+    if decide::firing_is_stale(&schedule, fire) {
         return Ok(FireOutcome::Stale);
     }
-    let Some(job) = &fire.job else {
-        pass(tx, fire).await?;
-        return Ok(FireOutcome::Passed);
+    let holder = match decide::overlap_holder(&schedule) {
+        Some(id) => Some((id, job_state(tx, id).await?)),
+        None => None,
     };
-    if let Some(running) = unfinished_previous(tx, &schedule).await? {
-        pass(tx, fire).await?;
-        return Ok(FireOutcome::Skipped { running });
-    }
+    let job = match (decide::fire_plan(fire, holder), &fire.job) {
+        (FirePlan::Fire, Some(job)) => job,
+        (FirePlan::Skip { running }, _) => {
+            pass(tx, fire).await?;
+            return Ok(FireOutcome::Skipped { running });
+        }
+        _ => {
+            pass(tx, fire).await?;
+            return Ok(FireOutcome::Passed);
+        }
+    };
     let keys = job
         .transition
         .job
@@ -209,22 +217,15 @@ async fn schedule_fire(
     Ok(FireOutcome::Fired(submitted))
 }
 
-/// The schedule's previous job when `overlap: skip` holds this firing back (it exists and is
-/// not finished).
-async fn unfinished_previous(tx: &Transaction<'_>, schedule: &Schedule) -> Res<Option<JobId>> {
-    let Some(previous) = schedule.last_job_id else {
-        return Ok(None);
-    };
-    if schedule.spec.overlap != Overlap::Skip {
-        return Ok(None);
-    }
-    let Some(row) = query_opt(tx, "SELECT state FROM jobs WHERE id = $1", &[&previous.0]).await?
-    else {
+/// The job's state as stored; `None` when it is gone.
+async fn job_state(tx: &Transaction<'_>, id: JobId) -> Res<Option<JobState>> {
+    let Some(row) = query_opt(tx, "SELECT state FROM jobs WHERE id = $1", &[&id.0]).await? else {
         return Ok(None);
     };
     let state: String = get(&row, 0, "jobs.state")?;
-    let state = JobState::parse(&state).ok_or_else(|| corrupt("jobs.state", &state))?;
-    Ok((!state.is_terminal()).then_some(previous))
+    JobState::parse(&state)
+        .map(Some)
+        .ok_or_else(|| corrupt("jobs.state", &state))
 }
 
 /// Moves a schedule past a due time without a job.

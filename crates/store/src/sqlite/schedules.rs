@@ -6,13 +6,14 @@
 //! same due time find `next_fire_at` moved and write nothing, so none is doubled; a crash before
 //! the commit leaves the due time in place to be fired again, so none is lost.
 
-use overseer_core::schedule::{self, Overlap, ScheduleSpec, Timing};
-use overseer_core::{JobId, Timestamp};
+use overseer_core::schedule::{self, ScheduleSpec, Timing};
+use overseer_core::{JobId, JobState, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::jobs::submit_jobs;
 use super::rows::{self, DbResult};
 use super::{leader, SqliteStore};
+use crate::decide::{self, FirePlan};
 use crate::{
     Due, Error, Fence, Fire, FireOutcome, Result, Schedule, ScheduleCreated, SchedulePause,
     ScheduleUpdate, Schedules, Submitted,
@@ -205,19 +206,22 @@ fn update(conn: &Connection, update: ScheduleUpdate) -> Result<Schedule> {
     Ok(replaced)
 }
 
-/// Whether the job exists and is not finished. A job that is gone holds nothing back.
-fn is_unfinished(conn: &Connection, id: JobId) -> Result<bool> {
+/// The job's state as stored; `None` when it is gone.
+fn job_state(conn: &Connection, id: JobId) -> Result<Option<JobState>> {
     let state: Option<String> = conn
         .prepare_cached("SELECT state FROM jobs WHERE id = ?1")
         .db()?
         .query_row([rows::job_id_text(id)], |r| r.get(0))
         .optional()
         .db()?;
-    Ok(state.is_some_and(|s| !matches!(s.as_str(), "succeeded" | "failed" | "cancelled")))
+    state
+        .map(|s| JobState::parse(&s).ok_or_else(|| Error::Corrupt(format!("jobs.state `{s}`"))))
+        .transpose()
 }
 
-/// Fires one due time; see the module's description. `Stale`, `Skipped` and `Passed` write
-/// nothing but what they say (nothing, and the advance of `next_fire_at`).
+/// Fires one due time as `decide::fire_plan` says; see the module's description. `Stale`,
+/// `Skipped` and `Passed` write nothing but what they say (nothing, and the advance of
+/// `next_fire_at`).
 fn fire(
     conn: &Connection,
     fire: Fire,
@@ -227,27 +231,25 @@ fn fire(
     leader::check_fence(conn, fence, fire.now)?;
     let schedule =
         get(conn, &fire.name)?.ok_or_else(|| Error::ScheduleNotFound(fire.name.clone()))?;
-    if schedule.paused || schedule.next_fire_at != Some(fire.due_at) || schedule.spec != fire.spec {
+    if decide::firing_is_stale(&schedule, &fire) {
         return Ok(FireOutcome::Stale);
     }
-    let next = fire.next_fire_at.map(Timestamp::as_millis);
-    let running = match schedule.last_job_id {
-        Some(last) if schedule.spec.overlap == Overlap::Skip => {
-            is_unfinished(conn, last)?.then_some(last)
-        }
-        _ => None,
+    let holder = match decide::overlap_holder(&schedule) {
+        Some(id) => Some((id, job_state(conn, id)?)),
+        None => None,
     };
-    let job = match fire.job {
-        Some(job) if running.is_none() => job,
-        job => {
+    let next = fire.next_fire_at.map(Timestamp::as_millis);
+    let job = match (decide::fire_plan(&fire, holder), fire.job) {
+        (FirePlan::Fire, Some(job)) => job,
+        (plan, _) => {
             conn.prepare_cached(
                 "UPDATE schedules SET next_fire_at = ?2, updated_at = ?3 WHERE name = ?1",
             )
             .db()?
             .execute(params![fire.name, next, fire.now.as_millis()])
             .db()?;
-            return Ok(match (job, running) {
-                (Some(_), Some(running)) => FireOutcome::Skipped { running },
+            return Ok(match plan {
+                FirePlan::Skip { running } => FireOutcome::Skipped { running },
                 _ => FireOutcome::Passed,
             });
         }
