@@ -5,9 +5,9 @@
 use overseer_core::bucket::{next_token_at, refill, whole};
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Step, Timestamp, Transition};
 
-use overseer_core::schedule::Overlap;
+use overseer_core::schedule::{self, Overlap, Timing};
 
-use crate::{AgentSettings, Error, Fire, LeaseRef, Result, Schedule};
+use crate::{AgentSettings, Error, Fire, LeaseRef, Result, Schedule, ScheduleUpdate};
 
 /// The step, lease id and worker of a claim command, whose lease must be recorded with the
 /// transition; `None` for every other command.
@@ -84,6 +84,26 @@ pub(crate) fn head_starts(admission: &Transition) -> Result<Transition> {
         Command::Activate,
         job.created_at,
     )?)
+}
+
+/// The next due time of a schedule replaced by `update`, decided by `schedule::replan` from the
+/// row as stored; `None` when the definition did not change (nothing to write).
+pub(crate) fn replanned(stored: &Schedule, update: &ScheduleUpdate) -> Option<Option<Timestamp>> {
+    if stored.spec == update.spec {
+        return None;
+    }
+    let timing = Timing {
+        paused: stored.paused,
+        next_fire_at: stored.next_fire_at,
+        last_fire_at: stored.last_fire_at,
+    };
+    Some(schedule::replan(
+        &stored.spec,
+        &update.spec,
+        &update.cron,
+        timing,
+        update.now,
+    ))
 }
 
 /// Whether a leader's firing is no longer the schedule's to make: the schedule was paused, its

@@ -2,7 +2,7 @@
 //! `next_fire_at`, the job inserted idempotently in the same transaction).
 
 use deadpool_postgres::Transaction;
-use overseer_core::schedule::{self, ScheduleSpec, Timing};
+use overseer_core::schedule::ScheduleSpec;
 use overseer_core::{JobId, JobState, Timestamp};
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -133,15 +133,9 @@ async fn schedule_update(tx: &Transaction<'_>, update: &ScheduleUpdate) -> Res<S
     let Some(stored) = schedule_get(tx, name, true).await? else {
         return Err(Failure::Store(Error::ScheduleNotFound(name.clone())));
     };
-    if stored.spec == update.spec {
+    let Some(next) = decide::replanned(&stored, update) else {
         return Ok(stored);
-    }
-    let timing = Timing {
-        paused: stored.paused,
-        next_fire_at: stored.next_fire_at,
-        last_fire_at: stored.last_fire_at,
     };
-    let next = schedule::replan(&stored.spec, &update.spec, &update.cron, timing, update.now);
     let spec = serde_json::to_string(&update.spec).map_err(|e| corrupt("schedules.spec", e))?;
     let row = query_opt(
         tx,

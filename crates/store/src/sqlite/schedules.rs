@@ -6,7 +6,7 @@
 //! same due time find `next_fire_at` moved and write nothing, so none is doubled; a crash before
 //! the commit leaves the due time in place to be fired again, so none is lost.
 
-use overseer_core::schedule::{self, ScheduleSpec, Timing};
+use overseer_core::schedule::ScheduleSpec;
 use overseer_core::{JobId, JobState, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
@@ -177,15 +177,9 @@ fn set_paused(conn: &Connection, pause: &SchedulePause) -> Result<Schedule> {
 fn update(conn: &Connection, update: ScheduleUpdate) -> Result<Schedule> {
     let name = update.spec.name.clone();
     let stored = get(conn, &name)?.ok_or_else(|| Error::ScheduleNotFound(name.clone()))?;
-    if stored.spec == update.spec {
+    let Some(next) = decide::replanned(&stored, &update) else {
         return Ok(stored);
-    }
-    let timing = Timing {
-        paused: stored.paused,
-        next_fire_at: stored.next_fire_at,
-        last_fire_at: stored.last_fire_at,
     };
-    let next = schedule::replan(&stored.spec, &update.spec, &update.cron, timing, update.now);
     let replaced = Schedule {
         spec: update.spec,
         next_fire_at: next,
