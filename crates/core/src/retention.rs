@@ -77,7 +77,7 @@ impl Retention {
 
 /// How long one removal write should take at most: it holds the store's writer (SQLite has
 /// one), so claims and reports queued behind it wait that long.
-pub const REMOVAL_WRITE_BUDGET: Span = Span::from_millis(10);
+pub const REMOVAL_WRITE_BUDGET: Span = Span::from_millis(3);
 /// The smallest removal batch: below it a backlog would take too many writes to clear.
 pub const REMOVAL_BATCH_MIN: usize = 20;
 
@@ -107,9 +107,9 @@ mod tests {
     fn removal_batches_follow_the_write_budget() {
         let ms = Span::from_millis;
         assert_eq!(next_removal_batch(500, ms(40), 500), 250);
-        assert_eq!(next_removal_batch(250, ms(2), 500), 500);
+        assert_eq!(next_removal_batch(250, ms(1), 500), 500);
         assert_eq!(next_removal_batch(500, ms(0), 500), 500);
-        assert_eq!(next_removal_batch(100, ms(7), 500), 100);
+        assert_eq!(next_removal_batch(100, ms(2), 500), 100);
         assert_eq!(next_removal_batch(30, ms(90), 500), REMOVAL_BATCH_MIN);
         // A configured batch smaller than the minimum is kept as configured.
         assert_eq!(next_removal_batch(5, ms(90), 5), 5);
