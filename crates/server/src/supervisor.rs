@@ -408,8 +408,8 @@ impl Supervisor {
                 u64::try_from(self.app.now().as_millis() - started.as_millis()).unwrap_or(0),
             );
             self.removal_batch = retention::next_removal_batch(limit, took, self.retention_batch);
-            pruned += gone.len();
-            backlog = gone.len() == limit;
+            pruned += gone.ids.len();
+            backlog = gone.more;
             if !backlog {
                 break;
             }

@@ -490,11 +490,12 @@ impl Maintenance for SimStore {
         self.inner.next_due_at(now).await
     }
 
-    async fn jobs_prune(&self, prune: overseer_store::Prune) -> Result<Vec<JobId>> {
+    async fn jobs_prune(&self, prune: overseer_store::Prune) -> Result<overseer_store::Pruned> {
         self.crash.before_write()?;
         let mut gone = self.inner.jobs_prune(prune).await?;
         if self.bug == Bug::PruneIgnoresState {
-            gone.extend(prune_ignoring_state(&self.inner, prune.now).await?);
+            gone.ids
+                .extend(prune_ignoring_state(&self.inner, prune.now).await?);
         }
         Ok(gone)
     }

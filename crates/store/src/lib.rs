@@ -46,7 +46,7 @@ pub use leases::{
     Claim, ClaimResult, Claimed, LeaseRef, LeaseReport, Leases, Report, ReportApplied, Reported,
     Reports,
 };
-pub use maintenance::{Maintenance, Prune, Signal};
+pub use maintenance::{Maintenance, Prune, Pruned, Signal};
 pub use postgres::PgStore;
 pub use schedules::{
     Fire, FireOutcome, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate, Schedules,

@@ -27,6 +27,16 @@ pub struct Prune {
     pub limit: usize,
 }
 
+/// What one [`Maintenance::jobs_prune`] removed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pruned {
+    /// The jobs deleted.
+    pub ids: Vec<JobId>,
+    /// More may be due: the batch was full, or the store stopped early to let other writes go
+    /// first. The caller should come back soon rather than wait for its next round.
+    pub more: bool,
+}
+
 /// Health, timing and upkeep.
 #[async_trait]
 pub trait Maintenance: Send + Sync {
@@ -44,7 +54,9 @@ pub trait Maintenance: Send + Sync {
     /// in), with their steps, labels, history, lease records and settled deliveries (a delivery
     /// still being tried stays until it is delivered or given up). Answers the ids deleted. An
     /// unfinished job is never touched; an idempotency key is free again once its job is gone.
-    async fn jobs_prune(&self, prune: Prune) -> Result<Vec<JobId>>;
+    /// A store may stop before `limit` so that claims and reports waiting behind the removal go
+    /// first; it then says there is [`Pruned::more`].
+    async fn jobs_prune(&self, prune: Prune) -> Result<Pruned>;
 
     /// Cross-node wake-ups, for backends shared by several nodes.
     fn signals(&self) -> Option<tokio::sync::broadcast::Receiver<Signal>> {

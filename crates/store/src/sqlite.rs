@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use overseer_core::{Command, Job, JobId, Timestamp, Transition};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 use self::rows::DbResult;
 use crate::{Error, Result};
@@ -248,12 +248,13 @@ impl SqliteStore {
             readers.put(conn);
         }
 
-        let (queue, receiver) = mpsc::channel(options.queue_capacity.max(1));
+        let (queue, receiver) = writer::channel(options.queue_capacity);
         let commits = Arc::new(AtomicU64::new(0));
         let checkpointer =
             checkpoint::Checkpointer::start(&options.path, options.busy_timeout, commits.clone())?;
         let max_batch = options.max_batch.max(1);
         let thread_commits = commits.clone();
+        let busy_timeout = options.busy_timeout;
         #[cfg(feature = "fault-injection")]
         let crash_after_step_result = fault::armed_from_env();
         #[cfg(feature = "fault-injection")]
@@ -266,6 +267,7 @@ impl SqliteStore {
                     receiver,
                     thread_commits,
                     max_batch,
+                    busy_timeout,
                     #[cfg(feature = "fault-injection")]
                     abort_after_commit,
                 )
@@ -322,7 +324,8 @@ impl SqliteStore {
                 journal_mode: text("journal_mode")?,
                 synchronous: int("synchronous")?,
                 foreign_keys: int("foreign_keys")? == 1,
-                busy_timeout_ms: int("busy_timeout")?,
+                busy_timeout_ms: i64::try_from(writer::busy_timeout().as_millis())
+                    .unwrap_or(i64::MAX),
                 user_version: int("user_version")?,
             })
         })
@@ -334,12 +337,26 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let queue = self
-            .inner
+        writer::submit(self.queue()?, false, work).await
+    }
+
+    /// Queues upkeep that yields to other writes: `work` gets the [`writer::Pressure`] to check
+    /// between its pieces, and should stop at the next one once others wait.
+    async fn write_background<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &writer::Pressure) -> Result<T> + Send + 'static,
+    {
+        let queue = self.queue()?;
+        let pressure = queue.pressure();
+        writer::submit(queue, true, move |conn| work(conn, &pressure)).await
+    }
+
+    fn queue(&self) -> Result<&writer::Queue> {
+        self.inner
             .queue
             .as_ref()
-            .ok_or_else(|| Error::Unavailable("the store is closing".into()))?;
-        writer::submit(queue, work).await
+            .ok_or_else(|| Error::Unavailable("the store is closing".into()))
     }
 
     /// Runs `work` on a pooled read connection inside one read transaction, so a job and its
@@ -685,5 +702,59 @@ mod tests {
             store.job_get(id).await.expect("get"),
             Some(claimed[0].transition.job.clone())
         );
+    }
+
+    // Proves upkeep yields to other writes: a background write sees a write queued behind it and
+    // stops, and that write joins its transaction instead of waiting for a commit of its own.
+    #[tokio::test]
+    async fn a_background_write_yields_and_the_waiting_write_shares_its_commit() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
+        let insert = |key: &'static str| {
+            move |conn: &Connection| -> Result<()> {
+                conn.execute(
+                    "INSERT INTO settings (key, value, created_at) VALUES (?1, 'x', 0)",
+                    [key],
+                )
+                .db()?;
+                Ok(())
+            }
+        };
+        let before = store.commit_count();
+        let (started, running) = tokio::sync::oneshot::channel();
+        let background = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write_background(move |conn, pressure| {
+                        let _ = started.send(());
+                        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+                        while !pressure.others_waiting() {
+                            if std::time::Instant::now() > give_up {
+                                return Err(Error::Unavailable("never saw the other write".into()));
+                            }
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        insert("background")(conn)
+                    })
+                    .await
+            }
+        });
+        running.await.expect("the background write runs");
+        store.write(insert("foreground")).await.expect("foreground");
+        background
+            .await
+            .expect("join")
+            .expect("the background write yielded");
+        assert_eq!(store.commit_count() - before, 1, "one commit for both");
+        let keys: Vec<String> = store
+            .read(|conn| {
+                let mut stmt = conn.prepare("SELECT key FROM settings ORDER BY key").db()?;
+                let keys = stmt.query_map([], |r| r.get(0)).db()?;
+                keys.collect::<rusqlite::Result<_>>().db()
+            })
+            .await
+            .expect("read");
+        assert_eq!(keys, ["background", "foreground"]);
     }
 }

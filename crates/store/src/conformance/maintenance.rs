@@ -155,8 +155,8 @@ pub async fn finished_jobs_are_pruned_after_their_retention(f: &Fixture) {
         failed: Span::from_secs(20),
         cancelled: Span::from_secs(30),
     };
-    let prune = |now: i64, limit: usize| async move {
-        let mut ids = store
+    let pruned = |now: i64, limit: usize| async move {
+        let mut pruned = store
             .jobs_prune(Prune {
                 now: at(now),
                 retention,
@@ -164,14 +164,23 @@ pub async fn finished_jobs_are_pruned_after_their_retention(f: &Fixture) {
             })
             .await
             .expect("prune");
-        ids.sort();
-        ids
+        pruned.ids.sort();
+        pruned
     };
+    let prune = |now: i64, limit: usize| async move { pruned(now, limit).await.ids };
+    assert!(!pruned(2_999, 10).await.more, "nothing more is due");
     assert!(prune(2_999, 10).await.is_empty(), "nothing is due yet");
     assert_eq!(prune(3_000, 10).await, vec![job_id(4)], "its own 2 s");
     assert!(prune(10_999, 10).await.is_empty());
-    assert_eq!(prune(12_000, 1).await.len(), 1, "one per call with limit 1");
-    assert_eq!(prune(12_000, 10).await.len(), 1, "the other succeeded job");
+    let first = pruned(12_000, 1).await;
+    assert_eq!(first.ids.len(), 1, "one per call with limit 1");
+    assert!(first.more, "a full batch says more may be due");
+    let second = pruned(12_000, 10).await;
+    assert_eq!(second.ids.len(), 1, "the other succeeded job");
+    assert!(
+        !second.more,
+        "a batch that is not full says nothing more is due"
+    );
     assert_eq!(prune(21_000, 10).await, vec![job_id(2)]);
     assert_eq!(prune(31_000, 10).await, vec![job_id(3)]);
     assert!(prune(i64::from(i32::MAX), 10).await.is_empty());

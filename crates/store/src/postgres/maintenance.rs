@@ -6,7 +6,7 @@ use tokio::sync::broadcast;
 
 use super::rows::{limit_param, query, query_one};
 use super::{job_ids, jobs, PgStore, Res};
-use crate::{Maintenance, Prune, Result, Signal};
+use crate::{Maintenance, Prune, Pruned, Result, Signal};
 
 #[async_trait::async_trait]
 impl Maintenance for PgStore {
@@ -25,12 +25,17 @@ impl Maintenance for PgStore {
             .await
     }
 
-    async fn jobs_prune(&self, prune: Prune) -> Result<Vec<JobId>> {
+    async fn jobs_prune(&self, prune: Prune) -> Result<Pruned> {
         if prune.limit == 0 {
-            return Ok(Vec::new());
+            return Ok(Pruned::default());
         }
-        self.write(move |tx, _| Box::pin(prune_jobs(tx, prune)))
-            .await
+        let ids = self
+            .write(move |tx, _| Box::pin(prune_jobs(tx, prune)))
+            .await?;
+        // Every PostgreSQL connection writes on its own: removal holds no one else back, so it
+        // takes its whole batch.
+        let more = ids.len() == prune.limit;
+        Ok(Pruned { ids, more })
     }
 
     fn signals(&self) -> Option<broadcast::Receiver<Signal>> {

@@ -13,10 +13,13 @@
 //! steady load new frames always arrive while a checkpoint runs: the file grew by 15 MB a second
 //! at 300 jobs/s in the `steady` benchmark and never shrank. So once the WAL holds more than
 //! [`RESTART_FRAMES`], the checkpointer asks for a `RESTART` checkpoint: it waits for the write
-//! lock between two group commits, copies the few frames the last passive round left, and makes
-//! the next commit start the WAL over. The writer waits for that short copy only, the file stays
-//! within about that size, and `journal_size_limit` (set on the writer) cuts a WAL that once grew
-//! larger back down when it restarts.
+//! lock between two group commits, copies the frames the last passive round left, fsyncs the
+//! file, and makes the next commit start the WAL over. The writer waits for all of that, so the
+//! checkpointer first runs passive rounds back to back until fewer than [`RESTART_LEFT`] frames
+//! are left to copy: a restart that followed one passive round of a busy WAL held the writer
+//! 4–38 ms (measured while a backlog was removed), the tail of every claim behind it. The file
+//! stays within about [`RESTART_FRAMES`], and `journal_size_limit` (set on the writer) cuts a WAL
+//! that once grew larger back down when it restarts.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +36,10 @@ use crate::{Error, Result};
 const INTERVAL: Duration = Duration::from_millis(100);
 /// WAL frames (pages) beyond which the WAL is restarted: 16,384 × 4 KiB pages = 64 MiB.
 const RESTART_FRAMES: i64 = 16_384;
+/// Frames a restart may find left to copy while it holds the write lock (1 MiB).
+const RESTART_LEFT: i64 = 256;
+/// Passive rounds run back to back before a restart, at most.
+const CATCH_UP_ROUNDS: usize = 8;
 /// The longest a restart waits for the write lock and for readers of old frames.
 const RESTART_WAIT: Duration = Duration::from_millis(10);
 /// What the writer's WAL is cut back to when it restarts after having grown past that.
@@ -91,17 +98,8 @@ fn run(conn: Connection, stop: &AtomicBool, commits: &AtomicU64) {
             continue;
         }
         seen = now;
-        let frames = match checkpoint(&conn, "PASSIVE") {
-            Ok(frames) => frames,
-            Err(e) => {
-                tracing::warn!(error = %e, "a WAL checkpoint failed; trying again later");
-                continue;
-            }
-        };
-        if frames > RESTART_FRAMES {
-            if let Err(e) = checkpoint(&conn, "RESTART") {
-                tracing::warn!(error = %e, frames, "restarting the WAL failed; trying again later");
-            }
+        if let Err(e) = round(&conn, RESTART_FRAMES) {
+            tracing::warn!(error = %e, "a WAL checkpoint failed; trying again later");
         }
     }
     if let Err((_, e)) = conn.close() {
@@ -109,9 +107,99 @@ fn run(conn: Connection, stop: &AtomicBool, commits: &AtomicU64) {
     }
 }
 
-/// Runs one checkpoint of `mode`; answers how many frames the WAL held. Busy (a reader pins old
-/// frames, the writer kept its lock past the busy timeout) is not an error: the frames are
-/// copied, or the WAL restarted, on a later round.
-fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<i64> {
-    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(1))
+/// One round: a passive checkpoint, and once the WAL holds more than `restart_frames`, more
+/// passive ones until little is left to copy, then a restart.
+fn round(conn: &Connection, restart_frames: i64) -> rusqlite::Result<()> {
+    let mut wal = checkpoint(conn, "PASSIVE")?;
+    if wal.frames <= restart_frames {
+        return Ok(());
+    }
+    for _ in 0..CATCH_UP_ROUNDS {
+        if wal.left() < RESTART_LEFT {
+            break;
+        }
+        wal = checkpoint(conn, "PASSIVE")?;
+    }
+    checkpoint(conn, "RESTART").map(drop)
+}
+
+/// What a checkpoint reports of the WAL.
+struct Wal {
+    /// Frames in the WAL.
+    frames: i64,
+    /// Frames copied back into the database file.
+    copied: i64,
+}
+
+impl Wal {
+    fn left(&self) -> i64 {
+        self.frames - self.copied
+    }
+}
+
+/// Runs one checkpoint of `mode`. Busy (a reader pins old frames, the writer kept its lock past
+/// the busy timeout) is not an error: the frames are copied, or the WAL restarted, on a later
+/// round.
+fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<Wal> {
+    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+        Ok(Wal {
+            frames: r.get(1)?,
+            copied: r.get(2)?,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves the WAL stays bounded under a writer that never stops: passive checkpoints alone
+    // never let it start over (each copies what was there when it began, and more has come by
+    // then), so without the restart the file would hold every page written.
+    #[test]
+    fn a_wal_under_a_steady_writer_stays_bounded() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("c.db");
+        let writer = Connection::open(&path).expect("open");
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; \
+                 PRAGMA synchronous = OFF; CREATE TABLE t (x BLOB);",
+            )
+            .expect("setup");
+        writer
+            .busy_timeout(Duration::from_secs(5))
+            .expect("timeout");
+        let checkpointer = Connection::open(&path).expect("open");
+        checkpointer.busy_timeout(RESTART_WAIT).expect("timeout");
+        let stop = Arc::new(AtomicBool::new(false));
+        let writing = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut pages = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    writer
+                        .execute("INSERT INTO t VALUES (zeroblob(3000))", [])
+                        .expect("insert");
+                    pages += 1;
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                pages
+            }
+        });
+        for _ in 0..100 {
+            std::thread::sleep(Duration::from_millis(10));
+            round(&checkpointer, 64).expect("a round");
+        }
+        stop.store(true, Ordering::SeqCst);
+        let pages = writing.join().expect("the writer");
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        let frames = std::fs::metadata(&wal).expect("the WAL").len() / 4096;
+        assert!(pages > 1_000, "the writer wrote only {pages} pages");
+        assert!(
+            frames < pages / 4,
+            "the WAL holds {frames} frames after {pages} pages were written"
+        );
+    }
 }

@@ -4,8 +4,13 @@ use overseer_core::{JobId, Timestamp};
 use rusqlite::{params, Connection};
 
 use super::rows::{self, limit_param, DbResult};
+use super::writer::Pressure;
 use super::SqliteStore;
-use crate::{Error, Maintenance, Prune, Result};
+use crate::{Error, Maintenance, Prune, Pruned, Result};
+
+/// Jobs removed between two looks at the writer's queue: one piece of a removal write, about
+/// what a claim may wait behind (a fraction of a millisecond).
+const PRUNE_PIECE: usize = 16;
 
 #[async_trait::async_trait]
 impl Maintenance for SqliteStore {
@@ -18,11 +23,12 @@ impl Maintenance for SqliteStore {
             .await
     }
 
-    async fn jobs_prune(&self, prune: Prune) -> Result<Vec<JobId>> {
+    async fn jobs_prune(&self, prune: Prune) -> Result<Pruned> {
         if prune.limit == 0 {
-            return Ok(Vec::new());
+            return Ok(Pruned::default());
         }
-        self.write(move |conn| prune_jobs(conn, &prune)).await
+        self.write_background(move |conn, pressure| prune_jobs(conn, &prune, pressure))
+            .await
     }
 
     async fn next_due_at(&self, now: Timestamp) -> Result<Option<Timestamp>> {
@@ -62,10 +68,27 @@ impl Maintenance for SqliteStore {
     }
 }
 
-/// Deletes one batch of jobs past their retention: one range of `jobs_retention` per terminal
+/// Deletes up to `prune.limit` jobs past their retention, [`PRUNE_PIECE`] at a time, stopping
+/// early once other writes wait for the writer (they join this transaction: see `writer`).
+fn prune_jobs(conn: &Connection, prune: &Prune, pressure: &Pressure) -> Result<Pruned> {
+    let mut out = Pruned::default();
+    while out.ids.len() < prune.limit {
+        let want = PRUNE_PIECE.min(prune.limit - out.ids.len());
+        let piece = prune_piece(conn, prune, want)?;
+        let full = piece.len() == want;
+        out.ids.extend(piece);
+        out.more = full;
+        if !full || pressure.others_waiting() {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes up to `limit` jobs past their retention: one range of `jobs_retention` per terminal
 /// state (the core's cutoffs) and one of `jobs_retention_own`; steps, labels, history and leases
 /// go by their foreign keys, settled deliveries by `deliveries_job`.
-fn prune_jobs(conn: &Connection, prune: &Prune) -> Result<Vec<JobId>> {
+fn prune_piece(conn: &Connection, prune: &Prune, limit: usize) -> Result<Vec<JobId>> {
     let [(s1, c1), (s2, c2), (s3, c3)] = prune.retention.cutoffs(prune.now);
     let arm = "SELECT id FROM jobs INDEXED BY jobs_retention WHERE state = ? AND \
                finished_at IS NOT NULL AND retention_ms IS NULL AND finished_at <= ?";
@@ -89,7 +112,7 @@ fn prune_jobs(conn: &Connection, prune: &Prune) -> Result<Vec<JobId>> {
                 s3.as_str(),
                 c3.as_millis(),
                 prune.now.as_millis(),
-                limit_param(prune.limit)
+                limit_param(limit)
             ],
             |r| r.get(0),
         )
