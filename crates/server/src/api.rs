@@ -19,7 +19,7 @@ use overseer_core::wire::{
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{
     AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
-    ReportApplied, Reports, RerunJob, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate,
+    ReportApplied, RerunJob, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate,
     SettingsUpdate, Submitted,
 };
 use serde::de::DeserializeOwned;
@@ -1026,13 +1026,7 @@ async fn report_one(app: &App, raw_lease: &str, report: LeaseReport) -> Result<T
         LeaseReport::Complete { .. } => "complete",
         LeaseReport::Fail { .. } => "fail",
     };
-    let mut outcomes = app
-        .store()
-        .leases_report(Reports {
-            reports: vec![Report { lease_id, report }],
-            now: app.now(),
-        })
-        .await?;
+    let mut outcomes = app.report_leases(vec![Report { lease_id, report }]).await?;
     let outcome = outcomes.pop().ok_or_else(|| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -1218,12 +1212,7 @@ async fn report_batch(
     let outcomes = if batch.is_empty() {
         Vec::new()
     } else {
-        app.store()
-            .leases_report(Reports {
-                reports: batch,
-                now: app.now(),
-            })
-            .await?
+        app.report_leases(batch).await?
     };
     for ((i, name, lease_id), outcome) in positions.into_iter().zip(outcomes) {
         results[i] = Some(match outcome {

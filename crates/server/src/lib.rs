@@ -33,6 +33,9 @@ use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+
+/// Report requests (single reports or workers' batches) committed together at most.
+const REPORT_REQUESTS_PER_COMMIT: usize = 64;
 pub use config::Config;
 pub use notify::Notifier;
 
@@ -90,6 +93,7 @@ struct Inner {
     outbound: Arc<outbound::Policy>,
     /// Single submits waiting to be committed together.
     submits: coalesce::Submits,
+    reports: coalesce::ReportQueue,
     /// Whether deliveries are signed with configured keys (else with the generated one).
     webhook_secret_configured: bool,
     /// This node's circuit breakers of HTTP targets, by `http:` agent name.
@@ -141,6 +145,7 @@ impl App {
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
                 ),
                 submits: coalesce::Submits::new(config.limits.jobs_per_batch),
+                reports: coalesce::ReportQueue::new(REPORT_REQUESTS_PER_COMMIT),
                 webhook_secret_configured: !config.configured_webhook_secrets().is_empty(),
                 http_breakers: Mutex::new(HashMap::new()),
                 alert_webhook: config.alert_webhook.is_some(),
@@ -184,6 +189,19 @@ impl App {
         job: overseer_store::NewJob,
     ) -> Result<overseer_store::Submitted, overseer_store::Error> {
         self.inner.submits.submit(&self.inner.store, job).await
+    }
+
+    /// Applies lease reports, committed together with other reports arriving at the same time
+    /// on this node (see [`coalesce`]); answers what `Leases::leases_report` would for them alone.
+    pub async fn report_leases(
+        &self,
+        reports: Vec<overseer_store::Report>,
+    ) -> Result<Vec<overseer_store::Reported>, overseer_store::Error> {
+        let clock = self.inner.clock.clone();
+        self.inner
+            .reports
+            .report(&self.inner.store, reports, move || clock.now())
+            .await
     }
 
     pub fn notifier(&self) -> &Notifier {

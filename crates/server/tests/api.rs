@@ -187,6 +187,115 @@ async fn concurrent_single_submits_each_get_their_own_answer() {
     assert_eq!(list["jobs"].as_array().unwrap().len(), 41);
 }
 
+// Proves reports arriving together, which a node commits in one store batch, each get their
+// own answer: single completions and failures, workers' batches, a lease reported twice (one
+// wins, the other is refused as stale) and an unknown lease, all at once.
+#[tokio::test]
+async fn concurrent_reports_each_get_their_own_answer() {
+    let h = Arc::new(harness());
+    let mut jobs = Vec::new();
+    for _ in 0..30 {
+        jobs.push(
+            h.submit(json!({"steps": [{"name": "s", "agent": "r"}]}))
+                .await,
+        );
+    }
+    let leases = h.lease("r", 30).await;
+    assert_eq!(leases.len(), 30);
+    let lease = |i: usize| leases[i]["lease_id"].as_str().unwrap().to_string();
+    let job_of = |i: usize| leases[i]["job_id"].as_str().unwrap().to_string();
+    let mut calls = Vec::new();
+    for i in 0..30 {
+        let (method, path, body) = match i % 5 {
+            0 => (
+                "POST",
+                format!("/v1/leases/{}/complete", lease(i)),
+                json!({"result": i}),
+            ),
+            1 => (
+                "POST",
+                format!("/v1/leases/{}/fail", lease(i)),
+                json!({"error": format!("e{i}"), "retryable": false}),
+            ),
+            2 => (
+                "POST",
+                "/v1/leases:report".to_string(),
+                json!({"reports": [
+                    {"outcome": "complete", "lease_id": lease(i), "result": i},
+                    {"outcome": "complete", "lease_id": "00000000-0000-4000-8000-000000000000"},
+                ]}),
+            ),
+            // Reported twice at once: by itself and inside a batch.
+            3 => (
+                "POST",
+                format!("/v1/leases/{}/complete", lease(i)),
+                json!({"result": i}),
+            ),
+            _ => (
+                "POST",
+                "/v1/leases:report".to_string(),
+                json!({"reports": [
+                    {"outcome": "complete", "lease_id": lease(i), "result": i},
+                    {"outcome": "complete", "lease_id": lease(i - 1), "result": i},
+                ]}),
+            ),
+        };
+        let h = h.clone();
+        calls.push(tokio::spawn(async move {
+            (i, h.call(method, &path, Some(body)).await)
+        }));
+    }
+    let mut twice_ok = std::collections::HashMap::<usize, usize>::new();
+    for call in calls {
+        let (i, (status, body)) = call.await.unwrap();
+        match i % 5 {
+            0 | 1 => {
+                assert_eq!(status, StatusCode::OK, "report {i}: {body}");
+                assert_eq!(body["job_id"], job_of(i).as_str(), "report {i}: {body}");
+            }
+            2 => {
+                let results = body["results"].as_array().unwrap();
+                assert_eq!(results[0]["status"], 200, "report {i}: {body}");
+                assert_eq!(results[0]["job_id"], job_of(i).as_str());
+                assert_eq!(results[1]["status"], 404, "report {i}: {body}");
+            }
+            3 => {
+                if status == StatusCode::OK {
+                    *twice_ok.entry(i).or_default() += 1;
+                } else {
+                    assert_eq!(status, StatusCode::CONFLICT, "report {i}: {body}");
+                }
+            }
+            _ => {
+                let results = body["results"].as_array().unwrap();
+                assert_eq!(results[0]["status"], 200, "report {i}: {body}");
+                assert_eq!(results[0]["lease_id"], lease(i).as_str());
+                match results[1]["status"].as_u64().unwrap() {
+                    200 => *twice_ok.entry(i - 1).or_default() += 1,
+                    409 => {}
+                    other => panic!("report {i}: {other} {body}"),
+                }
+            }
+        }
+    }
+    for i in (3..30).step_by(5) {
+        assert_eq!(
+            twice_ok.get(&i),
+            Some(&1),
+            "lease {i} was applied once: {twice_ok:?}"
+        );
+    }
+    for k in 0..30 {
+        let job = h.job(&job_of(k)).await;
+        let want = if k % 5 == 1 { "failed" } else { "succeeded" };
+        assert_eq!(job["state"], want, "lease {k}: {job}");
+    }
+    let mut leased: Vec<String> = (0..30).map(job_of).collect();
+    leased.sort();
+    jobs.sort();
+    assert_eq!(leased, jobs, "every job was leased once");
+}
+
 #[tokio::test]
 async fn batches_are_all_or_nothing() {
     let h = harness();

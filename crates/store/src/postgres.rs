@@ -30,6 +30,7 @@
 //! Nodes hear each other through `LISTEN/NOTIFY` (see `listen`): [`crate::Maintenance::signals`].
 
 mod agents;
+mod announce;
 mod deliveries;
 mod inserts;
 mod jobs;
@@ -108,6 +109,8 @@ struct Inner {
     history_per_job: usize,
     signals: broadcast::Sender<Signal>,
     _listener: listen::Listener,
+    /// Sends what committed writes announce (see `announce`).
+    announcer: announce::Announcer,
 }
 
 /// Why a unit of work against the database stopped: a PostgreSQL error (classified only at the
@@ -267,10 +270,11 @@ impl PgStore {
         let (signals, _) = broadcast::channel(options.signal_capacity.max(1));
         let store = PgStore {
             inner: Arc::new(Inner {
-                pool,
+                pool: pool.clone(),
                 history_per_job: options.history_per_job.max(1),
                 signals: signals.clone(),
                 _listener: listen::spawn(config, tls, signals),
+                announcer: announce::Announcer::spawn(pool.clone()),
             }),
         };
         store.migrate().await?;
@@ -369,15 +373,18 @@ impl PgStore {
         let mut attempt = 0;
         loop {
             let mut client = self.inner.pool.get().await.map_err(pool_error)?;
-            let outcome: Res<T> = async {
+            let (outcome, announced): (Res<T>, _) = announce::scope(async {
                 let tx = client.transaction().await?;
                 let value = work(&tx, PhantomData).await?;
                 tx.commit().await?;
                 Ok(value)
-            }
+            })
             .await;
             match outcome {
-                Ok(value) => return Ok(value),
+                Ok(value) => {
+                    self.inner.announcer.send(announced);
+                    return Ok(value);
+                }
                 Err(f) if f.is_retryable() && attempt < RETRIES => {
                     attempt += 1;
                     tracing::debug!(attempt, error = %f, "retrying a transaction");

@@ -45,7 +45,9 @@ pub(super) fn signals_of(t: &Transition) -> Vec<String> {
     out
 }
 
-/// Queues notifications, delivered by PostgreSQL when (and only if) the transaction commits.
+/// Announces `payloads` to every node once the transaction commits, and only if it does: after
+/// the commit, by the store's sender, inside a write (see `announce`); else with the
+/// transaction itself.
 pub(super) async fn notify(tx: &Transaction<'_>, payloads: &[String]) -> Res<()> {
     let payloads: Vec<&str> = payloads
         .iter()
@@ -62,7 +64,7 @@ pub(super) async fn notify(tx: &Transaction<'_>, payloads: &[String]) -> Res<()>
             fits
         })
         .collect();
-    if payloads.is_empty() {
+    if payloads.is_empty() || super::announce::defer(&payloads) {
         return Ok(());
     }
     query(

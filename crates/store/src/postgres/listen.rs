@@ -1,7 +1,6 @@
 //! Cross-node wake-ups: `NOTIFY overseer` sent by every committing node, heard by every node.
 //!
-//! Writers call `pg_notify('overseer', …)` inside their transaction, so a notification goes out
-//! at commit and only if the transaction commits. One background task per store holds a
+//! Writers announce what they committed once it is committed, and only then (`announce`). One background task per store holds a
 //! dedicated connection that has run `LISTEN overseer` and turns each notification into a
 //! [`Signal`] on a broadcast channel. When that connection drops (the server restarted, the
 //! network broke) the task reconnects with backoff; notifications sent meanwhile are lost, so

@@ -1,0 +1,117 @@
+//! Notifications sent after commit, off the committing transaction.
+//!
+//! A transaction that calls `pg_notify` takes PostgreSQL's notification lock at commit and holds
+//! it until its commit record is flushed, so every notifying transaction commits one after the
+//! other, each waiting out its own WAL flush: sampled during a drain, committing claims and
+//! reports waited on that lock (`Lock:object`) as often as on the flush itself. So a write only
+//! collects what it would announce ([`defer`], inside [`scope`]), and once it has committed
+//! ([`crate::PgStore`]'s `write`), one task per store sends whatever has gathered in one short
+//! transaction of its own that does not wait for a flush (`synchronous_commit = off`: a
+//! notification is worth nothing after a crash anyway). Listeners hear of a commit a fraction of
+//! a millisecond later than before; a rolled-back write announces nothing, as before. Should a
+//! node die between its commit and the send, other nodes find the work by the leader's sweep,
+//! as after any lost notification (see `listen`).
+
+use std::cell::RefCell;
+use std::future::Future;
+
+use deadpool_postgres::Pool;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::listen::CHANNEL;
+
+/// Batches of notifications waiting for the sender: beyond this, new ones are dropped (and the
+/// leader's sweep finds their work instead).
+const QUEUE: usize = 4_096;
+/// Most notifications sent in one statement.
+const BATCH_MAX: usize = 4_096;
+
+tokio::task_local! {
+    /// What the write running in this task will announce once it commits.
+    static PENDING: RefCell<Vec<String>>;
+}
+
+/// Adds `payloads` to what the running write announces after its commit. `false` outside a
+/// write's [`scope`]: the caller must notify inside its transaction instead.
+pub(super) fn defer(payloads: &[&str]) -> bool {
+    PENDING
+        .try_with(|p| {
+            p.borrow_mut()
+                .extend(payloads.iter().map(|s| s.to_string()))
+        })
+        .is_ok()
+}
+
+/// Runs one attempt of a write, answering its outcome and what it deferred.
+pub(super) async fn scope<F: Future>(attempt: F) -> (F::Output, Vec<String>) {
+    PENDING
+        .scope(RefCell::new(Vec::new()), async {
+            let outcome = attempt.await;
+            (outcome, PENDING.with(|p| p.take()))
+        })
+        .await
+}
+
+/// The sending task of one store; stopped when dropped.
+pub(super) struct Announcer {
+    queue: mpsc::Sender<Vec<String>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Announcer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Announcer {
+    pub(super) fn spawn(pool: Pool) -> Announcer {
+        let (queue, receiver) = mpsc::channel(QUEUE);
+        Announcer {
+            queue,
+            task: tokio::spawn(run(pool, receiver)),
+        }
+    }
+
+    /// Hands a committed write's notifications to the sender.
+    pub(super) fn send(&self, payloads: Vec<String>) {
+        if payloads.is_empty() {
+            return;
+        }
+        if self.queue.try_send(payloads).is_err() {
+            tracing::warn!("notifications are queued faster than they are sent; dropped some");
+        }
+    }
+}
+
+async fn run(pool: Pool, mut receiver: mpsc::Receiver<Vec<String>>) {
+    while let Some(mut batch) = receiver.recv().await {
+        while batch.len() < BATCH_MAX {
+            match receiver.try_recv() {
+                Ok(more) => batch.extend(more),
+                Err(_) => break,
+            }
+        }
+        batch.sort_unstable();
+        batch.dedup();
+        if let Err(e) = send(&pool, &batch).await {
+            tracing::warn!(error = %e, "cannot send notifications; other nodes find the work by polling");
+        }
+    }
+}
+
+async fn send(pool: &Pool, payloads: &[String]) -> Result<(), String> {
+    let mut client = pool.get().await.map_err(|e| e.to_string())?;
+    let tx = client.transaction().await.map_err(|e| e.to_string())?;
+    tx.batch_execute("SET LOCAL synchronous_commit = off")
+        .await
+        .map_err(|e| e.to_string())?;
+    tx.execute(
+        "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+        &[&CHANNEL, &payloads],
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    tx.commit().await.map_err(|e| e.to_string())
+}
