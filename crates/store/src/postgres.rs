@@ -252,20 +252,28 @@ impl PgStore {
         let recycling = || ManagerConfig {
             recycling_method: RecyclingMethod::Verified,
         };
-        let manager = match &tls {
+        let manager = |config: &tokio_postgres::Config| match &tls {
             tls::Tls::Plain => Manager::from_config(config.clone(), NoTls, recycling()),
             tls::Tls::Rustls(connect) => {
                 Manager::from_config(config.clone(), connect.clone(), recycling())
             }
         };
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size.max(1))
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(options.acquire_timeout))
-            .create_timeout(Some(options.connect_timeout))
-            .recycle_timeout(Some(options.connect_timeout))
-            .build()
-            .map_err(|e| Error::Unavailable(format!("cannot build the connection pool: {e}")))?;
+        let pool_of = |manager: Manager, size: usize| {
+            Pool::builder(manager)
+                .max_size(size)
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(options.acquire_timeout))
+                .create_timeout(Some(options.connect_timeout))
+                .recycle_timeout(Some(options.connect_timeout))
+                .build()
+                .map_err(|e| Error::Unavailable(format!("cannot build the connection pool: {e}")))
+        };
+        let pool = pool_of(manager(&config), options.pool_size.max(1))?;
+        // The sender of notifications has a connection of its own whose commits do not wait for
+        // a flush: it writes nothing but notifications, which are worth nothing after a crash.
+        let mut quiet = config.clone();
+        quiet.options(&session.replace("synchronous_commit=on", "synchronous_commit=off"));
+        let announce_pool = pool_of(manager(&quiet), 1)?;
 
         let (signals, _) = broadcast::channel(options.signal_capacity.max(1));
         let store = PgStore {
@@ -274,7 +282,7 @@ impl PgStore {
                 history_per_job: options.history_per_job.max(1),
                 signals: signals.clone(),
                 _listener: listen::spawn(config, tls, signals),
-                announcer: announce::Announcer::spawn(pool.clone()),
+                announcer: announce::Announcer::spawn(announce_pool),
             }),
         };
         store.migrate().await?;

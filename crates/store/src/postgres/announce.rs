@@ -5,9 +5,9 @@
 //! other, each waiting out its own WAL flush: sampled during a drain, committing claims and
 //! reports waited on that lock (`Lock:object`) as often as on the flush itself. So a write only
 //! collects what it would announce ([`defer`], inside [`scope`]), and once it has committed
-//! ([`crate::PgStore`]'s `write`), one task per store sends whatever has gathered in one short
-//! transaction of its own that does not wait for a flush (`synchronous_commit = off`: a
-//! notification is worth nothing after a crash anyway). Listeners hear of a commit a fraction of
+//! ([`crate::PgStore`]'s `write`), one task per store sends whatever has gathered in one
+//! statement, on a connection of its own whose commits do not wait for a flush
+//! (`synchronous_commit = off`: a notification is worth nothing after a crash anyway). Listeners hear of a commit a fraction of
 //! a millisecond later than before; a rolled-back write announces nothing, as before. Should a
 //! node die between its commit and the send, other nodes find the work by the leader's sweep,
 //! as after any lost notification (see `listen`).
@@ -101,17 +101,17 @@ async fn run(pool: Pool, mut receiver: mpsc::Receiver<Vec<String>>) {
     }
 }
 
+/// Sends `payloads` in one statement (its own transaction) on the sender's connection, whose
+/// session has `synchronous_commit = off`.
 async fn send(pool: &Pool, payloads: &[String]) -> Result<(), String> {
-    let mut client = pool.get().await.map_err(|e| e.to_string())?;
-    let tx = client.transaction().await.map_err(|e| e.to_string())?;
-    tx.batch_execute("SET LOCAL synchronous_commit = off")
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    let statement = client
+        .prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
         .await
         .map_err(|e| e.to_string())?;
-    tx.execute(
-        "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
-        &[&CHANNEL, &payloads],
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    tx.commit().await.map_err(|e| e.to_string())
+    client
+        .execute(&statement, &[&CHANNEL, &payloads])
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
