@@ -272,7 +272,7 @@ impl PgStore {
         // The sender of notifications has a connection of its own whose commits do not wait for
         // a flush: it writes nothing but notifications, which are worth nothing after a crash.
         let mut quiet = config.clone();
-        quiet.options(&session.replace("synchronous_commit=on", "synchronous_commit=off"));
+        quiet.options(session.replace("synchronous_commit=on", "synchronous_commit=off"));
         let announce_pool = pool_of(manager(&quiet), 1)?;
 
         let (signals, _) = broadcast::channel(options.signal_capacity.max(1));
