@@ -109,7 +109,9 @@ impl App {
         config: &Config,
         shutdown: CancellationToken,
     ) -> App {
-        App::seeded(store, clock, config, shutdown, rand::random())
+        // The full 256-bit seed from the operating system: lease ids are bearer secrets, and a
+        // generator seeded from 64 bits would give their 74 random bits no more than 64.
+        App::with_rng(store, clock, config, shutdown, StdRng::from_entropy())
     }
 
     /// Like [`App::new`], with every random choice (job and lease ids, retry jitter) drawn from
@@ -122,6 +124,16 @@ impl App {
         shutdown: CancellationToken,
         seed: u64,
     ) -> App {
+        App::with_rng(store, clock, config, shutdown, StdRng::seed_from_u64(seed))
+    }
+
+    fn with_rng(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: &Config,
+        shutdown: CancellationToken,
+        rng: StdRng,
+    ) -> App {
         App {
             inner: Arc::new(Inner {
                 store,
@@ -131,7 +143,7 @@ impl App {
                 limits: config.limits.clone(),
                 retention: config.retention,
                 lease_wait_default: config.lease_wait_default,
-                rng: Mutex::new(StdRng::seed_from_u64(seed)),
+                rng: Mutex::new(rng),
                 workers: Mutex::new(HashMap::new()),
                 shutdown,
                 node: config.node_id.clone().unwrap_or_else(default_node_id),
