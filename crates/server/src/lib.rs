@@ -33,11 +33,11 @@ use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::Config;
+pub use notify::Notifier;
 
 /// Report requests (single reports or workers' batches) committed together at most.
 const REPORT_REQUESTS_PER_COMMIT: usize = 64;
-pub use config::Config;
-pub use notify::Notifier;
 
 /// A long-poll's place on the node and, when a token made it, among that token's; both are
 /// given back when it is dropped.
@@ -308,16 +308,7 @@ impl App {
     /// the previous one of this node, so jobs submitted within one millisecond still list in
     /// submission order.
     pub fn new_job_id(&self) -> overseer_core::JobId {
-        let mut random = [0u8; 10];
-        self.inner
-            .rng
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .fill(&mut random);
-        let ms = self.now().as_millis().max(0) as u64;
-        let candidate = uuid::Builder::from_unix_timestamp_millis(ms, &random)
-            .into_uuid()
-            .as_u128();
+        let candidate = self.uuid_v7().as_u128();
         let mut last = self
             .inner
             .last_job_id
@@ -339,6 +330,11 @@ impl App {
     /// stores' lease index instead of on a random page of it (a random page to read and write
     /// back for every claim, and again when the job is removed).
     pub fn new_lease_id(&self) -> overseer_core::LeaseId {
+        overseer_core::LeaseId(self.uuid_v7())
+    }
+
+    /// A UUIDv7 of this node's clock and 74 bits of its random generator.
+    fn uuid_v7(&self) -> uuid::Uuid {
         let mut random = [0u8; 10];
         self.inner
             .rng
@@ -346,7 +342,7 @@ impl App {
             .unwrap_or_else(|p| p.into_inner())
             .fill(&mut random);
         let ms = self.now().as_millis().max(0) as u64;
-        overseer_core::LeaseId(uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid())
+        uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid()
     }
 
     /// A jitter value in `[0, 1)` for retry backoff.

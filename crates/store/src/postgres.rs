@@ -278,7 +278,7 @@ impl PgStore {
         let (signals, _) = broadcast::channel(options.signal_capacity.max(1));
         let store = PgStore {
             inner: Arc::new(Inner {
-                pool: pool.clone(),
+                pool,
                 history_per_job: options.history_per_job.max(1),
                 signals: signals.clone(),
                 _listener: listen::spawn(config, tls, signals),

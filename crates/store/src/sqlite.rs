@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use overseer_core::{Command, Job, JobId, Timestamp, Transition};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 
 use self::rows::DbResult;
 use crate::{Error, Result};
@@ -248,7 +248,7 @@ impl SqliteStore {
             readers.put(conn);
         }
 
-        let (queue, receiver) = writer::channel(options.queue_capacity);
+        let (queue, receiver) = mpsc::channel(options.queue_capacity.max(1));
         let commits = Arc::new(AtomicU64::new(0));
         let checkpointer =
             checkpoint::Checkpointer::start(&options.path, options.busy_timeout, commits.clone())?;
@@ -348,7 +348,7 @@ impl SqliteStore {
         F: FnOnce(&Connection, &writer::Pressure) -> Result<T> + Send + 'static,
     {
         let queue = self.queue()?;
-        let pressure = queue.pressure();
+        let pressure = writer::Pressure::of(queue);
         writer::submit(queue, true, move |conn| work(conn, &pressure)).await
     }
 

@@ -14,7 +14,7 @@
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,71 +62,34 @@ pub(super) trait WriteOp: Send {
     fn is_background(&self) -> bool;
 }
 
-/// The sending side of the writer's queue, counting the writes that wait in it.
-#[derive(Clone)]
-pub(super) struct Queue {
-    sender: mpsc::Sender<Box<dyn WriteOp>>,
-    waiting: Arc<AtomicUsize>,
-}
+pub(super) type Queue = mpsc::Sender<Box<dyn WriteOp>>;
 
-/// The writer's side of the queue.
-pub(super) struct Receiver {
-    receiver: mpsc::Receiver<Box<dyn WriteOp>>,
-    waiting: Arc<AtomicUsize>,
-}
-
-/// A queue of at most `capacity` waiting writes.
-pub(super) fn channel(capacity: usize) -> (Queue, Receiver) {
-    let (sender, receiver) = mpsc::channel(capacity.max(1));
-    let waiting = Arc::new(AtomicUsize::new(0));
-    let queue = Queue {
-        sender,
-        waiting: waiting.clone(),
-    };
-    (queue, Receiver { receiver, waiting })
-}
-
-impl Queue {
-    pub(super) fn is_closed(&self) -> bool {
-        self.sender.is_closed()
-    }
-
-    /// What a background write checks between its pieces.
-    pub(super) fn pressure(&self) -> Pressure {
-        Pressure(self.waiting.clone())
-    }
-}
-
-/// Whether writes are waiting for the writer: a background write stops at its next piece.
-#[derive(Clone)]
-pub(super) struct Pressure(Arc<AtomicUsize>);
+/// Whether writes are waiting for the writer: a background write stops at its next piece. Read
+/// off the queue itself (its permits in use), so there is no count to keep in step.
+pub(super) struct Pressure(mpsc::WeakSender<Box<dyn WriteOp>>);
 
 impl Pressure {
+    pub(super) fn of(queue: &Queue) -> Pressure {
+        Pressure(queue.downgrade())
+    }
+
     pub(super) fn others_waiting(&self) -> bool {
-        self.0.load(Ordering::Acquire) > 0
+        self.0
+            .upgrade()
+            .is_some_and(|queue| queue.capacity() < queue.max_capacity())
     }
 }
 
-impl Receiver {
-    fn blocking_recv(&mut self) -> Option<Box<dyn WriteOp>> {
-        let op = self.receiver.blocking_recv()?;
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-        Some(op)
-    }
-
-    fn try_recv(&mut self) -> Option<Box<dyn WriteOp>> {
-        let op = self.receiver.try_recv().ok()?;
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-        Some(op)
-    }
-
-    /// Adds whatever is queued to `batch`, up to `max` writes in all.
-    fn fill(&mut self, batch: &mut Vec<Box<dyn WriteOp>>, max: usize) {
-        while batch.len() < max {
-            match self.try_recv() {
-                Some(op) => batch.push(op),
-                None => break,
-            }
+/// Adds whatever is queued to `batch`, up to `max` writes in all.
+fn fill(
+    queue: &mut mpsc::Receiver<Box<dyn WriteOp>>,
+    batch: &mut Vec<Box<dyn WriteOp>>,
+    max: usize,
+) {
+    while batch.len() < max {
+        match queue.try_recv() {
+            Ok(op) => batch.push(op),
+            Err(_) => break,
         }
     }
 }
@@ -175,7 +138,7 @@ where
 }
 
 /// Queues `work` for the writer and waits until its batch is committed. A `background` write is
-/// upkeep that checks [`Queue::pressure`] between its pieces and stops when others wait.
+/// upkeep that checks its [`Pressure`] between its pieces and stops when others wait.
 pub(super) async fn submit<T, F>(queue: &Queue, background: bool, work: F) -> Result<T>
 where
     T: Send + 'static,
@@ -188,11 +151,10 @@ where
         reply,
         background,
     };
-    queue.waiting.fetch_add(1, Ordering::AcqRel);
-    if queue.sender.send(Box::new(op)).await.is_err() {
-        queue.waiting.fetch_sub(1, Ordering::AcqRel);
-        return Err(Error::Unavailable("the store's writer has stopped".into()));
-    }
+    queue
+        .send(Box::new(op))
+        .await
+        .map_err(|_| Error::Unavailable("the store's writer has stopped".into()))?;
     answer
         .await
         .map_err(|_| Error::Unavailable("the store's writer stopped before answering".into()))?
@@ -204,7 +166,7 @@ where
 /// process abort as soon as its batch is committed, before any caller hears back.
 pub(super) fn run(
     mut conn: Connection,
-    mut queue: Receiver,
+    mut queue: mpsc::Receiver<Box<dyn WriteOp>>,
     commits: Arc<AtomicU64>,
     max_batch: usize,
     busy_timeout: Duration,
@@ -219,7 +181,7 @@ pub(super) fn run(
     let mut batch: Vec<Box<dyn WriteOp>> = Vec::with_capacity(max_batch);
     while let Some(first) = queue.blocking_recv() {
         batch.push(first);
-        queue.fill(&mut batch, max_batch);
+        fill(&mut queue, &mut batch, max_batch);
         // Upkeep last, so it yields to what arrives while the others run (a stable sort).
         batch.sort_by_key(|op| op.is_background());
         let outcome = run_batch(&mut conn, &mut batch, &mut queue, max_batch);
@@ -245,7 +207,7 @@ pub(super) fn run(
 fn run_batch(
     conn: &mut Connection,
     batch: &mut Vec<Box<dyn WriteOp>>,
-    queue: &mut Receiver,
+    queue: &mut mpsc::Receiver<Box<dyn WriteOp>>,
     max_batch: usize,
 ) -> Result<(), String> {
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
@@ -254,7 +216,7 @@ fn run_batch(
     let mut result = run_ops(conn, batch);
     if result.is_ok() && batch.iter().any(|op| op.is_background()) {
         let ran = batch.len();
-        queue.fill(batch, max_batch);
+        fill(queue, batch, max_batch);
         result = run_ops(conn, &mut batch[ran..]);
     }
     let result = result.and_then(|()| {
