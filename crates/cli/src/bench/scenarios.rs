@@ -31,7 +31,7 @@ const FANOUT_WORK: Duration = Duration::from_millis(20);
 /// `limits.jobs_per_batch`).
 pub(super) const PRELOAD_BATCH: usize = 1_000;
 /// `latency`, `latency_loaded` and `cross_node`: one marker job every this long.
-const LATENCY_PACE: Duration = Duration::from_millis(5);
+pub(super) const LATENCY_PACE: Duration = Duration::from_millis(5);
 /// `latency_loaded`: how often the background load submits what has fallen due.
 const LOAD_TICK: Duration = Duration::from_millis(5);
 /// `timers`: how far ahead the measured jobs are due, and where the preload sits.

@@ -15,6 +15,7 @@ use overseer_core::{
     CompPhase, DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState,
     Timestamp, Transition,
 };
+use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
@@ -418,49 +419,115 @@ pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
     Ok(seq)
 }
 
-/// Writes the job's own fields back (its labels and idempotency key never change), and takes `new_events` sequence numbers in the same statement:
-/// answers the job's `last_event_seq` after them. `reprioritized` says the priority changed, so
-/// the steps' copies of it (and their claim ranks) must follow.
+/// The job's own columns an update may change, in the order [`job_values`] gives them.
+const JOB_UPDATE_COLUMNS: [&str; 14] = [
+    "fingerprint",
+    "priority",
+    "run_at",
+    "ordering_key",
+    "callback_url",
+    "on_failure",
+    "state",
+    "desired_state",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "blocked_reason",
+    "deadline_due",
+    "round",
+];
+
+/// The values of [`JOB_UPDATE_COLUMNS`] for `job`.
+fn job_values(job: &Job) -> Result<Vec<SqlValue>> {
+    Ok(vec![
+        sql_value(&job.fingerprint)?,
+        sql_value(job.priority)?,
+        sql_value(ms(job.run_at))?,
+        sql_value(&job.ordering_key)?,
+        sql_value(&job.callback_url)?,
+        sql_value(job.on_failure.as_str())?,
+        sql_value(job.state.as_str())?,
+        sql_value(job.desired_state.as_str())?,
+        sql_value(job.created_at.as_millis())?,
+        sql_value(job.updated_at.as_millis())?,
+        sql_value(ms(job.finished_at))?,
+        sql_value(&job.blocked_reason)?,
+        sql_value(ms(job.deadline_due()))?,
+        sql_value(job.round)?,
+    ])
+}
+
+/// A value as SQLite stores it, for comparing a row before and after a transition.
+fn sql_value(v: impl rusqlite::ToSql) -> Result<SqlValue> {
+    use rusqlite::types::ToSqlOutput;
+    match v.to_sql().db()? {
+        ToSqlOutput::Borrowed(r) => Ok(r.into()),
+        ToSqlOutput::Owned(v) => Ok(v),
+        other => Err(corrupt(
+            "a row value",
+            format!("{other:?} is not a plain value"),
+        )),
+    }
+}
+
+/// `UPDATE … SET` for the columns at `changed` (positions in `columns`), numbered from
+/// `?{first}` on: SQLite rewrites an index entry for every indexed column a `SET` names, changed
+/// or not, so a write names only what changed (a job row has ten indexes, a step row four).
+fn set_list(columns: &[&str], changed: &[usize], first: usize) -> String {
+    let set: Vec<String> = changed
+        .iter()
+        .enumerate()
+        .map(|(n, &c)| format!("{} = ?{}", columns[c], first + n))
+        .collect();
+    set.join(", ")
+}
+
+/// Positions where `new` differs from `old`.
+fn changed_positions(old: &[SqlValue], new: &[SqlValue]) -> Vec<usize> {
+    debug_assert_eq!(old.len(), new.len());
+    (0..new.len()).filter(|&i| old[i] != new[i]).collect()
+}
+
+/// Writes back the job's own fields that the transition from `before` changed (its labels and
+/// idempotency key never change), and takes `new_events` sequence numbers in the same
+/// statement: answers the job's `last_event_seq` after them. A changed priority also moves the
+/// steps' copies of it (and their claim ranks).
 pub(super) fn update_job(
     conn: &Connection,
+    before: &Job,
     job: &Job,
     new_events: usize,
-    reprioritized: bool,
 ) -> Result<i64> {
     let id = job_id_text(job.id);
+    let new = job_values(job)?;
+    let changed = changed_positions(&job_values(before)?, &new);
+    let mut set = set_list(&JOB_UPDATE_COLUMNS, &changed, 3);
+    if !set.is_empty() {
+        set.push_str(", ");
+    }
+    let sql = format!(
+        "UPDATE jobs SET {set}last_event_seq = last_event_seq + ?2 WHERE id = ?1 \
+         RETURNING last_event_seq"
+    );
+    let values = changed.iter().map(|&c| &new[c]);
     let last: i64 = conn
-        .prepare_cached(
-            "UPDATE jobs SET fingerprint = ?2, priority = ?3, run_at = ?4, ordering_key = ?5, \
-             callback_url = ?6, on_failure = ?7, state = ?8, desired_state = ?9, created_at = ?10, \
-             updated_at = ?11, finished_at = ?12, blocked_reason = ?13, \
-             last_event_seq = last_event_seq + ?14, deadline_due = ?15, round = ?16 \
-             WHERE id = ?1 RETURNING last_event_seq",
-        )
+        .prepare_cached(&sql)
         .db()?
         .query_row(
-            params![
-                id,
-                job.fingerprint,
-                job.priority,
-                ms(job.run_at),
-                job.ordering_key,
-                job.callback_url,
-                job.on_failure.as_str(),
-                job.state.as_str(),
-                job.desired_state.as_str(),
-                job.created_at.as_millis(),
-                job.updated_at.as_millis(),
-                ms(job.finished_at),
-                job.blocked_reason,
-                new_events as i64,
-                ms(job.deadline_due()),
-                job.round,
-            ],
+            rusqlite::params_from_iter(
+                [
+                    SqlValue::Text(id.clone()),
+                    SqlValue::Integer(new_events as i64),
+                ]
+                .iter()
+                .chain(values),
+            ),
             |r| r.get(0),
         )
         .optional()
         .db()?
         .ok_or(Error::JobNotFound(job.id))?;
+    let reprioritized = job.priority != before.priority;
     if !reprioritized {
         return Ok(last);
     }
@@ -479,46 +546,54 @@ pub(super) fn update_job(
 
 /// Inserts or overwrites one step row from the job as it now stands.
 pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()> {
-    write_step_with(conn, job, idx, step_upsert_sql()).map(drop)
+    conn.prepare_cached(step_upsert_sql())
+        .db()?
+        .execute(rusqlite::params_from_iter(step_values(job, idx)?))
+        .db()?;
+    Ok(())
 }
 
-/// Overwrites an existing step row from the job as it now stands: a plain `UPDATE`, cheaper
-/// than the upsert's failed insert. A row that is missing (never left by the writer) is
-/// written by the upsert instead.
-pub(super) fn rewrite_step(conn: &Connection, job: &Job, idx: usize) -> Result<()> {
-    if write_step_with(conn, job, idx, step_update_sql())? == 0 {
+/// Writes back what the transition from `before` changed in step `idx`: a plain `UPDATE` of
+/// the changed columns only (see [`set_list`]), nothing when none changed. A step `before` did
+/// not have, or a row that is missing (never left by the writer), is written whole.
+pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usize) -> Result<()> {
+    if idx >= before.steps.len() {
+        return write_step(conn, job, idx);
+    }
+    let new = step_values(job, idx)?;
+    let changed = changed_positions(&step_values(before, idx)?, &new);
+    debug_assert!(
+        !changed
+            .iter()
+            .any(|&c| matches!(STEP_WRITE_COLUMNS[c], "job_id" | "idx")),
+        "a step's key never changes"
+    );
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let sql = format!(
+        "UPDATE steps SET {} WHERE job_id = ?1 AND idx = ?2",
+        set_list(&STEP_WRITE_COLUMNS, &changed, 3)
+    );
+    let key = [
+        SqlValue::Text(job_id_text(job.id)),
+        SqlValue::Integer(idx as i64),
+    ];
+    let updated = conn
+        .prepare_cached(&sql)
+        .db()?
+        .execute(rusqlite::params_from_iter(
+            key.iter().chain(changed.iter().map(|&c| &new[c])),
+        ))
+        .db()?;
+    if updated == 0 {
         write_step(conn, job, idx)?;
     }
     Ok(())
 }
 
-/// `UPDATE … WHERE job_id = ?1 AND idx = ?3` with the same placeholders as the upsert.
-fn step_update_sql() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| {
-        let updates: Vec<String> = STEP_WRITE_COLUMNS
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !matches!(**c, "job_id" | "idx"))
-            .map(|(i, c)| format!("{c} = ?{}", i + 1))
-            .collect();
-        let at = |name: &str| {
-            STEP_WRITE_COLUMNS
-                .iter()
-                .position(|c| *c == name)
-                .map(|i| i + 1)
-                .unwrap_or(0)
-        };
-        format!(
-            "UPDATE steps SET {} WHERE job_id = ?{} AND idx = ?{}",
-            updates.join(", "),
-            at("job_id"),
-            at("idx")
-        )
-    })
-}
-
-fn write_step_with(conn: &Connection, job: &Job, idx: usize, sql: &str) -> Result<usize> {
+/// The values of [`STEP_WRITE_COLUMNS`] for step `idx` of `job`.
+fn step_values(job: &Job, idx: usize) -> Result<Vec<SqlValue>> {
     let Some(s) = job.steps.get(idx) else {
         return Err(corrupt(
             "transition",
@@ -539,52 +614,50 @@ fn write_step_with(conn: &Connection, job: &Job, idx: usize, sql: &str) -> Resul
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| corrupt("steps.http", e))?;
-    conn.prepare_cached(sql)
-        .db()?
-        .execute(params![
-            job_id_text(job.id),
-            job.priority,
-            idx as i64,
-            s.name,
-            s.agent,
-            json_text(&s.payload),
-            depends_on,
-            s.timeout.as_millis_i64(),
-            s.max_attempts,
-            s.backoff.initial.as_millis_i64(),
-            s.backoff.factor,
-            s.backoff.max.as_millis_i64(),
-            compensate,
-            s.state.as_str(),
-            s.attempt,
-            s.failures,
-            s.lease_id.map(|l| l.0.to_string()),
-            s.worker,
-            s.created_at.as_millis(),
-            ms(s.ready_at),
-            ms(s.started_at),
-            ms(s.finished_at),
-            ms(s.lease_expires_at),
-            ms(s.next_attempt_at),
-            s.result.as_ref().map(json_text),
-            s.last_error,
-            s.budget_from,
-            s.comp_phase.map(CompPhase::as_str),
-            s.comp_attempts,
-            s.comp_failures,
-            s.comp_budget_from,
-            s.claim_agent(),
-            s.lease_agent(),
-            job.claim_rank(idx),
-            formula_column(s.backoff_formula),
-            http,
-            s.deadline.map(|d| d.as_millis_i64()),
-            ms(s.attempt_ends_at),
-            s.progress.as_ref().map(json_text),
-            ms(s.progress_at),
-            s.progress_events,
-        ])
-        .db()
+    let values: &[&dyn rusqlite::ToSql] = params![
+        job_id_text(job.id),
+        job.priority,
+        idx as i64,
+        s.name,
+        s.agent,
+        json_text(&s.payload),
+        depends_on,
+        s.timeout.as_millis_i64(),
+        s.max_attempts,
+        s.backoff.initial.as_millis_i64(),
+        s.backoff.factor,
+        s.backoff.max.as_millis_i64(),
+        compensate,
+        s.state.as_str(),
+        s.attempt,
+        s.failures,
+        s.lease_id.map(|l| l.0.to_string()),
+        s.worker,
+        s.created_at.as_millis(),
+        ms(s.ready_at),
+        ms(s.started_at),
+        ms(s.finished_at),
+        ms(s.lease_expires_at),
+        ms(s.next_attempt_at),
+        s.result.as_ref().map(json_text),
+        s.last_error,
+        s.budget_from,
+        s.comp_phase.map(CompPhase::as_str),
+        s.comp_attempts,
+        s.comp_failures,
+        s.comp_budget_from,
+        s.claim_agent(),
+        s.lease_agent(),
+        job.claim_rank(idx),
+        formula_column(s.backoff_formula),
+        http,
+        s.deadline.map(|d| d.as_millis_i64()),
+        ms(s.attempt_ends_at),
+        s.progress.as_ref().map(json_text),
+        ms(s.progress_at),
+        s.progress_events,
+    ];
+    values.iter().map(sql_value).collect()
 }
 
 /// Appends events with the next sequence numbers, then drops all but the newest `keep`.

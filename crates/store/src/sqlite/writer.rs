@@ -7,10 +7,13 @@
 //! writes share one fsync, and no caller hears "done" before its data is on disk.
 //!
 //! Upkeep that may take a while (removing jobs past their retention) is a *background* write: it
-//! runs after the batch's other writes, works in small pieces, and stops between two pieces as
-//! soon as another write is waiting ([`Pressure`]). The writes that arrived meanwhile then join
-//! the same transaction, so a claim never waits for more than one piece of upkeep, and shares its
-//! commit instead of waiting for one of its own.
+//! runs in a transaction of its own after the writes taken with it have been committed, works in
+//! small pieces, and stops between two pieces as soon as another write is waiting
+//! ([`Pressure`]). Its commit is not synced (see [`run_upkeep`]), so a claim queued behind it
+//! waits for one piece and a commit without an fsync, then goes in the next batch as usual.
+//! (When upkeep shared the transaction of the writes taken with it, they waited for all of it:
+//! in the `steady` benchmark, such writes waited 1.9 ms at the median and 6 ms at p99, against
+//! 0.4 and 1.9 ms for the rest.)
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -165,7 +168,7 @@ where
 /// With fault injection compiled in, `abort_after_commit` is the flag a write raises to have the
 /// process abort as soon as its batch is committed, before any caller hears back.
 pub(super) fn run(
-    mut conn: Connection,
+    conn: Connection,
     mut queue: mpsc::Receiver<Box<dyn WriteOp>>,
     commits: Arc<AtomicU64>,
     max_batch: usize,
@@ -182,18 +185,21 @@ pub(super) fn run(
     while let Some(first) = queue.blocking_recv() {
         batch.push(first);
         fill(&mut queue, &mut batch, max_batch);
-        // Upkeep last, so it yields to what arrives while the others run (a stable sort).
-        batch.sort_by_key(|op| op.is_background());
-        let outcome = run_batch(&mut conn, &mut batch, &mut queue, max_batch);
-        if outcome.is_ok() {
-            commits.fetch_add(1, Ordering::Relaxed);
+        // Upkeep gets a transaction of its own after the writes that came with it: in theirs,
+        // they would wait for all of it, not just one piece (their commit comes after it).
+        let upkeep: Vec<Box<dyn WriteOp>> = batch.extract_if(.., |op| op.is_background()).collect();
+        if !batch.is_empty() {
+            let outcome = run_batch(&conn, &mut batch);
+            finish(
+                &mut batch,
+                outcome,
+                &commits,
+                #[cfg(feature = "fault-injection")]
+                abort_after_commit.as_deref(),
+            );
         }
-        #[cfg(feature = "fault-injection")]
-        if let Some(flag) = &abort_after_commit {
-            super::fault::abort_if_raised(flag, outcome.is_ok());
-        }
-        for op in batch.drain(..) {
-            op.answer(outcome.clone());
+        if !upkeep.is_empty() && !run_upkeep(&conn, upkeep, &commits) {
+            break;
         }
     }
     if let Err((_, e)) = conn.close() {
@@ -201,28 +207,65 @@ pub(super) fn run(
     }
 }
 
-/// Runs a batch in one transaction. `Err` means nothing of it is committed. When the batch
-/// holds upkeep, the writes queued while it ran join the transaction before its commit: the
-/// upkeep stopped for them, and they need not wait for a commit of their own.
-fn run_batch(
-    conn: &mut Connection,
+/// Runs upkeep in a transaction whose commit is not synced to disk (`synchronous = NORMAL`):
+/// upkeep lost in a crash is simply done again, and the next commit of any other write syncs
+/// the log up to and including it. Nothing else ever shares this transaction, so a write queued
+/// meanwhile waits for one piece of upkeep and a commit without an fsync. Answers false when
+/// the durable setting could not be put back: the writer then stops (every write fails) rather
+/// than acknowledge a write that is not on disk.
+fn run_upkeep(conn: &Connection, mut batch: Vec<Box<dyn WriteOp>>, commits: &AtomicU64) -> bool {
+    let outcome = match exec_cached(conn, "PRAGMA synchronous = NORMAL") {
+        Ok(()) => {
+            let outcome = run_batch(conn, &mut batch);
+            if let Err(e) = exec_cached(conn, "PRAGMA synchronous = FULL") {
+                tracing::error!(error = %e, "cannot make the writer durable again; it stops");
+                for op in batch {
+                    op.answer(Err("the store's writer stopped".into()));
+                }
+                return false;
+            }
+            outcome
+        }
+        // Still correct, only slower: the upkeep is committed durably.
+        Err(_) => run_batch(conn, &mut batch),
+    };
+    finish(
+        &mut batch,
+        outcome,
+        commits,
+        #[cfg(feature = "fault-injection")]
+        None,
+    );
+    true
+}
+
+/// Counts a committed batch and answers each of its writes.
+fn finish(
     batch: &mut Vec<Box<dyn WriteOp>>,
-    queue: &mut mpsc::Receiver<Box<dyn WriteOp>>,
-    max_batch: usize,
-) -> Result<(), String> {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    outcome: Result<(), String>,
+    commits: &AtomicU64,
+    #[cfg(feature = "fault-injection")] abort_after_commit: Option<&std::sync::atomic::AtomicBool>,
+) {
+    if outcome.is_ok() {
+        commits.fetch_add(1, Ordering::Relaxed);
+    }
+    #[cfg(feature = "fault-injection")]
+    if let Some(flag) = abort_after_commit {
+        super::fault::abort_if_raised(flag, outcome.is_ok());
+    }
+    for op in batch.drain(..) {
+        op.answer(outcome.clone());
+    }
+}
+
+/// Runs a batch in one transaction. `Err` means nothing of it is committed.
+fn run_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), String> {
+    if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
         return Err(format!("cannot begin a transaction: {e}"));
     }
-    let mut result = run_ops(conn, batch);
-    if result.is_ok() && batch.iter().any(|op| op.is_background()) {
-        let ran = batch.len();
-        fill(queue, batch, max_batch);
-        result = run_ops(conn, &mut batch[ran..]);
-    }
-    let result = result.and_then(|()| {
-        conn.execute_batch("COMMIT")
-            .map_err(|e| format!("commit failed: {e}"))
-    });
+    let result = run_ops(conn, batch);
+    let result = result
+        .and_then(|()| exec_cached(conn, "COMMIT").map_err(|e| format!("commit failed: {e}")));
     if result.is_err() && !conn.is_autocommit() {
         if let Err(e) = conn.execute_batch("ROLLBACK") {
             tracing::warn!(error = %e, "rolling back a failed batch failed");
