@@ -759,6 +759,28 @@ mod tests {
             .expect("the upkeep ran after the write's commit");
     }
 
+    // Proves upkeep commits without an fsync and only upkeep does: `synchronous` reads NORMAL
+    // inside every upkeep transaction (the second too: the pragma is a cached statement) and FULL
+    // in every other write.
+    #[tokio::test]
+    async fn only_upkeep_commits_without_fsync() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
+        let level = |conn: &Connection| -> Result<i64> {
+            conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).db()
+        };
+        for round in 0..3 {
+            let upkeep = store.write_background(move |conn, _| level(conn)).await;
+            assert_eq!(
+                upkeep.expect("upkeep"),
+                1,
+                "NORMAL in upkeep, round {round}"
+            );
+            let write = store.write(level).await;
+            assert_eq!(write.expect("write"), 2, "FULL in a write, round {round}");
+        }
+    }
+
     // Proves upkeep yields to other writes: a background write sees a write queued behind it and
     // stops; both are committed, each in its own transaction (the upkeep's without an fsync),
     // and the writer is durable again afterwards.
