@@ -470,16 +470,15 @@ fn sql_value(v: impl rusqlite::ToSql) -> Result<SqlValue> {
     }
 }
 
-/// `UPDATE … SET` for the columns at `changed` (positions in `columns`), numbered from
-/// `?{first}` on: SQLite rewrites an index entry for every indexed column a `SET` names, changed
-/// or not, so a write names only what changed (a job row has ten indexes, a step row four).
-fn set_list(columns: &[&str], changed: &[usize], first: usize) -> String {
-    let set: Vec<String> = changed
+/// `SET` items for the columns at `changed` (positions in `columns`), numbered from `?{first}`
+/// on: SQLite rewrites an index entry for every indexed column a `SET` names, changed or not,
+/// so a write names only what changed (a job row has ten indexes, a step row four).
+fn set_items(columns: &[&str], changed: &[usize], first: usize) -> Vec<String> {
+    changed
         .iter()
         .enumerate()
         .map(|(n, &c)| format!("{} = ?{}", columns[c], first + n))
-        .collect();
-    set.join(", ")
+        .collect()
 }
 
 /// Positions where `new` differs from `old`.
@@ -501,13 +500,11 @@ pub(super) fn update_job(
     let id = job_id_text(job.id);
     let new = job_values(job)?;
     let changed = changed_positions(&job_values(before)?, &new);
-    let mut set = set_list(&JOB_UPDATE_COLUMNS, &changed, 3);
-    if !set.is_empty() {
-        set.push_str(", ");
-    }
+    let mut set = set_items(&JOB_UPDATE_COLUMNS, &changed, 3);
+    set.push("last_event_seq = last_event_seq + ?2".into());
     let sql = format!(
-        "UPDATE jobs SET {set}last_event_seq = last_event_seq + ?2 WHERE id = ?1 \
-         RETURNING last_event_seq"
+        "UPDATE jobs SET {} WHERE id = ?1 RETURNING last_event_seq",
+        set.join(", ")
     );
     let values = changed.iter().map(|&c| &new[c]);
     let last: i64 = conn
@@ -554,7 +551,7 @@ pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()>
 }
 
 /// Writes back what the transition from `before` changed in step `idx`: a plain `UPDATE` of
-/// the changed columns only (see [`set_list`]), nothing when none changed. A step `before` did
+/// the changed columns only (see [`set_items`]), nothing when none changed. A step `before` did
 /// not have, or a row that is missing (never left by the writer), is written whole.
 pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usize) -> Result<()> {
     if idx >= before.steps.len() {
@@ -573,7 +570,7 @@ pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usiz
     }
     let sql = format!(
         "UPDATE steps SET {} WHERE job_id = ?1 AND idx = ?2",
-        set_list(&STEP_WRITE_COLUMNS, &changed, 3)
+        set_items(&STEP_WRITE_COLUMNS, &changed, 3).join(", ")
     );
     let key = [
         SqlValue::Text(job_id_text(job.id)),

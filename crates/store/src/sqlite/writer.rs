@@ -263,8 +263,7 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), St
     if let Err(e) = exec_cached(conn, "BEGIN IMMEDIATE") {
         return Err(format!("cannot begin a transaction: {e}"));
     }
-    let result = run_ops(conn, batch);
-    let result = result
+    let result = run_ops(conn, batch)
         .and_then(|()| exec_cached(conn, "COMMIT").map_err(|e| format!("commit failed: {e}")));
     if result.is_err() && !conn.is_autocommit() {
         if let Err(e) = conn.execute_batch("ROLLBACK") {
