@@ -24,7 +24,10 @@ const CLAIM_SKIPS_MAX: usize = 1_000;
 /// finds and locks candidates, lets the core decide each claim in memory, then writes every
 /// claim of the batch together.
 async fn claim(tx: &Transaction<'_>, claim: &Claim, history_per_job: usize) -> Res<ClaimResult> {
-    let limits = claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now).await?;
+    let (limits, ()) = futures::try_join!(
+        claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now),
+        walk_in_claim_order(tx),
+    )?;
     let want = limits.want.min(claim.lease_ids.len());
     let mut round = ClaimRound::default();
     while round.claimed.len() < want && round.skips < CLAIM_SKIPS_MAX {
@@ -65,6 +68,21 @@ async fn claim(tx: &Transaction<'_>, claim: &Claim, history_per_job: usize) -> R
         throttled_until,
     })
 }
+
+/// Makes this transaction's candidate queries walk `steps_claim` in its order, whatever the
+/// planner's statistics say. A table analyzed while it held a few ready steps (a fresh database,
+/// or any table before autovacuum sees a burst of submits) has the planner expect a dozen rows
+/// for an agent, so it fetched them all with a bitmap scan and sorted them instead: measured at
+/// the start of a 40,000-job drain, 37 claims read all 40,000 ready steps (sorted on disk,
+/// 120,000 buffers, 140 ms each), 70 % of all the time claims took. Walking the index in order
+/// reads only the head, which is all a claim with a `LIMIT` needs. (Sent with the claim's first
+/// statement, so it costs no round trip of its own.)
+async fn walk_in_claim_order(tx: &Transaction<'_>) -> Res<()> {
+    tx.batch_execute(CLAIM_ORDER_SQL).await.map_err(Into::into)
+}
+
+/// See [`walk_in_claim_order`]: for the rest of the transaction only.
+const CLAIM_ORDER_SQL: &str = "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off";
 
 /// A step a claim leased, with the lease it recorded.
 struct Leased {
@@ -314,4 +332,59 @@ async fn expired(tx: &Transaction<'_>, due: Due) -> Res<Vec<LeaseRef>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::conformance::{admitted, at, job_id, spec};
+    use crate::pgtest::PgCluster;
+    use crate::postgres::PgOptions;
+    use crate::Jobs as _;
+    use tokio_postgres::NoTls;
+
+    // Proves a claim walks the head of `steps_claim` in order on a table the planner has no
+    // statistics for: thousands of ready steps of one agent, never analyzed, are planned by
+    // default as a bitmap scan of all of them and a sort (on this PostgreSQL, 140 ms a claim at
+    // 40,000 steps); with the claim's settings, as an ordered index scan that stops at the limit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_walks_the_claim_index_in_order_without_statistics() {
+        let db = PgCluster::shared().database().await;
+        let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
+        let one_step = spec(serde_json::json!({"steps": [{"name": "s", "agent": "a"}]}));
+        for chunk in 0..5u64 {
+            let jobs = (0..1_000)
+                .map(|n| admitted(job_id(chunk * 1_000 + n + 1), &one_step, at(0)))
+                .collect();
+            store.jobs_submit(jobs).await.expect("submit");
+        }
+        let (mut client, connection) = tokio_postgres::connect(db.url(), NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        let tx = client.transaction().await.expect("begin");
+        tx.batch_execute(CLAIM_ORDER_SQL).await.expect("settings");
+        let explain = format!("EXPLAIN {LOCK_CANDIDATES_SQL}");
+        let none: Vec<Uuid> = Vec::new();
+        let steps: Vec<i32> = Vec::new();
+        let plan: Vec<String> = tx
+            .query(
+                explain.as_str(),
+                &[&"a", &at(1_000).as_millis(), &32i64, &none, &steps],
+            )
+            .await
+            .expect("explain")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("Index Scan using steps_claim on steps")
+                && !plan.contains("Bitmap")
+                && !plan.contains("Sort"),
+            "the claim is not an ordered walk of steps_claim:\n{plan}"
+        );
+        drop(tx);
+        drop(store);
+    }
 }
