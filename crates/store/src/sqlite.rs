@@ -34,6 +34,7 @@ mod rows;
 mod schedules;
 mod schema;
 mod stats;
+mod syncer;
 mod tokens;
 mod writer;
 
@@ -111,6 +112,8 @@ struct Inner {
     /// Copies the WAL back into the database file off the writer thread.
     checkpointer: Mutex<Option<checkpoint::Checkpointer>>,
     commits: Arc<AtomicU64>,
+    /// How far commits are on disk: every read's answer waits for what it saw.
+    durability: Arc<syncer::Durability>,
     history_per_job: usize,
     /// Set when the file was opened with `OVERSEER_FAULT=crash-after-step-result`: the flag a
     /// partial write raises to make the writer abort right after committing it (see `fault`).
@@ -179,6 +182,13 @@ impl Readers {
     }
 }
 
+/// SQLite's write-ahead log beside the database file: `PATH-wal`.
+fn wal_path(path: &std::path::Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
 /// Takes an exclusive lock on `PATH-lock` (beside SQLite's own `-wal` and `-shm` files), so a
 /// second server started on the same file is refused at once instead of running as a second
 /// writer and a follower that can never lead. The operating system drops the lock when the
@@ -226,7 +236,9 @@ impl SqliteStore {
                 options.path.display()
             )));
         }
-        conn.pragma_update(None, "synchronous", "FULL").db()?;
+        // Commits are not synced by SQLite itself but by the log syncer, beside the writer, and
+        // no write is answered (and no read shows a commit) before that sync (see `syncer`).
+        conn.pragma_update(None, "synchronous", "NORMAL").db()?;
         conn.pragma_update(None, "foreign_keys", "ON").db()?;
         // Every write runs in its own savepoint inside the group commit; SQLite journals the
         // pages a savepoint touches so it can roll them back. In memory that costs a copy; in a
@@ -260,7 +272,12 @@ impl SqliteStore {
         let checkpointer =
             checkpoint::Checkpointer::start(&options.path, options.busy_timeout, commits.clone())?;
         let max_batch = options.max_batch.max(1);
-        let thread_commits = commits.clone();
+        let durability = syncer::Durability::new();
+        let log = writer::Log {
+            commits: commits.clone(),
+            durability: durability.clone(),
+            syncer: syncer::Syncer::start(wal_path(&options.path), durability.clone())?,
+        };
         let busy_timeout = options.busy_timeout;
         #[cfg(feature = "fault-injection")]
         let crash_after_step_result = fault::armed_from_env();
@@ -272,7 +289,7 @@ impl SqliteStore {
                 writer::run(
                     conn,
                     receiver,
-                    thread_commits,
+                    log,
                     max_batch,
                     busy_timeout,
                     #[cfg(feature = "fault-injection")]
@@ -288,6 +305,7 @@ impl SqliteStore {
                 writer: Mutex::new(Some(handle)),
                 readers,
                 commits,
+                durability,
                 checkpointer: Mutex::new(Some(checkpointer)),
                 history_per_job: options.history_per_job.max(1),
                 #[cfg(feature = "fault-injection")]
@@ -380,7 +398,8 @@ impl SqliteStore {
             .acquire_owned()
             .await
             .map_err(|_| Error::Unavailable("the read pool is closed".into()))?;
-        tokio::task::spawn_blocking(move || {
+        let durability = self.inner.durability.clone();
+        let (result, seen) = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let mut conn = readers.take()?;
             let result = match conn.transaction().db() {
@@ -388,10 +407,13 @@ impl SqliteStore {
                 Err(e) => Err(e),
             };
             readers.put(conn);
-            result
+            Ok::<_, Error>((result, durability.visible()))
         })
         .await
-        .map_err(|e| Error::Unavailable(format!("a read task failed: {e}")))?
+        .map_err(|e| Error::Unavailable(format!("a read task failed: {e}")))??;
+        // The read may have seen commits not yet on disk: answer once they are.
+        self.inner.durability.wait(seen).await?;
+        result
     }
 }
 
@@ -759,31 +781,94 @@ mod tests {
             .expect("the upkeep ran after the write's commit");
     }
 
-    // Proves upkeep commits without an fsync and only upkeep does: `synchronous` reads NORMAL
-    // inside every upkeep transaction (the second too: the pragma is a cached statement) and FULL
-    // in every other write.
-    #[tokio::test]
-    async fn only_upkeep_commits_without_fsync() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
-        let level = |conn: &Connection| -> Result<i64> {
-            conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).db()
-        };
-        for round in 0..3 {
-            let upkeep = store.write_background(move |conn, _| level(conn)).await;
-            assert_eq!(
-                upkeep.expect("upkeep"),
-                1,
-                "NORMAL in upkeep, round {round}"
-            );
-            let write = store.write(level).await;
-            assert_eq!(write.expect("write"), 2, "FULL in a write, round {round}");
+    fn insert_setting(key: &'static str) -> impl FnOnce(&Connection) -> Result<()> {
+        move |conn| {
+            conn.execute(
+                "INSERT INTO settings (key, value, created_at) VALUES (?1, 'x', 0)",
+                [key],
+            )
+            .db()?;
+            Ok(())
         }
     }
 
+    fn setting_exists(conn: &Connection, key: &str) -> Result<bool> {
+        conn.query_row("SELECT count(*) FROM settings WHERE key = ?1", [key], |r| {
+            r.get::<_, i64>(0)
+        })
+        .db()
+        .map(|n| n > 0)
+    }
+
+    // Proves neither a write nor a read that saw it is answered before the write's commit is
+    // synced: with the syncer held, the commit is visible to another connection, yet the writer's
+    // caller and a reader of the row both wait; released, both are answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[expect(
+        clippy::await_holding_lock,
+        reason = "the syncer is held on purpose while the test waits"
+    )]
+    async fn no_write_or_read_is_answered_before_its_commit_is_synced() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
+        let held = store.inner.durability.hold.lock().expect("hold the syncer");
+        let write = tokio::spawn({
+            let store = store.clone();
+            async move { store.write(insert_setting("k")).await }
+        });
+        let raw = Connection::open(store.path()).expect("raw open");
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        while !setting_exists(&raw, "k").expect("raw read") {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "the write never committed"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let read = tokio::spawn({
+            let store = store.clone();
+            async move { store.read(|conn| setting_exists(conn, "k")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!write.is_finished(), "a write was answered before its sync");
+        assert!(
+            !read.is_finished(),
+            "a read showed a commit before its sync"
+        );
+        drop(held);
+        write.await.expect("join").expect("the write");
+        assert!(
+            read.await.expect("join").expect("the read"),
+            "the read saw it"
+        );
+    }
+
+    // Proves a failed sync acknowledges nothing: with the log gone from under the store, the
+    // write it could not sync is answered with an error although it committed, and the store
+    // stops (later writes and reads fail) instead of trusting a later sync.
+    #[tokio::test]
+    async fn a_failed_sync_acknowledges_nothing_and_stops_the_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
+        store.write(insert_setting("a")).await.expect("first write");
+        std::fs::remove_file(wal_path(store.path())).expect("remove the log");
+        let refused = store.write(insert_setting("b")).await;
+        assert!(
+            matches!(&refused, Err(Error::Unavailable(why)) if why.contains("durable")),
+            "{refused:?}"
+        );
+        assert!(
+            store.write(insert_setting("c")).await.is_err(),
+            "a later write"
+        );
+        assert!(
+            store.read(|conn| setting_exists(conn, "a")).await.is_err(),
+            "a later read"
+        );
+    }
+
     // Proves upkeep yields to other writes: a background write sees a write queued behind it and
-    // stops; both are committed, each in its own transaction (the upkeep's without an fsync),
-    // and the writer is durable again afterwards.
+    // stops; both are committed, each in its own transaction.
     #[tokio::test]
     async fn a_background_write_yields_to_a_waiting_write() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -825,8 +910,6 @@ mod tests {
             .expect("join")
             .expect("the background write yielded");
         assert_eq!(store.commit_count() - before, 2, "a commit each");
-        let pragmas = store.writer_pragmas().await.expect("pragmas");
-        assert_eq!(pragmas.synchronous, 2, "FULL again after the upkeep");
         let keys: Vec<String> = store
             .read(|conn| {
                 let mut stmt = conn.prepare("SELECT key FROM settings ORDER BY key").db()?;
