@@ -185,6 +185,15 @@ fn run(receiver: &mpsc::Receiver<Committed>, wal: &std::path::Path, durability: 
             }
         }
     }
+    // The writer has gone. Had it begun a commit it never handed over (it cannot, short of a
+    // panic outside any write), a read waiting for that commit must not wait forever.
+    if durability
+        .synced
+        .borrow()
+        .is_some_and(|n| n < durability.visible())
+    {
+        durability.break_for_good();
+    }
 }
 
 /// Flushes the WAL file to disk. Opened afresh each time (a few microseconds beside the flush),
