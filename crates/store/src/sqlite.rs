@@ -182,11 +182,16 @@ impl Readers {
     }
 }
 
+/// A file beside the database file: `PATH` with `suffix` appended (`-wal`, `-lock`).
+fn beside(path: &std::path::Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// SQLite's write-ahead log beside the database file: `PATH-wal`.
 fn wal_path(path: &std::path::Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
+    beside(path, "-wal")
 }
 
 /// Takes an exclusive lock on `PATH-lock` (beside SQLite's own `-wal` and `-shm` files), so a
@@ -194,19 +199,13 @@ fn wal_path(path: &std::path::Path) -> PathBuf {
 /// writer and a follower that can never lead. The operating system drops the lock when the
 /// process ends, however it ends, so a crash never leaves the store locked.
 fn lock_file(path: &std::path::Path) -> Result<std::fs::File> {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-lock");
+    let name = beside(path, "-lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&name)
-        .map_err(|e| {
-            Error::Unavailable(format!(
-                "cannot open {}: {e}",
-                PathBuf::from(&name).display()
-            ))
-        })?;
+        .map_err(|e| Error::Unavailable(format!("cannot open {}: {e}", name.display())))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(Error::InUse(format!(
@@ -216,7 +215,7 @@ fn lock_file(path: &std::path::Path) -> Result<std::fs::File> {
         ))),
         Err(std::fs::TryLockError::Error(e)) => Err(Error::Unavailable(format!(
             "cannot lock {}: {e}",
-            PathBuf::from(&name).display()
+            name.display()
         ))),
     }
 }

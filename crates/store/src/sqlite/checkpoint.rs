@@ -200,9 +200,10 @@ mod tests {
         }
         stop.store(true, Ordering::SeqCst);
         let pages = writing.join().expect("the writer");
-        let mut wal = path.clone().into_os_string();
-        wal.push("-wal");
-        let frames = std::fs::metadata(&wal).expect("the WAL").len() / 4096;
+        let frames = std::fs::metadata(crate::sqlite::wal_path(&path))
+            .expect("the WAL")
+            .len()
+            / 4096;
         assert!(pages > 1_000, "the writer wrote only {pages} pages");
         assert!(
             frames < pages / 4,

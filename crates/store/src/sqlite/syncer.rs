@@ -99,7 +99,8 @@ impl Durability {
     }
 }
 
-const BROKEN: &str = "the store could not make its log durable and has stopped; reopen it";
+pub(super) const BROKEN: &str =
+    "the store could not make its log durable and has stopped; reopen it";
 const STOPPED: &str = "the store's log syncer has stopped";
 
 /// One committed (or failed) batch on its way to its callers.

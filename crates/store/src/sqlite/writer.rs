@@ -26,7 +26,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::syncer::{Committed, Durability, Syncer};
+use super::syncer::{Committed, Durability, Syncer, BROKEN};
 use crate::{Error, Result};
 
 /// How often the writer looks again at a lock another connection holds.
@@ -194,9 +194,7 @@ pub(super) fn run(
         if log.durability.is_broken() {
             // Nothing committed from now on could be acknowledged.
             for op in batch.drain(..) {
-                op.answer(Err(
-                    "the store's log could not be synced; it has stopped".into()
-                ));
+                op.answer(Err(BROKEN.into()));
             }
             break;
         }
