@@ -197,13 +197,7 @@ ALTER TABLE ONLY public.job_labels
     ADD CONSTRAINT job_labels_pkey PRIMARY KEY (job_id, key);
 
 ALTER TABLE ONLY public.jobs
-    ADD CONSTRAINT jobs_idempotency_key UNIQUE (idempotency_key);
-
-ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
-
-ALTER TABLE ONLY public.jobs
-    ADD CONSTRAINT jobs_seq_key UNIQUE (seq);
 
 ALTER TABLE ONLY public.leader
     ADD CONSTRAINT leader_pkey PRIMARY KEY (id);
@@ -244,6 +238,8 @@ CREATE INDEX jobs_active ON public.jobs USING btree (id) WHERE (state <> ALL (AR
 CREATE INDEX jobs_deadline_due ON public.jobs USING btree (deadline_due, id) WHERE (deadline_due IS NOT NULL);
 
 CREATE INDEX jobs_finished ON public.jobs USING btree (finished_at, state) WHERE (finished_at IS NOT NULL);
+
+CREATE UNIQUE INDEX jobs_idempotency_key ON public.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
 CREATE INDEX jobs_ordering_key ON public.jobs USING btree (ordering_key, seq) WHERE ((ordering_key IS NOT NULL) AND (state <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])));
 

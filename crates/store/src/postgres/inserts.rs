@@ -46,7 +46,8 @@ pub(super) async fn insert_job_rows(
              updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, \
              submitted_by, deadline, deadline_due, round, job_retry, rerun_of, rerun_by, n) \
          ORDER BY n \
-         ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, seq",
+         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
+         RETURNING id, seq",
         &[
             &c.id,
             &c.idempotency_key,
