@@ -154,7 +154,8 @@ CREATE INDEX deliveries_kind ON deliveries (kind, id);
 
 CREATE INDEX job_labels_key_value ON job_labels (key, value, job_id);
 
-CREATE INDEX jobs_active ON jobs (id) WHERE state NOT IN ('succeeded', 'failed', 'cancelled');
+CREATE INDEX jobs_active ON jobs (id)
+    WHERE state <> 'succeeded' AND state <> 'failed' AND state <> 'cancelled';
 
 CREATE INDEX jobs_deadline_due ON jobs (deadline_due, id) WHERE deadline_due IS NOT NULL;
 
@@ -163,7 +164,8 @@ CREATE INDEX jobs_finished ON jobs (finished_at, state) WHERE finished_at IS NOT
 CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
 CREATE INDEX jobs_ordering_key ON jobs (ordering_key, seq)
-    WHERE ordering_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled');
+    WHERE ordering_key IS NOT NULL
+      AND state <> 'succeeded' AND state <> 'failed' AND state <> 'cancelled';
 
 CREATE INDEX jobs_pending_due ON jobs (COALESCE(run_at, created_at), id) WHERE state = 'pending';
 

@@ -18,6 +18,24 @@
 //! backend; `ordering`, `removal` and `rerun` serve `jobs`. Every supervisor write is checked against the
 //! leader lease in its own transaction (`leader::check_fence`).
 
+/// The condition "the job in column `$state` is unfinished", spelled as the partial indexes
+/// `jobs_active` and `jobs_ordering_key` spell it (a query uses a partial index only if its WHERE
+/// clause repeats the index's condition). Three comparisons, not `NOT IN (…)`: SQLite evaluates
+/// an `IN` list by building a temporary index of it on each execution, and every insert and
+/// update of a job row evaluates both indexes' conditions (see migration 0015).
+macro_rules! unfinished {
+    ($state:literal) => {
+        concat!(
+            $state,
+            " <> 'succeeded' AND ",
+            $state,
+            " <> 'failed' AND ",
+            $state,
+            " <> 'cancelled'"
+        )
+    };
+}
+
 mod agents;
 mod checkpoint;
 mod deliveries;

@@ -173,7 +173,7 @@ impl Agents for SqliteStore {
 /// keeps the join.
 fn counts(conn: &Connection) -> Result<Vec<AgentCounts>> {
     let mut stmt = conn
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT agent, SUM(ready), SUM(running) FROM ( \
                SELECT claim_agent AS agent, COUNT(*) AS ready, 0 AS running \
                FROM steps INDEXED BY steps_claim WHERE claim_agent IS NOT NULL \
@@ -181,10 +181,10 @@ fn counts(conn: &Connection) -> Result<Vec<AgentCounts>> {
                UNION ALL \
                SELECT s.lease_agent, 0, 1 \
                FROM steps s INDEXED BY steps_lease_expiry JOIN jobs j ON j.id = s.job_id \
-               WHERE s.lease_expires_at IS NOT NULL AND s.lease_agent IS NOT NULL \
-                 AND j.state NOT IN ('succeeded', 'failed', 'cancelled')) \
-             GROUP BY agent ORDER BY agent",
-        )
+               WHERE s.lease_expires_at IS NOT NULL AND s.lease_agent IS NOT NULL AND ",
+            unfinished!("j.state"),
+            ") GROUP BY agent ORDER BY agent"
+        ))
         .db()?;
     let mut rows = stmt.query([]).db()?;
     let mut out = Vec::new();
@@ -201,14 +201,14 @@ fn counts(conn: &Connection) -> Result<Vec<AgentCounts>> {
 /// `Agents::agents_ready_now`: claimable steps of unfinished jobs that are due, per agent.
 fn ready_now(conn: &Connection, now: Timestamp) -> Result<Vec<AgentReady>> {
     let mut stmt = conn
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT s.claim_agent, COUNT(*) \
              FROM steps s INDEXED BY steps_claim JOIN jobs j ON j.id = s.job_id \
              WHERE s.claim_agent IS NOT NULL \
-               AND COALESCE(s.next_attempt_at, 0) <= ?1 \
-               AND j.state NOT IN ('succeeded', 'failed', 'cancelled') \
-             GROUP BY s.claim_agent ORDER BY s.claim_agent",
-        )
+               AND COALESCE(s.next_attempt_at, 0) <= ?1 AND ",
+            unfinished!("j.state"),
+            " GROUP BY s.claim_agent ORDER BY s.claim_agent"
+        ))
         .db()?;
     let mut rows = stmt.query([now.as_millis()]).db()?;
     let mut out = Vec::new();

@@ -129,9 +129,11 @@ impl Jobs for SqliteStore {
 fn active(conn: &Connection, page: ActivePage) -> Result<Vec<JobId>> {
     rows::query_job_ids(
         conn,
-        "SELECT id FROM jobs INDEXED BY jobs_active \
-         WHERE state NOT IN ('succeeded', 'failed', 'cancelled') AND id > ?1 \
-         ORDER BY id LIMIT ?2",
+        concat!(
+            "SELECT id FROM jobs INDEXED BY jobs_active WHERE ",
+            unfinished!("state"),
+            " AND id > ?1 ORDER BY id LIMIT ?2"
+        ),
         params![
             page.after.map(job_id_text).unwrap_or_default(),
             limit_param(page.limit)

@@ -18,12 +18,12 @@ use crate::{decide, Error, OrderingKeyStatus, Result};
 /// partial index's word for word (see schema V3).
 fn is_head(conn: &Connection, key: &str, seq: i64) -> Result<bool> {
     let ahead = conn
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT 1 FROM jobs INDEXED BY jobs_ordering_key \
-             WHERE ordering_key = ?1 AND seq < ?2 \
-               AND ordering_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled') \
-             LIMIT 1",
-        )
+             WHERE ordering_key = ?1 AND seq < ?2 AND ordering_key IS NOT NULL AND ",
+            unfinished!("state"),
+            " LIMIT 1"
+        ))
         .db()?
         .exists(params![key, seq])
         .db()?;
@@ -70,14 +70,16 @@ pub(super) fn admit_keyed(
 
 /// One ordered range of the pending jobs' due index; a keyed candidate costs one probe of the
 /// key's index to see whether an unfinished job of its key is ahead of it.
-pub(super) const JOBS_DUE_SQL: &str = "SELECT j.id FROM jobs AS j INDEXED BY jobs_pending_due \
+pub(super) const JOBS_DUE_SQL: &str = concat!(
+    "SELECT j.id FROM jobs AS j INDEXED BY jobs_pending_due \
      WHERE j.state = 'pending' AND COALESCE(j.run_at, j.created_at) <= ?1 \
        AND (j.ordering_key IS NULL OR NOT EXISTS ( \
          SELECT 1 FROM jobs AS o INDEXED BY jobs_ordering_key \
          WHERE o.ordering_key = j.ordering_key AND o.seq < j.seq \
-           AND o.ordering_key IS NOT NULL \
-           AND o.state NOT IN ('succeeded', 'failed', 'cancelled'))) \
-     ORDER BY COALESCE(j.run_at, j.created_at), j.id LIMIT ?2";
+           AND o.ordering_key IS NOT NULL AND ",
+    unfinished!("o.state"),
+    ")) ORDER BY COALESCE(j.run_at, j.created_at), j.id LIMIT ?2"
+);
 
 /// Pending jobs due at `now` that have no key or head theirs, earliest due instant
 /// (`run_at`, else `created_at`) first, then by id.
@@ -92,12 +94,12 @@ pub(super) fn jobs_due(conn: &Connection, now: Timestamp, limit: usize) -> Resul
 /// The unfinished job of `key` with the smallest submission number.
 fn head_id(conn: &Connection, key: &str) -> Result<Option<JobId>> {
     let id: Option<String> = conn
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT id FROM jobs INDEXED BY jobs_ordering_key \
-             WHERE ordering_key = ?1 AND ordering_key IS NOT NULL \
-               AND state NOT IN ('succeeded', 'failed', 'cancelled') \
-             ORDER BY seq LIMIT 1",
-        )
+             WHERE ordering_key = ?1 AND ordering_key IS NOT NULL AND ",
+            unfinished!("state"),
+            " ORDER BY seq LIMIT 1"
+        ))
         .db()?
         .query_row([key], |r| r.get(0))
         .optional()
@@ -139,11 +141,11 @@ pub(super) fn status(conn: &Connection, key: &str) -> Result<OrderingKeyStatus> 
         None => None,
     };
     let unfinished: i64 = conn
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT COUNT(*) FROM jobs INDEXED BY jobs_ordering_key \
-             WHERE ordering_key = ?1 AND ordering_key IS NOT NULL \
-               AND state NOT IN ('succeeded', 'failed', 'cancelled')",
-        )
+             WHERE ordering_key = ?1 AND ordering_key IS NOT NULL AND ",
+            unfinished!("state")
+        ))
         .db()?
         .query_row([key], |r| r.get(0))
         .db()?;

@@ -23,4 +23,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0012_deadlines.sql"),
     include_str!("../../migrations/sqlite/0013_job_rounds.sql"),
     include_str!("../../migrations/sqlite/0014_rerun_progress.sql"),
+    include_str!("../../migrations/sqlite/0015_unfinished_without_in_lists.sql"),
 ];
