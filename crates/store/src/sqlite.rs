@@ -55,6 +55,7 @@ mod stats;
 mod syncer;
 mod tokens;
 mod writer;
+mod written;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -478,6 +479,7 @@ fn persist(
         rows::rewrite_step(conn, before, &t.job, idx)?;
     }
     rows::append_events(conn, t.job.id, &t.events, history_per_job, last_seq)?;
+    written::remember(&t.job);
     rows::insert_deliveries(conn, t, now)
 }
 

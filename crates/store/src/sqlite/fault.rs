@@ -44,6 +44,7 @@ pub(super) fn write_step_result_only(
         return Ok(None);
     }
     rows::write_step(conn, &t.job, step)?;
+    super::written::forget(job.id);
     Ok(Some(t))
 }
 

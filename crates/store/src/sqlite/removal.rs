@@ -26,6 +26,7 @@ fn delete_one(conn: &Connection, id: JobId, states: &[JobState]) -> Result<bool>
     if !removable(&job, states) {
         return Ok(false);
     }
+    super::written::forget(id);
     let n = conn
         .prepare_cached("DELETE FROM jobs WHERE id = ?1")
         .db()?

@@ -14,6 +14,7 @@ pub(super) fn rerun(conn: &Connection, r: RerunJob, history_per_job: usize) -> R
     let decided = overseer_core::rerun::rerun(&old, r.new, &r.options, r.submitted_by, r.now)?;
     super::persist(conn, &old, &decided.link, r.now, history_per_job)?;
     // `rerun_by` is written only here, once: a transition elsewhere never changes it.
+    super::written::forget(r.old);
     let linked = conn
         .prepare_cached("UPDATE jobs SET rerun_by = ?2 WHERE id = ?1 AND rerun_by IS NULL")
         .db()?

@@ -339,6 +339,23 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
 
 /// Loads a job with its steps, in index order.
 pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
+    if let Some(job) = super::written::get(id) {
+        debug_assert_eq!(
+            read_job(conn, id)?.as_ref(),
+            Some(&job),
+            "the writer's cached job differs from the database"
+        );
+        return Ok(Some(job));
+    }
+    let job = read_job(conn, id)?;
+    if let Some(job) = &job {
+        super::written::remember(job);
+    }
+    Ok(job)
+}
+
+/// Reads and decodes a job and its steps from the database (see [`load_job`]).
+fn read_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     let id_text = job_id_text(id);
     let mut stmt = conn
         .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))

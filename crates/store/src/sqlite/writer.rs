@@ -184,6 +184,7 @@ pub(super) fn run(
     >,
 ) {
     BUSY_FOR.set(busy_timeout);
+    super::written::enable();
     if let Err(e) = conn.busy_handler(Some(busy)) {
         tracing::warn!(error = %e, "cannot set the writer's busy handler; SQLite's own is used");
     }
@@ -265,6 +266,10 @@ fn run_batch(
         before_commit();
         exec_cached(conn, "COMMIT").map_err(|e| format!("commit failed: {e}"))
     });
+    if result.is_err() {
+        // Whatever the batch stored in the writer's cache was never committed.
+        super::written::forget_all();
+    }
     if result.is_err() && !conn.is_autocommit() {
         if let Err(e) = conn.execute_batch("ROLLBACK") {
             tracing::warn!(error = %e, "rolling back a failed batch failed");
@@ -288,6 +293,8 @@ fn run_ops(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), Stri
         let end = if ok {
             exec_cached(conn, "RELEASE op")
         } else {
+            // What the failed write stored in the writer's cache is rolled back with it.
+            super::written::forget_all();
             exec_cached(conn, "ROLLBACK TO op").and_then(|()| exec_cached(conn, "RELEASE op"))
         };
         end.map_err(|e| format!("cannot close a savepoint: {e}"))?;
