@@ -90,7 +90,6 @@ fn prune_jobs(conn: &Connection, prune: &Prune, pressure: &Pressure) -> Result<P
 /// state (the core's cutoffs) and one of `jobs_retention_own`; steps, labels, history and leases
 /// go by their foreign keys, settled deliveries by `deliveries_job`.
 fn prune_piece(conn: &Connection, prune: &Prune, limit: usize) -> Result<Vec<JobId>> {
-    super::written::forget_all();
     let [(s1, c1), (s2, c2), (s3, c3)] = prune.retention.cutoffs(prune.now);
     let arm = "SELECT id FROM jobs INDEXED BY jobs_retention WHERE state = ? AND \
                finished_at IS NOT NULL AND retention_ms IS NULL AND finished_at <= ?";
@@ -129,7 +128,9 @@ fn prune_piece(conn: &Connection, prune: &Prune, limit: usize) -> Result<Vec<Job
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         settled.execute([&id]).db()?;
-        out.push(rows::job_id(&id)?);
+        let id = rows::job_id(&id)?;
+        super::written::forget(id);
+        out.push(id);
     }
     Ok(out)
 }

@@ -6,7 +6,7 @@
 //! the database holds, as long as every change goes through here:
 //! - `persist` stores each transition's job ([`remember`]);
 //! - a write that changes rows without a transition (removal, retention, a rerun's link, the
-//!   fault injection's partial write) drops the job or everything ([`forget`], [`forget_all`]);
+//!   fault injection's partial write) drops the jobs it changed ([`forget`]);
 //! - a write rolled back (a failed operation's savepoint, a batch that did not commit) drops
 //!   everything, since what it stored here was never committed.
 //!
@@ -58,7 +58,7 @@ pub(super) fn forget(id: JobId) {
     });
 }
 
-/// Drops every job: a write was rolled back, or many rows changed at once.
+/// Drops every job: a write was rolled back, so what it stored here was never committed.
 pub(super) fn forget_all() {
     WRITTEN.with(|w| {
         if let Some(m) = w.borrow_mut().as_mut() {
