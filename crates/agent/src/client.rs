@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use overseer_core::wire::{
-    AgentList, BatchResponse, CompleteRequest, EventList, FailRequest, HeartbeatRequest,
-    HeartbeatResponse, JobList, JobView, LeaseOutcome, LeaseRequest, LeaseResponse,
-    OperatorRequest, Problem, ReportBatch, ReportBatchResponse, ReportResult, RerunRequest,
-    RescheduleRequest,
+    AgentList, BatchResponse, BatchSummary, CompleteRequest, EventList, FailRequest,
+    HeartbeatRequest, HeartbeatResponse, JobList, JobView, LeaseOutcome, LeaseRequest,
+    LeaseResponse, OperatorRequest, Problem, ReportBatch, ReportBatchResponse, ReportResult,
+    RerunRequest, RescheduleRequest,
 };
 use overseer_core::{JobId, JobSpec, LeaseId, Span};
 use reqwest::{Method, StatusCode, Url};
@@ -270,6 +270,25 @@ impl Client {
         let body = BatchBody { jobs };
         self.call_ok(Method::POST, url, &[], Some(&body), REQUEST_TIMEOUT)
             .await
+    }
+
+    /// `POST /v1/jobs:batch` with `Prefer: return=minimal`: all jobs or none, answered with
+    /// each job's id, state and whether this request created it rather than the whole jobs
+    /// (much less to build, send and decode when the caller only needs the ids).
+    pub async fn submit_batch_minimal(&self, jobs: &[JobSpec]) -> Result<BatchSummary> {
+        let url = self.url(&["v1", "jobs:batch"]);
+        let body = BatchBody { jobs };
+        let prefer = [("prefer", "return=minimal")];
+        self.call_with(
+            Method::POST,
+            url,
+            &[],
+            &prefer,
+            Some(&body),
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map(|(_, answer)| answer)
     }
 
     /// `GET /v1/jobs/{id}`.
@@ -609,6 +628,19 @@ impl Client {
         body: Option<&B>,
         timeout: Duration,
     ) -> Result<(StatusCode, T)> {
+        self.call_with(method, url, query, &[], body, timeout).await
+    }
+
+    /// [`Client::call`] with extra request headers.
+    async fn call_with<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        query: &[(&str, String)],
+        headers: &[(&'static str, &'static str)],
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, T)> {
         let shown = url.to_string();
         let node = self.node_of(&url);
         let transport = |source: reqwest::Error| {
@@ -626,6 +658,9 @@ impl Client {
         }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         if let Some(body) = body {
             request = request.json(body);

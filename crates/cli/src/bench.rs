@@ -62,6 +62,10 @@ pub struct BenchArgs {
     /// default `limits.jobs_per_batch`).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
+    /// Ask batch submits for whole jobs in the answer instead of `Prefer: return=minimal`
+    /// (each job's id and state), to measure what building and decoding the full answer costs.
+    #[arg(long)]
+    pub full_answers: bool,
     /// SDK workers (each one `Worker`, with its own long-poll and HTTP connection pool).
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
@@ -323,6 +327,8 @@ pub struct Ctx {
     pub run: String,
     pub clients: usize,
     pub batch: usize,
+    /// See `--full-answers`.
+    pub full_answers: bool,
     pub workers: usize,
     pub concurrency: usize,
     pub jobs: Option<usize>,
@@ -589,6 +595,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             run: run_id.clone(),
             clients: args.clients,
             batch: args.batch,
+            full_answers: args.full_answers,
             workers: args.workers,
             concurrency: args.concurrency,
             jobs: args.jobs,

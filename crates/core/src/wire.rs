@@ -23,6 +23,21 @@ pub struct BatchResponse {
     pub jobs: Vec<JobView>,
 }
 
+/// What a submit answers under `Prefer: return=minimal`: the job's id and state, and whether
+/// this request created it (`false`: its idempotency key named a job that already existed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SubmittedJob {
+    pub id: JobId,
+    pub state: JobState,
+    pub created: bool,
+}
+
+/// `POST /v1/jobs:batch` answer under `Prefer: return=minimal`, jobs in request order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct BatchSummary {
+    pub jobs: Vec<SubmittedJob>,
+}
+
 /// A job as the API shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobView {

@@ -2,7 +2,7 @@
 //! commands applied through the store, carry out the resulting effects, and encode answers.
 
 use axum::extract::{Extension, FromRequest, Path, RawQuery, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -11,10 +11,10 @@ use overseer_core::schedule::{self, CronSchedule, ScheduleSpec};
 use overseer_core::spec::{decode_bytes, JobSpec};
 use overseer_core::wire::{
     AgentList, AgentView, AlertDelivery, AlertList, AlertView, BatchRequest, BatchResponse,
-    CompleteRequest, EventList, FailRequest, HeartbeatRequest, HeartbeatResponse, JobList, JobView,
-    Lease, LeaseKind, LeaseOutcome, LeaseRequest, LeaseResponse, OperatorRequest, Problem,
-    ReportBatch, ReportBatchResponse, ReportResult, RerunRequest, RescheduleRequest, StatsView,
-    WorkerView,
+    BatchSummary, CompleteRequest, EventList, FailRequest, HeartbeatRequest, HeartbeatResponse,
+    JobList, JobView, Lease, LeaseKind, LeaseOutcome, LeaseRequest, LeaseResponse, OperatorRequest,
+    Problem, ReportBatch, ReportBatchResponse, ReportResult, RerunRequest, RescheduleRequest,
+    StatsView, SubmittedJob, WorkerView,
 };
 use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
 use overseer_store::{
@@ -26,6 +26,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, Result};
+use crate::prefer;
 use crate::App;
 
 /// The API's description, filled in from the handlers' annotations as they are routed.
@@ -35,7 +36,7 @@ use crate::App;
         title = "Overseer",
         description = "A durable job scheduler: jobs are DAGs of steps run by agents under fenced leases."
     ),
-    components(schemas(Problem, JobState)),
+    components(schemas(Problem, JobState, BatchSummary, SubmittedJob)),
     modifiers(&BearerAuth),
     tags(
         (name = "jobs", description = "Submit, read, wait for and act on jobs"),
@@ -399,13 +400,27 @@ fn key_taken(field: String) -> ApiError {
     }
 }
 
-fn job_created(app: &App, job: &Job, created: bool) -> Response {
+/// A submit's answer: the job (or, under `Prefer: return=minimal`, its id and state) and
+/// `Location`; 202 when this request created it, 200 when its idempotency key found it.
+fn submitted_job(job: &Job, created: bool) -> SubmittedJob {
+    SubmittedJob {
+        id: job.id,
+        state: job.state,
+        created,
+    }
+}
+
+fn job_created(app: &App, job: &Job, created: bool, minimal: bool) -> Response {
     let status = if created {
         StatusCode::ACCEPTED
     } else {
         StatusCode::OK
     };
-    let mut res = (status, Json(app.view(job))).into_response();
+    let mut res = if minimal {
+        prefer::applied((status, Json(submitted_job(job, created))).into_response())
+    } else {
+        (status, Json(app.view(job))).into_response()
+    };
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
         res.headers_mut().insert(header::LOCATION, loc);
     }
@@ -436,33 +451,36 @@ fn check_outbound(app: &App, spec: &JobSpec, prefix: &str) -> Result<()> {
     Ok(())
 }
 
-#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec, responses((status = 202, description = "Accepted and committed; `Location` names the job", body = JobView), (status = 200, description = "A job with this idempotency key and body already exists", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec, params(("Prefer" = Option<String>, Header, description = "`return=minimal`: answer the job's id, state and whether this request created it (`SubmittedJob`, with `Preference-Applied: return=minimal`) instead of the whole job")), responses((status = 202, description = "Accepted and committed; `Location` names the job; a `SubmittedJob` under `Prefer: return=minimal`", body = JobView), (status = 200, description = "A job with this idempotency key and body already exists", body = JobView), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn submit(
     State(app): State<App>,
     caller: CallerExt,
     own: OwnExt,
+    headers: HeaderMap,
     Body(spec): Body<JobSpec>,
 ) -> Result<Response> {
     spec.validate_submitted(app.limits())?;
     check_outbound(&app, &spec, "")?;
     let new = admit_spec(&app, &spec, &caller);
+    let minimal = prefer::return_minimal(&headers);
     match app.submit_one(new).await? {
         Submitted::Created(t) => {
             tracing::info!(job = %t.job.id, steps = t.job.steps.len(), "job accepted");
             app.metrics().jobs_submitted.inc();
             app.committed(&t);
-            Ok(job_created(&app, &t.job, true))
+            Ok(job_created(&app, &t.job, true, minimal))
         }
         Submitted::Existing(job) if hidden(&job, &own) => Err(key_taken("idempotency_key".into())),
-        Submitted::Existing(job) => Ok(job_created(&app, &job, false)),
+        Submitted::Existing(job) => Ok(job_created(&app, &job, false, minimal)),
     }
 }
 
-#[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest, responses((status = 202, description = "All committed, in request order", body = BatchResponse), (status = 200, description = "Every job already existed", body = BatchResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest, params(("Prefer" = Option<String>, Header, description = "`return=minimal`: answer each job's id, state and whether this request created it (`BatchSummary`, with `Preference-Applied: return=minimal`) instead of the whole jobs")), responses((status = 202, description = "All committed, in request order; a `BatchSummary` under `Prefer: return=minimal`", body = BatchResponse), (status = 200, description = "Every job already existed", body = BatchResponse), (status = "default", description = "A problem: 400 invalid request (`field` names it), 401/403 auth, 404 not found, 409 conflict, 413 too large, 429 too many, 503 store unavailable (retry)", body = Problem, content_type = "application/problem+json")))]
 async fn submit_batch(
     State(app): State<App>,
     caller: CallerExt,
     own: OwnExt,
+    headers: HeaderMap,
     Body(batch): Body<BatchRequest>,
 ) -> Result<Response> {
     let max = app.limits().jobs_per_batch;
@@ -503,16 +521,11 @@ async fn submit_batch(
         return Err(key_taken(format!("jobs[{i}].idempotency_key")));
     }
     let mut created_any = false;
-    let mut jobs = Vec::with_capacity(submitted.len());
     for s in &submitted {
-        match s {
-            Submitted::Created(t) => {
-                created_any = true;
-                app.metrics().jobs_submitted.inc();
-                app.committed(t);
-                jobs.push(app.view(&t.job));
-            }
-            Submitted::Existing(job) => jobs.push(app.view(job)),
+        if let Submitted::Created(t) = s {
+            created_any = true;
+            app.metrics().jobs_submitted.inc();
+            app.committed(t);
         }
     }
     let status = if created_any {
@@ -520,6 +533,24 @@ async fn submit_batch(
     } else {
         StatusCode::OK
     };
+    if prefer::return_minimal(&headers) {
+        let jobs = submitted
+            .iter()
+            .map(|s| match s {
+                Submitted::Created(t) => submitted_job(&t.job, true),
+                Submitted::Existing(job) => submitted_job(job, false),
+            })
+            .collect();
+        let answer = (status, Json(BatchSummary { jobs })).into_response();
+        return Ok(prefer::applied(answer));
+    }
+    let jobs = submitted
+        .iter()
+        .map(|s| match s {
+            Submitted::Created(t) => app.view(&t.job),
+            Submitted::Existing(job) => app.view(job),
+        })
+        .collect();
     Ok((status, Json(BatchResponse { jobs })).into_response())
 }
 
@@ -1383,7 +1414,7 @@ async fn rerun_job(
     app.metrics().jobs_submitted.inc();
     app.committed(&reran.link);
     app.committed(&reran.created);
-    Ok(job_created(&app, new, true))
+    Ok(job_created(&app, new, true, false))
 }
 
 /// Prometheus text; store-wide gauges are read at scrape time.

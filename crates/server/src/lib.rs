@@ -16,6 +16,7 @@ pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod outbound;
+pub mod prefer;
 pub mod push;
 pub mod stream;
 pub mod supervisor;

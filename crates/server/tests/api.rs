@@ -338,6 +338,84 @@ async fn batches_are_all_or_nothing() {
     assert_eq!(problem["field"], "jobs");
 }
 
+// Proves `Prefer: return=minimal` answers a submit (single or batch) with each job's id, state
+// and whether this request created it, marks the answer with `Preference-Applied`, keeps the
+// status codes and `Location` of the full answer, and stores exactly what a full submit does.
+#[tokio::test]
+async fn submits_answer_minimally_when_asked() {
+    let h = harness();
+    let minimal = |path: &str, body: Value| {
+        Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("content-type", "application/json")
+            .header("prefer", "respond-async, return=minimal")
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    };
+    let send = |req: Request<Body>| async {
+        let res = h.router.clone().oneshot(req).await.unwrap();
+        let (parts, body) = res.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        (parts, serde_json::from_slice::<Value>(&bytes).unwrap())
+    };
+    let keyed = json!({"idempotency_key": "m-1", "steps": [{"name": "a", "agent": "x"}]});
+    let (parts, body) = send(minimal("/v1/jobs", keyed.clone())).await;
+    assert_eq!(parts.status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(parts.headers["preference-applied"], "return=minimal");
+    let id = body["id"].as_str().unwrap().to_string();
+    assert_eq!(parts.headers["location"], format!("/v1/jobs/{id}").as_str());
+    assert_eq!(body, json!({"id": id, "state": "running", "created": true}));
+    let (parts, body) = send(minimal("/v1/jobs", keyed.clone())).await;
+    assert_eq!(parts.status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"id": id, "state": "running", "created": false})
+    );
+
+    let batch = json!({"jobs": [
+        {"steps": [{"name": "a", "agent": "x"}]},
+        keyed,
+        {"run_at": "2100-01-01T00:00:00Z", "steps": [{"name": "b", "agent": "x"}]}
+    ]});
+    let (parts, body) = send(minimal("/v1/jobs:batch", batch)).await;
+    assert_eq!(parts.status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(parts.headers["preference-applied"], "return=minimal");
+    let jobs = body["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 3, "{body}");
+    assert_eq!(
+        jobs[1],
+        json!({"id": id, "state": "running", "created": false})
+    );
+    assert_eq!(jobs[2]["state"], "pending");
+    for j in [&jobs[0], &jobs[2]] {
+        assert_eq!(j["created"], true, "{body}");
+        assert_eq!(
+            j.as_object().unwrap().len(),
+            3,
+            "only id, state, created: {j}"
+        );
+        let stored = h.job(j["id"].as_str().unwrap()).await;
+        assert_eq!(stored["state"], j["state"]);
+    }
+    // Without the preference the same endpoint answers whole jobs, unmarked.
+    let (parts, body) = send(
+        Request::builder()
+            .method("POST")
+            .uri("/v1/jobs:batch")
+            .header("content-type", "application/json")
+            .header("prefer", "return=representation")
+            .body(Body::from(
+                r#"{"jobs":[{"steps":[{"name":"a","agent":"x"}]}]}"#,
+            ))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::ACCEPTED, "{body}");
+    assert!(parts.headers.get("preference-applied").is_none());
+    assert_eq!(body["jobs"][0]["steps"][0]["name"], "a", "{body}");
+}
+
 // Proves listing filters by state and label and pages with the cursor, newest first, without
 // gaps or repeats.
 #[tokio::test]

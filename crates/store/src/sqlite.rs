@@ -41,6 +41,7 @@ mod checkpoint;
 mod deliveries;
 #[cfg(any(test, feature = "fault-injection"))]
 mod fault;
+mod insert;
 mod jobs;
 mod leader;
 mod leases;

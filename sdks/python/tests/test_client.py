@@ -60,6 +60,11 @@ def test_list_pages_wait_and_events(client: Client) -> None:
     every = list(client.iter_jobs(label="batch:b1", page_size=2))
     assert sorted(j["id"] for j in every) == sorted(j["id"] for j in jobs)
     assert len(list(client.iter_jobs(state="succeeded"))) == 0
+    # Under `Prefer: return=minimal` a batch answers ids, states and `created` only.
+    brief = client.submit_batch_minimal([{**ONE, "labels": {"batch": "b2"}}] * 3)
+    assert [sorted(j) for j in brief] == [["created", "id", "state"]] * 3
+    assert all(j["created"] for j in brief)
+    assert client.get(brief[0]["id"])["labels"] == {"batch": "b2"}
     started = time.monotonic()
     waited = client.wait(jobs[0]["id"], timeout=0.5)
     assert waited["state"] not in ("succeeded", "failed", "cancelled")

@@ -1,5 +1,5 @@
 export { Client } from "./client.js";
-export type { ClientOptions, ListOptions, CallOptions } from "./client.js";
+export type { ClientOptions, ListOptions, CallOptions, SubmittedJob } from "./client.js";
 export { Worker, localDeadline } from "./worker.js";
 export type { Handler, StepContext, WorkerOptions } from "./worker.js";
 export { OverseerError, ConnectionError, RetryableError, FatalError } from "./errors.js";

@@ -61,6 +61,10 @@ test("list filters, pages and iterates", async () => {
     [1, 2, 3, 4].map((i) => ({ labels: { suite: "list", n: String(i) }, steps: [{ name: "s", agent: "nobody" }] })),
   );
   assert.deepEqual(batch.map((j) => j.labels.n), ["1", "2", "3", "4"]);
+  const brief = await client.submitBatchMinimal([{ labels: { suite: "brief" }, steps: [{ name: "s", agent: "nobody" }] }]);
+  assert.deepEqual(Object.keys(brief[0]).sort(), ["created", "id", "state"]);
+  assert.equal(brief[0].created, true);
+  assert.deepEqual((await client.getJob(brief[0].id)).labels, { suite: "brief" });
   const page = await client.listJobs({ labels: { suite: "list" }, limit: 2 });
   assert.equal(page.jobs.length, 2);
   assert.ok(page.next_cursor);

@@ -76,8 +76,14 @@ async fn submit(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
                 .rate(n)
                 .latencies(batched.latencies_ms)
                 .note(format!(
-                    "{} clients, POST /v1/jobs:batch of {}; latency = one batch request",
-                    ctx.clients, ctx.batch
+                    "{} clients, POST /v1/jobs:batch of {}{}; latency = one batch request",
+                    ctx.clients,
+                    ctx.batch,
+                    if ctx.full_answers {
+                        ", whole jobs answered"
+                    } else {
+                        " with Prefer: return=minimal"
+                    }
                 )),
         );
     }
@@ -555,7 +561,7 @@ async fn pace(
                 asked += n;
                 let (specs, accepted) = (vec![template.clone(); n], accepted.clone());
                 requests.spawn(async move {
-                    submit_specs(&client, &specs).await?;
+                    submit_specs(&client, &specs, false).await?;
                     accepted.fetch_add(n, Ordering::Relaxed);
                     Ok(client)
                 });
@@ -972,6 +978,7 @@ where
     let clients: Vec<Client> = (0..ctx.clients.min(requests))
         .map(|_| ctx.client())
         .collect::<anyhow::Result<_>>()?;
+    let whole = ctx.full_answers;
     let started = Instant::now();
     let mut tasks: JoinSet<anyhow::Result<Vec<f64>>> = JoinSet::new();
     for client in clients {
@@ -985,7 +992,7 @@ where
                 }
                 let specs: Vec<JobSpec> = (from..(from + batch).min(n)).map(|i| make(i)).collect();
                 let sent = Instant::now();
-                submit_specs(&client, &specs).await?;
+                submit_specs(&client, &specs, whole).await?;
                 latencies.push(ms(sent.elapsed()));
             }
             Ok(latencies)
@@ -1063,21 +1070,28 @@ async fn settled(client: &Client, agent: &str, timeout: Duration) -> anyhow::Res
     }
 }
 
-/// Submits one spec with `POST /v1/jobs`, several with one `POST /v1/jobs:batch`, and checks
-/// every job was created.
-async fn submit_specs(client: &Client, specs: &[JobSpec]) -> anyhow::Result<()> {
+/// Submits one spec with `POST /v1/jobs`, several with one `POST /v1/jobs:batch` (answered
+/// with ids and states unless `whole`), and checks every job was created.
+async fn submit_specs(client: &Client, specs: &[JobSpec], whole: bool) -> anyhow::Result<()> {
     if let [spec] = specs {
         let (job, created) = client.submit(spec).await?;
         anyhow::ensure!(created, "job {} was not created", job.id);
-    } else {
-        let answer = client.submit_batch(specs).await?;
-        anyhow::ensure!(
-            answer.jobs.len() == specs.len(),
-            "a batch of {} answered {} jobs",
-            specs.len(),
-            answer.jobs.len()
-        );
+        return Ok(());
     }
+    let answered = if whole {
+        client.submit_batch(specs).await?.jobs.len()
+    } else {
+        let answer = client.submit_batch_minimal(specs).await?;
+        if let Some(job) = answer.jobs.iter().find(|j| !j.created) {
+            anyhow::bail!("job {} was not created", job.id);
+        }
+        answer.jobs.len()
+    };
+    anyhow::ensure!(
+        answered == specs.len(),
+        "a batch of {} answered {answered} jobs",
+        specs.len()
+    );
     Ok(())
 }
 

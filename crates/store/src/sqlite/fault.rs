@@ -135,8 +135,11 @@ mod tests {
         let spec: JobSpec = serde_json::from_value(spec).expect("spec");
         let id = JobId(Uuid::now_v7());
         let admitted = admit(Job::from_spec(id, &spec, t(0)), t(0));
-        rows::insert_job(&conn, &admitted.job).expect("insert");
-        rows::append_events(&conn, id, &admitted.events, HISTORY, None).expect("events");
+        let seq = crate::sqlite::insert::reserve_seqs(&conn, 1).expect("seq");
+        let events = admitted.events.len();
+        crate::sqlite::insert::insert_job(&conn, &admitted.job, seq, events).expect("insert");
+        rows::append_events(&conn, id, &admitted.events, HISTORY, Some(events as i64))
+            .expect("events");
         (conn, id)
     }
 

@@ -6,7 +6,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use super::rows::{self, job_id_text, limit_param, DbResult};
-use super::{apply_command, leader, ordering, removal, rerun, stats, SqliteStore};
+use super::{apply_command, insert, leader, ordering, removal, rerun, stats, SqliteStore};
 use crate::decide;
 use crate::{
     ActivePage, Apply, Due, Error, EventPage, FinishedCount, JobQuery, Jobs, NewJob,
@@ -141,12 +141,15 @@ fn active(conn: &Connection, page: ActivePage) -> Result<Vec<JobId>> {
     )
 }
 
+/// Submits `jobs` in one transaction, in order: each is found by its idempotency key, or
+/// inserted with its history and deliveries, starting at once when it heads its ordering key.
 pub(super) fn submit_jobs(
     conn: &Connection,
     jobs: Vec<NewJob>,
     history_per_job: usize,
 ) -> Result<Vec<Submitted>> {
     let mut out = Vec::with_capacity(jobs.len());
+    let first_seq = insert::reserve_seqs(conn, jobs.len())?;
     let mut find = conn
         .prepare_cached("SELECT id, fingerprint FROM jobs WHERE idempotency_key = ?1")
         .db()?;
@@ -169,8 +172,11 @@ pub(super) fn submit_jobs(
                 continue;
             }
         }
-        let seq = rows::insert_job(conn, job)?;
-        rows::append_events(conn, job.id, &new.transition.events, history_per_job, None)?;
+        let seq = first_seq + index as i64;
+        let events = &new.transition.events;
+        insert::insert_job(conn, job, seq, events.len())?;
+        let counted = Some(events.len() as i64);
+        rows::append_events(conn, job.id, events, history_per_job, counted)?;
         // An admission has no command time of its own: the job was last updated by it.
         rows::insert_deliveries(conn, &new.transition, job.updated_at)?;
         // A keyed job heading its key starts in this same transaction.

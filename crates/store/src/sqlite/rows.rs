@@ -63,7 +63,7 @@ fn span(v: Option<i64>) -> Option<Span> {
         .map(Span::from_millis)
 }
 
-fn ms(t: Option<Timestamp>) -> Option<i64> {
+pub(super) fn ms(t: Option<Timestamp>) -> Option<i64> {
     t.map(Timestamp::as_millis)
 }
 
@@ -117,7 +117,7 @@ pub(super) fn query_job_ids(
     ids.iter().map(|id| job_id(id)).collect()
 }
 
-const JOB_COLUMNS: &str =
+pub(super) const JOB_COLUMNS: &str =
     "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
      callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
      blocked_reason, retention_ms, submitted_by, deadline, round, job_retry, rerun_of, rerun_by";
@@ -211,7 +211,7 @@ fn formula_from_column(text: Option<String>) -> Result<Formula> {
 }
 
 /// `jobs.job_retry`: the whole-job retry policy as JSON, NULL for other jobs.
-fn retry_text(job: &Job) -> Result<Option<String>> {
+pub(super) fn retry_text(job: &Job) -> Result<Option<String>> {
     job.retry
         .as_ref()
         .map(serde_json::to_string)
@@ -384,7 +384,7 @@ fn read_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
 /// filled and dropped on every execution) and a statement journal, which for these one-row
 /// updates cost more than the update itself (in a drain's profile, about a third of a finishing
 /// report's job update). The second statement finds the row in the page cache the update left it in.
-fn update_then_read(
+pub(super) fn update_then_read(
     conn: &Connection,
     update: &str,
     update_params: impl rusqlite::Params,
@@ -409,64 +409,6 @@ fn update_then_read(
 
 /// A job's newest event number (see `jobs.last_event_seq`).
 const LAST_EVENT_SEQ_SQL: &str = "SELECT last_event_seq FROM jobs WHERE id = ?1";
-
-/// Inserts a new job, its labels and its steps. Answers the job's submission sequence number:
-/// greater than every job's inserted before it (see schema V3).
-pub(super) fn insert_job(conn: &Connection, job: &Job) -> Result<i64> {
-    let id = job_id_text(job.id);
-    let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
-    let seq = update_then_read(
-        conn,
-        "UPDATE job_seq SET last = last + 1 WHERE id = 1",
-        [],
-        "SELECT last FROM job_seq WHERE id = 1",
-        [],
-    )?
-    .ok_or_else(|| corrupt("job_seq", "the submission counter row is missing"))?;
-    conn.prepare_cached(&format!(
-        "INSERT INTO jobs ({JOB_COLUMNS}, seq, deadline_due) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24)"
-    ))
-    .db()?
-    .execute(params![
-        id,
-        job.idempotency_key,
-        job.fingerprint,
-        labels,
-        job.priority,
-        ms(job.run_at),
-        job.ordering_key,
-        job.callback_url,
-        job.on_failure.as_str(),
-        job.state.as_str(),
-        job.desired_state.as_str(),
-        job.created_at.as_millis(),
-        job.updated_at.as_millis(),
-        ms(job.finished_at),
-        job.blocked_reason,
-        job.retention.map(|r| r.as_millis_i64()),
-        job.submitted_by,
-        ms(job.deadline),
-        job.round,
-        retry_text(job)?,
-        job.rerun_of.map(job_id_text),
-        job.rerun_by.map(job_id_text),
-        seq,
-        ms(job.deadline_due()),
-    ])
-    .db()?;
-    let mut label = conn
-        .prepare_cached("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)")
-        .db()?;
-    for (k, v) in &job.labels {
-        label.execute(params![id, k, v]).db()?;
-    }
-    for idx in 0..job.steps.len() {
-        write_step(conn, job, idx)?;
-    }
-    Ok(seq)
-}
 
 /// The job's own columns an update may change, in the order [`job_values`] gives them.
 const JOB_UPDATE_COLUMNS: [&str; 14] = [

@@ -58,6 +58,7 @@ class Call:
     params: Params = field(default_factory=list)
     body: Any = None
     has_body: bool = False
+    headers: Dict[str, str] = field(default_factory=dict)
 
 
 def post(path: str, body: Any = None) -> Call:
