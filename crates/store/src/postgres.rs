@@ -24,8 +24,9 @@
 //! Every instant comes from the caller; SQL's `now()` is never used. Serialization failures and
 //! deadlocks are retried a few times; connection trouble, a server shutting down (`57P01`) and
 //! any other failure to do the work is [`Error::Unavailable`], with nothing committed. Commits
-//! wait for the WAL flush (`synchronous_commit=on` is set on every connection). The pool checks
-//! each connection before handing it out, so after a server restart it heals by itself.
+//! wait for the WAL flush (`synchronous_commit=on` is set on every connection). The pool drops
+//! connections whose socket has closed, and a transaction whose first statement finds its
+//! connection closed is retried on another, so after a server restart it heals by itself.
 //!
 //! Nodes hear each other through `LISTEN/NOTIFY` (see `listen`): [`crate::Maintenance::signals`].
 

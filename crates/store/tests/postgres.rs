@@ -691,7 +691,8 @@ async fn the_store_survives_a_server_restart() {
         db.terminate_connections().expect("terminate connections");
     }
 
-    // The pool checks each connection before use, so the first call after the restart works.
+    // The pool drops closed connections and a transaction that meets one is retried on
+    // another, so the first call after the restart works.
     submit_ok(&store, 7).await;
     store.ping().await.expect("ping after restart");
     for n in [1, 2, 3, 4, 5, 7] {
