@@ -400,8 +400,7 @@ fn key_taken(field: String) -> ApiError {
     }
 }
 
-/// A submit's answer: the job (or, under `Prefer: return=minimal`, its id and state) and
-/// `Location`; 202 when this request created it, 200 when its idempotency key found it.
+/// A job as `Prefer: return=minimal` answers it.
 fn submitted_job(job: &Job, created: bool) -> SubmittedJob {
     SubmittedJob {
         id: job.id,
@@ -410,12 +409,19 @@ fn submitted_job(job: &Job, created: bool) -> SubmittedJob {
     }
 }
 
-fn job_created(app: &App, job: &Job, created: bool, minimal: bool) -> Response {
-    let status = if created {
+/// 202 when a submit stored something, 200 when its idempotency keys found everything.
+fn submit_status(created: bool) -> StatusCode {
+    if created {
         StatusCode::ACCEPTED
     } else {
         StatusCode::OK
-    };
+    }
+}
+
+/// A submit's answer: the job (or, under `Prefer: return=minimal`, its id and state) and
+/// `Location`, with [`submit_status`].
+fn job_created(app: &App, job: &Job, created: bool, minimal: bool) -> Response {
+    let status = submit_status(created);
     let mut res = if minimal {
         prefer::applied((status, Json(submitted_job(job, created))).into_response())
     } else {
@@ -520,37 +526,22 @@ async fn submit_batch(
     {
         return Err(key_taken(format!("jobs[{i}].idempotency_key")));
     }
-    let mut created_any = false;
     for s in &submitted {
         if let Submitted::Created(t) = s {
-            created_any = true;
             app.metrics().jobs_submitted.inc();
             app.committed(t);
         }
     }
-    let status = if created_any {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
-    };
+    let status = submit_status(submitted.iter().any(Submitted::created));
     if prefer::return_minimal(&headers) {
         let jobs = submitted
             .iter()
-            .map(|s| match s {
-                Submitted::Created(t) => submitted_job(&t.job, true),
-                Submitted::Existing(job) => submitted_job(job, false),
-            })
+            .map(|s| submitted_job(s.job(), s.created()))
             .collect();
         let answer = (status, Json(BatchSummary { jobs })).into_response();
         return Ok(prefer::applied(answer));
     }
-    let jobs = submitted
-        .iter()
-        .map(|s| match s {
-            Submitted::Created(t) => app.view(&t.job),
-            Submitted::Existing(job) => app.view(job),
-        })
-        .collect();
+    let jobs = submitted.iter().map(|s| app.view(s.job())).collect();
     Ok((status, Json(BatchResponse { jobs })).into_response())
 }
 

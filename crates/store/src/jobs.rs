@@ -21,6 +21,21 @@ pub enum Submitted {
     Existing(Job),
 }
 
+impl Submitted {
+    /// The job as stored: the new one, or the one its idempotency key found.
+    pub fn job(&self) -> &Job {
+        match self {
+            Submitted::Created(t) => &t.job,
+            Submitted::Existing(job) => job,
+        }
+    }
+
+    /// Whether this submit stored the job (rather than finding it by its key).
+    pub fn created(&self) -> bool {
+        matches!(self, Submitted::Created(_))
+    }
+}
+
 /// `GET /v1/jobs` filters. Results are newest first.
 #[derive(Clone, Debug, Default)]
 pub struct JobQuery {

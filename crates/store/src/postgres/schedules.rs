@@ -13,7 +13,7 @@ use super::{jobs, Failure, PgStore, Res};
 use crate::decide::{self, FirePlan};
 use crate::{
     Due, Error, Fence, Fire, FireOutcome, Result, Schedule, ScheduleCreated, SchedulePause,
-    ScheduleUpdate, Schedules, Submitted,
+    ScheduleUpdate, Schedules,
 };
 
 const SCHEDULE_COLUMNS: &str =
@@ -203,11 +203,7 @@ async fn schedule_fire(
         .collect();
     jobs::lock_ordering_keys(tx, keys).await?;
     let submitted = jobs::submit_one(tx, 0, job, history_per_job).await?;
-    let id = match &submitted {
-        Submitted::Created(t) => t.job.id,
-        Submitted::Existing(j) => j.id,
-    };
-    advance(tx, fire, id).await?;
+    advance(tx, fire, submitted.job().id).await?;
     Ok(FireOutcome::Fired(submitted))
 }
 

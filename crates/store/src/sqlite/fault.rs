@@ -136,10 +136,8 @@ mod tests {
         let id = JobId(Uuid::now_v7());
         let admitted = admit(Job::from_spec(id, &spec, t(0)), t(0));
         let seq = crate::sqlite::insert::reserve_seqs(&conn, 1).expect("seq");
-        let events = admitted.events.len();
-        crate::sqlite::insert::insert_job(&conn, &admitted.job, seq, events).expect("insert");
-        rows::append_events(&conn, id, &admitted.events, HISTORY, Some(events as i64))
-            .expect("events");
+        crate::sqlite::insert::insert_new(&conn, &admitted.job, seq, &admitted.events, HISTORY)
+            .expect("insert");
         (conn, id)
     }
 

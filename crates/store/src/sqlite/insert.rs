@@ -10,11 +10,12 @@
 
 use std::sync::OnceLock;
 
-use overseer_core::Job;
+use overseer_core::{Job, NewEvent};
 use rusqlite::{params, Connection};
 
 use super::rows::{
-    corrupt, job_id_text, ms, retry_text, update_then_read, write_step, DbResult, JOB_COLUMNS,
+    append_events, corrupt, job_id_text, ms, retry_text, update_then_read, write_step, DbResult,
+    JOB_COLUMNS,
 };
 use crate::Result;
 
@@ -37,7 +38,8 @@ pub(super) fn reserve_seqs(conn: &Connection, n: usize) -> Result<i64> {
 fn insert_job_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
-        let placeholders: Vec<String> = (1..=25).map(|i| format!("?{i}")).collect();
+        let columns = JOB_COLUMNS.split(',').count() + 3;
+        let placeholders: Vec<String> = (1..=columns).map(|i| format!("?{i}")).collect();
         format!(
             "INSERT INTO jobs ({JOB_COLUMNS}, seq, deadline_due, last_event_seq) VALUES ({})",
             placeholders.join(", ")
@@ -45,10 +47,23 @@ fn insert_job_sql() -> &'static str {
     })
 }
 
-/// Inserts a new job, its labels and its steps, with submission number `seq` (from
-/// [`reserve_seqs`]) and `events` history entries already counted: the caller appends them
-/// with `rows::append_events(…, Some(events))`, which then updates no counter.
-pub(super) fn insert_job(conn: &Connection, job: &Job, seq: i64, events: usize) -> Result<()> {
+/// Inserts a new job with submission number `seq` (from [`reserve_seqs`]) and its first
+/// history entries, keeping at most `keep` of them: the row already counts them, so appending
+/// them updates no counter.
+pub(super) fn insert_new(
+    conn: &Connection,
+    job: &Job,
+    seq: i64,
+    events: &[NewEvent],
+    keep: usize,
+) -> Result<()> {
+    insert_job(conn, job, seq, events.len())?;
+    let counted = i64::try_from(events.len()).map_err(|e| corrupt("jobs.last_event_seq", e))?;
+    append_events(conn, job.id, events, keep, Some(counted))
+}
+
+/// Inserts a new job's row (counting `events` history entries), its labels and its steps.
+fn insert_job(conn: &Connection, job: &Job, seq: i64, events: usize) -> Result<()> {
     let id = job_id_text(job.id);
     let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
     let events = i64::try_from(events).map_err(|e| corrupt("jobs.last_event_seq", e))?;

@@ -173,10 +173,7 @@ pub(super) fn submit_jobs(
             }
         }
         let seq = first_seq + index as i64;
-        let events = &new.transition.events;
-        insert::insert_job(conn, job, seq, events.len())?;
-        let counted = Some(events.len() as i64);
-        rows::append_events(conn, job.id, events, history_per_job, counted)?;
+        insert::insert_new(conn, job, seq, &new.transition.events, history_per_job)?;
         // An admission has no command time of its own: the job was last updated by it.
         rows::insert_deliveries(conn, &new.transition, job.updated_at)?;
         // A keyed job heading its key starts in this same transaction.

@@ -16,7 +16,7 @@ use super::{leader, SqliteStore};
 use crate::decide::{self, FirePlan};
 use crate::{
     Due, Error, Fence, Fire, FireOutcome, Result, Schedule, ScheduleCreated, SchedulePause,
-    ScheduleUpdate, Schedules, Submitted,
+    ScheduleUpdate, Schedules,
 };
 
 const COLUMNS: &str =
@@ -251,10 +251,7 @@ fn fire(
     let submitted = submit_jobs(conn, vec![job], history_per_job)?
         .pop()
         .ok_or_else(|| Error::Corrupt("a firing's submit answered nothing".into()))?;
-    let job_id = match &submitted {
-        Submitted::Created(t) => t.job.id,
-        Submitted::Existing(job) => job.id,
-    };
+    let job_id = submitted.job().id;
     conn.prepare_cached(
         "UPDATE schedules SET next_fire_at = ?2, last_fire_at = ?3, last_job_id = ?4, \
          updated_at = ?5 WHERE name = ?1",
