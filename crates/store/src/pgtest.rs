@@ -495,6 +495,27 @@ pub async fn connect(url: &str) -> Result<tokio_postgres::Client, String> {
     Ok(client)
 }
 
+/// The plan PostgreSQL caches for `sql` once it settles on a generic plan, as every pooled
+/// connection may: planned without the parameters' values (`params` of them, all passed as
+/// NULL), so a plan that looks right for the values at hand may not be the one kept.
+pub async fn generic_plan(client: &tokio_postgres::Client, sql: &str, params: usize) -> String {
+    client
+        .batch_execute(&format!(
+            "SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; PREPARE w AS {sql}"
+        ))
+        .await
+        .expect("prepare");
+    let nulls = vec!["NULL"; params].join(", ");
+    let rows = client
+        .query(&format!("EXPLAIN (COSTS OFF) EXECUTE w({nulls})"), &[])
+        .await
+        .expect("explain");
+    rows.iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `url` with its database (path) replaced by `name`. URL form only (`postgres://…`).
 pub fn with_database(url: &str, name: &str) -> String {
     let (base, query) = match url.split_once('?') {

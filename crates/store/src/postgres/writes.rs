@@ -425,31 +425,10 @@ pub(super) async fn find_leases(
 mod tests {
     use super::*;
     use crate::conformance::{admitted, at, job_id, spec};
-    use crate::pgtest::PgCluster;
+    use crate::pgtest::{generic_plan, PgCluster};
     use crate::postgres::{PgOptions, PgStore};
     use crate::Jobs as _;
     use tokio_postgres::NoTls;
-
-    /// The plan PostgreSQL caches for `sql` once it settles on a generic plan, as every pooled
-    /// connection may: planned without the parameters' values, so an `unnest` of them is
-    /// guessed at 10 rows.
-    async fn generic_plan(client: &tokio_postgres::Client, sql: &str, params: usize) -> String {
-        client
-            .batch_execute(&format!(
-                "SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; PREPARE w AS {sql}"
-            ))
-            .await
-            .expect("prepare");
-        let nulls = vec!["NULL"; params].join(", ");
-        let rows = client
-            .query(&format!("EXPLAIN EXECUTE w({nulls})"), &[])
-            .await
-            .expect("explain");
-        rows.iter()
-            .map(|row| row.get::<_, String>(0))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
 
     // Proves a batch's job write reaches its rows by primary key even under a generic plan on
     // tables never analyzed: without the id list it was planned as a hash join over a
