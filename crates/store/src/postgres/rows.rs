@@ -305,7 +305,15 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
     uuids.dedup();
     let rows = query(
         tx,
-        concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = ANY($1)"),
+        // One primary-key lookup per job, as for the steps below: with `id = ANY($1)`, the
+        // generic plan a connection cached while `jobs` was nearly empty read the whole table
+        // for every claim and report until autovacuum first analyzed it.
+        concat!(
+            "SELECT j.* FROM unnest($1::uuid[]) AS wanted (id) \
+             CROSS JOIN LATERAL (SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE jobs.id = wanted.id OFFSET 0) j"
+        ),
         &[&uuids],
     )
     .await?;

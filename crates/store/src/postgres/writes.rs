@@ -2,6 +2,9 @@
 //! table, whatever the number of jobs and steps (see `crate::write_set` for how transitions are
 //! merged per job). The statements are independent and sent together (pipelined), so a batch
 //! costs one round trip and a handful of statement executions, not several per transition.
+//! A batch of one job (or one step) is written with a statement of plain parameters instead:
+//! the same rows, planned as a primary-key update even while the tables are empty, where the
+//! set-based statements' cached plans scan them whole.
 //!
 //! What a transition can change is fixed: a job's state, desired state, priority, `run_at`,
 //! timestamps and blocked reason; a step's run-time columns. What was fixed at admission (a
@@ -69,32 +72,37 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
         events.push(w);
     }
     let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-    let row = query_one(
-        tx,
-        WRITE_JOBS_SQL,
-        &[
-            &jobs.id,
-            &jobs.priority,
-            &jobs.run_at,
-            &jobs.state,
-            &jobs.desired_state,
-            &jobs.updated_at,
-            &jobs.finished_at,
-            &jobs.blocked_reason,
-            &jobs.events,
-            &events.job_id,
-            &events.pos,
-            &events.at,
-            &events.kind,
-            &events.step,
-            &events.attempt,
-            &events.detail,
-            &keep,
-            &jobs.deadline_due,
-            &jobs.round,
-        ],
-    )
-    .await?;
+    let row = match jobs.id.len() {
+        1 => write_one_job(tx, &jobs, &events, keep).await?,
+        _ => {
+            query_one(
+                tx,
+                WRITE_JOBS_SQL,
+                &[
+                    &jobs.id,
+                    &jobs.priority,
+                    &jobs.run_at,
+                    &jobs.state,
+                    &jobs.desired_state,
+                    &jobs.updated_at,
+                    &jobs.finished_at,
+                    &jobs.blocked_reason,
+                    &jobs.events,
+                    &events.job_id,
+                    &events.pos,
+                    &events.at,
+                    &events.kind,
+                    &events.step,
+                    &events.attempt,
+                    &events.detail,
+                    &keep,
+                    &jobs.deadline_due,
+                    &jobs.round,
+                ],
+            )
+            .await?
+        }
+    };
     let updated: i64 = get(&row, 0, "jobs written")?;
     all_written("jobs", u64::try_from(updated).unwrap_or(0), jobs.id.len())?;
     Ok(())
@@ -150,6 +158,65 @@ t AS ( \
       SELECT ctid FROM events WHERE events.job_id = j.id AND events.seq <= j.last - $17::bigint \
       OFFSET 0) o \
     WHERE j.n_events > 0 AND j.last > $17::bigint))) \
+SELECT count(*) FROM j";
+
+/// The same write for a batch of one job (a claim or a report of one step, the common case
+/// when work trickles in): the row's values as plain parameters, so the statement is planned
+/// as a primary-key update with no `unnest` to join or guess the size of.
+async fn write_one_job(
+    tx: &Transaction<'_>,
+    jobs: &JobColumns<'_>,
+    events: &EventColumns<'_>,
+    keep: i64,
+) -> Res<tokio_postgres::Row> {
+    debug_assert_eq!(jobs.id.len(), 1);
+    debug_assert!(events.job_id.iter().all(|id| *id == jobs.id[0]));
+    query_one(
+        tx,
+        WRITE_ONE_JOB_SQL,
+        &[
+            &jobs.id[0],
+            &jobs.priority[0],
+            &jobs.run_at[0],
+            &jobs.state[0],
+            &jobs.desired_state[0],
+            &jobs.updated_at[0],
+            &jobs.finished_at[0],
+            &jobs.blocked_reason[0],
+            &jobs.events[0],
+            &events.pos,
+            &events.at,
+            &events.kind,
+            &events.step,
+            &events.attempt,
+            &events.detail,
+            &keep,
+            &jobs.deadline_due[0],
+            &jobs.round[0],
+        ],
+    )
+    .await
+}
+
+/// [`WRITE_JOBS_SQL`] for one job: its row, its new events and the history trim.
+const WRITE_ONE_JOB_SQL: &str = "\
+WITH j AS ( \
+  UPDATE jobs SET priority = $2::integer, run_at = $3::bigint, state = $4::text, \
+    desired_state = $5::text, updated_at = $6::bigint, finished_at = $7::bigint, \
+    blocked_reason = $8::text, last_event_seq = last_event_seq + $9::bigint, \
+    deadline_due = $17::bigint, round = $18::bigint \
+  WHERE id = $1::uuid \
+  RETURNING last_event_seq AS last), \
+e AS ( \
+  INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+  SELECT $1::uuid, j.last - $9::bigint + e.pos, e.at, e.kind, e.step, e.attempt, e.detail \
+  FROM unnest($10::bigint[], $11::bigint[], $12::text[], $13::text[], $14::bigint[], \
+              $15::text[]) AS e (pos, at, kind, step, attempt, detail) \
+  CROSS JOIN j \
+  WHERE j.last - $9::bigint + e.pos > j.last - $16::bigint), \
+t AS ( \
+  DELETE FROM events WHERE job_id = $1::uuid AND $9::bigint > 0 \
+    AND seq <= (SELECT last FROM j) - $16::bigint) \
 SELECT count(*) FROM j";
 
 /// The job rows of a batch, column by column.
@@ -225,12 +292,50 @@ async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
     if c.job_id.is_empty() {
         return Ok(());
     }
-    let n = rows::execute(tx, WRITE_STEPS_SQL, &c.params()).await?;
+    let n = match c.job_id.len() {
+        1 => rows::execute(tx, WRITE_ONE_STEP_SQL, &c.params_of_one()).await?,
+        _ => rows::execute(tx, WRITE_STEPS_SQL, &c.params()).await?,
+    };
     all_written("steps", n, c.job_id.len())?;
     Ok(())
 }
 
 impl StepColumns<'_> {
+    /// The only step's values as statement parameters, `$1` to `$26`, for
+    /// [`WRITE_ONE_STEP_SQL`].
+    fn params_of_one(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let c = self;
+        debug_assert_eq!(c.job_id.len(), 1);
+        vec![
+            &c.job_id[0],
+            &c.idx[0],
+            &c.priority[0],
+            &c.state[0],
+            &c.attempt[0],
+            &c.failures[0],
+            &c.lease_id[0],
+            &c.worker[0],
+            &c.ready_at[0],
+            &c.started_at[0],
+            &c.finished_at[0],
+            &c.lease_expires_at[0],
+            &c.next_attempt_at[0],
+            &c.result[0],
+            &c.last_error[0],
+            &c.budget_from[0],
+            &c.comp_phase[0],
+            &c.comp_attempts[0],
+            &c.comp_failures[0],
+            &c.comp_budget_from[0],
+            &c.claim_agent[0],
+            &c.lease_agent[0],
+            &c.claim_rank[0],
+            &c.attempt_ends_at[0],
+            &c.progress[0],
+            &c.progress_at[0],
+        ]
+    }
+
     /// The columns as statement parameters, `$1` to `$26`.
     pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         let c = self;
@@ -284,6 +389,19 @@ FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], 
         budget_from, comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, \
         lease_agent, claim_rank, attempt_ends_at, progress, progress_at) \
 WHERE steps.job_id = v.job_id AND steps.idx = v.idx AND steps.job_id = ANY($1::uuid[])";
+
+/// [`WRITE_STEPS_SQL`] for one step, its values as plain parameters: planned as a primary-key
+/// update whatever the table's statistics say (see [`write_one_job`]).
+const WRITE_ONE_STEP_SQL: &str = "\
+UPDATE steps SET priority = $3::integer, state = $4::text, attempt = $5::bigint, \
+  failures = $6::bigint, lease_id = $7::uuid, worker = $8::text, ready_at = $9::bigint, \
+  started_at = $10::bigint, finished_at = $11::bigint, lease_expires_at = $12::bigint, \
+  next_attempt_at = $13::bigint, result = $14::text, last_error = $15::text, \
+  budget_from = $16::bigint, comp_phase = $17::text, comp_attempts = $18::bigint, \
+  comp_failures = $19::bigint, comp_budget_from = $20::bigint, claim_agent = $21::text, \
+  lease_agent = $22::text, claim_rank = $23::bigint, attempt_ends_at = $24::bigint, \
+  progress = $25::text, progress_at = $26::bigint \
+WHERE job_id = $1::uuid AND idx = $2::integer";
 
 /// The run-time columns of step rows, column by column (in `WRITE_STEPS_SQL`'s order).
 #[derive(Default)]
@@ -453,6 +571,32 @@ mod tests {
             !jobs.contains("Seq Scan on jobs") && !jobs.contains("Seq Scan on events"),
             "the job write scans a whole table:\n{jobs}"
         );
+        drop(store);
+    }
+
+    // Proves the one-job and one-step writes reach their rows by primary key under the plan a
+    // connection caches while the tables are still empty (a fresh database, before autovacuum
+    // has analyzed anything): the set-based writes, planned then, read the whole of `jobs` and
+    // `events` for every claim and report until the first analyze (BENCHMARKS.md, tenth
+    // session).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_row_writes_walk_primary_keys_on_an_empty_table() {
+        let db = PgCluster::shared().database().await;
+        let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
+        let (client, connection) = tokio_postgres::connect(db.url(), NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        for (name, sql, params) in [
+            ("job", WRITE_ONE_JOB_SQL, 18),
+            ("step", WRITE_ONE_STEP_SQL, 26),
+        ] {
+            let plan = generic_plan(&client, sql, params).await;
+            assert!(
+                !plan.contains("Seq Scan"),
+                "the one-{name} write scans a whole table:\n{plan}"
+            );
+        }
         drop(store);
     }
 }
