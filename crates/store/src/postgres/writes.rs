@@ -2,7 +2,8 @@
 //! table, whatever the number of jobs and steps (see `crate::write_set` for how transitions are
 //! merged per job). The statements are independent and sent together (pipelined), so a batch
 //! costs one round trip and a handful of statement executions, not several per transition.
-//! A batch of one job (or one step) is written with a statement of plain parameters instead:
+//! A batch of one job (or one step) is written with a statement that takes its values out of the
+//! same arrays (`$1[1]`):
 //! the same rows, planned as a primary-key update even while the tables are empty, where the
 //! set-based statements' cached plans scan them whole.
 //!
@@ -72,37 +73,38 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
         events.push(w);
     }
     let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-    let row = match jobs.id.len() {
-        1 => write_one_job(tx, &jobs, &events, keep).await?,
-        _ => {
-            query_one(
-                tx,
-                WRITE_JOBS_SQL,
-                &[
-                    &jobs.id,
-                    &jobs.priority,
-                    &jobs.run_at,
-                    &jobs.state,
-                    &jobs.desired_state,
-                    &jobs.updated_at,
-                    &jobs.finished_at,
-                    &jobs.blocked_reason,
-                    &jobs.events,
-                    &events.job_id,
-                    &events.pos,
-                    &events.at,
-                    &events.kind,
-                    &events.step,
-                    &events.attempt,
-                    &events.detail,
-                    &keep,
-                    &jobs.deadline_due,
-                    &jobs.round,
-                ],
-            )
-            .await?
-        }
+    // One job (a claim or a report of one step, the common case when work trickles in) takes
+    // the statement planned as a key lookup; see `WRITE_ONE_JOB_SQL`.
+    let sql = match jobs.id.len() {
+        1 => WRITE_ONE_JOB_SQL,
+        _ => WRITE_JOBS_SQL,
     };
+    let row = query_one(
+        tx,
+        sql,
+        &[
+            &jobs.id,
+            &jobs.priority,
+            &jobs.run_at,
+            &jobs.state,
+            &jobs.desired_state,
+            &jobs.updated_at,
+            &jobs.finished_at,
+            &jobs.blocked_reason,
+            &jobs.events,
+            &events.job_id,
+            &events.pos,
+            &events.at,
+            &events.kind,
+            &events.step,
+            &events.attempt,
+            &events.detail,
+            &keep,
+            &jobs.deadline_due,
+            &jobs.round,
+        ],
+    )
+    .await?;
     let updated: i64 = get(&row, 0, "jobs written")?;
     all_written("jobs", u64::try_from(updated).unwrap_or(0), jobs.id.len())?;
     Ok(())
@@ -160,63 +162,29 @@ t AS ( \
     WHERE j.n_events > 0 AND j.last > $17::bigint))) \
 SELECT count(*) FROM j";
 
-/// The same write for a batch of one job (a claim or a report of one step, the common case
-/// when work trickles in): the row's values as plain parameters, so the statement is planned
-/// as a primary-key update with no `unnest` to join or guess the size of.
-async fn write_one_job(
-    tx: &Transaction<'_>,
-    jobs: &JobColumns<'_>,
-    events: &EventColumns<'_>,
-    keep: i64,
-) -> Res<tokio_postgres::Row> {
-    debug_assert_eq!(jobs.id.len(), 1);
-    debug_assert!(events.job_id.iter().all(|id| *id == jobs.id[0]));
-    query_one(
-        tx,
-        WRITE_ONE_JOB_SQL,
-        &[
-            &jobs.id[0],
-            &jobs.priority[0],
-            &jobs.run_at[0],
-            &jobs.state[0],
-            &jobs.desired_state[0],
-            &jobs.updated_at[0],
-            &jobs.finished_at[0],
-            &jobs.blocked_reason[0],
-            &jobs.events[0],
-            &events.pos,
-            &events.at,
-            &events.kind,
-            &events.step,
-            &events.attempt,
-            &events.detail,
-            &keep,
-            &jobs.deadline_due[0],
-            &jobs.round[0],
-        ],
-    )
-    .await
-}
-
-/// [`WRITE_JOBS_SQL`] for one job: its row, its new events and the history trim.
+/// [`WRITE_JOBS_SQL`] for a batch of one job, with the same parameters: the row's values are
+/// taken out of their arrays (`$1[1]`), so the update and the history trim are planned as
+/// primary-key lookups even on an empty table, where the set-based statement's cached plan
+/// scans `jobs` and `events` whole.
 const WRITE_ONE_JOB_SQL: &str = "\
 WITH j AS ( \
-  UPDATE jobs SET priority = $2::integer, run_at = $3::bigint, state = $4::text, \
-    desired_state = $5::text, updated_at = $6::bigint, finished_at = $7::bigint, \
-    blocked_reason = $8::text, last_event_seq = last_event_seq + $9::bigint, \
-    deadline_due = $17::bigint, round = $18::bigint \
-  WHERE id = $1::uuid \
-  RETURNING last_event_seq AS last), \
+  UPDATE jobs SET priority = ($2::integer[])[1], run_at = ($3::bigint[])[1], \
+    state = ($4::text[])[1], desired_state = ($5::text[])[1], \
+    updated_at = ($6::bigint[])[1], finished_at = ($7::bigint[])[1], \
+    blocked_reason = ($8::text[])[1], last_event_seq = last_event_seq + ($9::bigint[])[1], \
+    deadline_due = ($18::bigint[])[1], round = ($19::bigint[])[1] \
+  WHERE id = ($1::uuid[])[1] \
+  RETURNING id, last_event_seq AS last, ($9::bigint[])[1] AS n_events), \
 e AS ( \
   INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
-  SELECT $1::uuid, j.last - $9::bigint + e.pos, e.at, e.kind, e.step, e.attempt, e.detail \
-  FROM unnest($10::bigint[], $11::bigint[], $12::text[], $13::text[], $14::bigint[], \
-              $15::text[]) AS e (pos, at, kind, step, attempt, detail) \
+  SELECT j.id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail \
+  FROM unnest($10::uuid[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], \
+              $15::bigint[], $16::text[]) AS e (job_id, pos, at, kind, step, attempt, detail) \
   CROSS JOIN j \
-  WHERE j.last - $9::bigint + e.pos > j.last - $16::bigint), \
+  WHERE j.last - j.n_events + e.pos > j.last - $17::bigint), \
 t AS ( \
-  DELETE FROM events WHERE job_id = $1::uuid AND $9::bigint > 0 \
-    AND seq <= (SELECT last FROM j) - $16::bigint) \
+  DELETE FROM events WHERE job_id = ($1::uuid[])[1] AND ($9::bigint[])[1] > 0 \
+    AND seq <= (SELECT last FROM j) - $17::bigint) \
 SELECT count(*) FROM j";
 
 /// The job rows of a batch, column by column.
@@ -292,50 +260,16 @@ async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
     if c.job_id.is_empty() {
         return Ok(());
     }
-    let n = match c.job_id.len() {
-        1 => rows::execute(tx, WRITE_ONE_STEP_SQL, &c.params_of_one()).await?,
-        _ => rows::execute(tx, WRITE_STEPS_SQL, &c.params()).await?,
+    let sql = match c.job_id.len() {
+        1 => WRITE_ONE_STEP_SQL,
+        _ => WRITE_STEPS_SQL,
     };
+    let n = rows::execute(tx, sql, &c.params()).await?;
     all_written("steps", n, c.job_id.len())?;
     Ok(())
 }
 
 impl StepColumns<'_> {
-    /// The only step's values as statement parameters, `$1` to `$26`, for
-    /// [`WRITE_ONE_STEP_SQL`].
-    fn params_of_one(&self) -> Vec<&(dyn ToSql + Sync)> {
-        let c = self;
-        debug_assert_eq!(c.job_id.len(), 1);
-        vec![
-            &c.job_id[0],
-            &c.idx[0],
-            &c.priority[0],
-            &c.state[0],
-            &c.attempt[0],
-            &c.failures[0],
-            &c.lease_id[0],
-            &c.worker[0],
-            &c.ready_at[0],
-            &c.started_at[0],
-            &c.finished_at[0],
-            &c.lease_expires_at[0],
-            &c.next_attempt_at[0],
-            &c.result[0],
-            &c.last_error[0],
-            &c.budget_from[0],
-            &c.comp_phase[0],
-            &c.comp_attempts[0],
-            &c.comp_failures[0],
-            &c.comp_budget_from[0],
-            &c.claim_agent[0],
-            &c.lease_agent[0],
-            &c.claim_rank[0],
-            &c.attempt_ends_at[0],
-            &c.progress[0],
-            &c.progress_at[0],
-        ]
-    }
-
     /// The columns as statement parameters, `$1` to `$26`.
     pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         let c = self;
@@ -390,18 +324,23 @@ FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], 
         lease_agent, claim_rank, attempt_ends_at, progress, progress_at) \
 WHERE steps.job_id = v.job_id AND steps.idx = v.idx AND steps.job_id = ANY($1::uuid[])";
 
-/// [`WRITE_STEPS_SQL`] for one step, its values as plain parameters: planned as a primary-key
-/// update whatever the table's statistics say (see [`write_one_job`]).
+/// [`WRITE_STEPS_SQL`] for a batch of one step, with the same parameters taken out of their
+/// arrays: planned as a primary-key update whatever the table's statistics say (see
+/// [`WRITE_ONE_JOB_SQL`]).
 const WRITE_ONE_STEP_SQL: &str = "\
-UPDATE steps SET priority = $3::integer, state = $4::text, attempt = $5::bigint, \
-  failures = $6::bigint, lease_id = $7::uuid, worker = $8::text, ready_at = $9::bigint, \
-  started_at = $10::bigint, finished_at = $11::bigint, lease_expires_at = $12::bigint, \
-  next_attempt_at = $13::bigint, result = $14::text, last_error = $15::text, \
-  budget_from = $16::bigint, comp_phase = $17::text, comp_attempts = $18::bigint, \
-  comp_failures = $19::bigint, comp_budget_from = $20::bigint, claim_agent = $21::text, \
-  lease_agent = $22::text, claim_rank = $23::bigint, attempt_ends_at = $24::bigint, \
-  progress = $25::text, progress_at = $26::bigint \
-WHERE job_id = $1::uuid AND idx = $2::integer";
+UPDATE steps SET priority = ($3::integer[])[1], state = ($4::text[])[1], \
+  attempt = ($5::bigint[])[1], failures = ($6::bigint[])[1], \
+  lease_id = ($7::uuid[])[1], worker = ($8::text[])[1], ready_at = ($9::bigint[])[1], \
+  started_at = ($10::bigint[])[1], finished_at = ($11::bigint[])[1], \
+  lease_expires_at = ($12::bigint[])[1], next_attempt_at = ($13::bigint[])[1], \
+  result = ($14::text[])[1], last_error = ($15::text[])[1], \
+  budget_from = ($16::bigint[])[1], comp_phase = ($17::text[])[1], \
+  comp_attempts = ($18::bigint[])[1], comp_failures = ($19::bigint[])[1], \
+  comp_budget_from = ($20::bigint[])[1], claim_agent = ($21::text[])[1], \
+  lease_agent = ($22::text[])[1], claim_rank = ($23::bigint[])[1], \
+  attempt_ends_at = ($24::bigint[])[1], progress = ($25::text[])[1], \
+  progress_at = ($26::bigint[])[1] \
+WHERE job_id = ($1::uuid[])[1] AND idx = ($2::integer[])[1]";
 
 /// The run-time columns of step rows, column by column (in `WRITE_STEPS_SQL`'s order).
 #[derive(Default)]
@@ -588,7 +527,7 @@ mod tests {
             .expect("connect");
         tokio::spawn(connection);
         for (name, sql, params) in [
-            ("job", WRITE_ONE_JOB_SQL, 18),
+            ("job", WRITE_ONE_JOB_SQL, 19),
             ("step", WRITE_ONE_STEP_SQL, 26),
         ] {
             let plan = generic_plan(&client, sql, params).await;
