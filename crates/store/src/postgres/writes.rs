@@ -3,9 +3,8 @@
 //! merged per job). The statements are independent and sent together (pipelined), so a batch
 //! costs one round trip and a handful of statement executions, not several per transition.
 //! A batch of one job (or one step) is written with a statement that takes its values out of the
-//! same arrays (`$1[1]`):
-//! the same rows, planned as a primary-key update even while the tables are empty, where the
-//! set-based statements' cached plans scan them whole.
+//! same arrays (`$1[1]`): the same rows, planned as a primary-key update even while the tables
+//! are empty, where the set-based statements' cached plans scan them whole.
 //!
 //! What a transition can change is fixed: a job's state, desired state, priority, `run_at`,
 //! timestamps and blocked reason; a step's run-time columns. What was fixed at admission (a
