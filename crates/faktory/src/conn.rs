@@ -395,13 +395,18 @@ impl Connection {
                 match app.store().steps_claim(claim).await {
                     Ok(result) => {
                         if let Some(c) = result.claimed.into_iter().next() {
+                            app.notifier().claimed(q, 1, 1);
                             return self.leased(q, c, now);
                         }
                         if let Some(t) = result.throttled_until {
                             throttled = Some(throttled.map_or(t, |u| u.min(t)));
                         }
                     }
-                    Err(e) => return (Reply::err(e), None),
+                    Err(e) => {
+                        // This fetch may hold a wake-up meant for ready work: pass it on.
+                        queues.iter().for_each(|q| app.notifier().wake_agent(q));
+                        return (Reply::err(e), None);
+                    }
                 }
             }
             let retry = throttled

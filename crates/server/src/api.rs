@@ -16,7 +16,7 @@ use overseer_core::wire::{
     Problem, ReportBatch, ReportBatchResponse, ReportResult, RerunRequest, RescheduleRequest,
     StatsView, SubmittedJob, WorkerView,
 };
-use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Transition};
+use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Timestamp, Transition};
 use overseer_store::{
     AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
     ReportApplied, RerunJob, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate,
@@ -928,7 +928,41 @@ async fn take_leases(
     Path(agent): Path<String>,
     Body(req): Body<LeaseRequest>,
 ) -> Result<Json<LeaseResponse>> {
-    check_agent(&app, &agent)?;
+    let (max, wait) = lease_request_bounds(&app, &agent, &req)?;
+    let _slot = match wait > Span::ZERO {
+        true => Some(app.long_poll_slot(caller.as_ref().map(|c| c.0 .0.as_str()))?),
+        false => None,
+    };
+    let deadline = tokio::time::Instant::now() + wait.as_std();
+    let wake = app.notifier().agent(&agent);
+    let empty = || Ok(Json(LeaseResponse { leases: vec![] }));
+    loop {
+        // Register for wake-ups before looking, so work that turns ready between the look and
+        // the wait still wakes us.
+        let notified = wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let throttled_until = match look_for_leases(&app, &agent, &req.worker, max).await? {
+            Looked::Leased(leases) => return Ok(Json(LeaseResponse { leases })),
+            Looked::Nothing { throttled_until } => throttled_until,
+        };
+        // Rate-limited: look again when the next lease may start, even if nothing wakes us.
+        let retry = throttled_until
+            .map(|t| tokio::time::Instant::now() + app.now().until(t).as_std())
+            .unwrap_or(deadline)
+            .min(deadline);
+        tokio::select! {
+            _ = &mut notified => {}
+            _ = tokio::time::sleep_until(retry), if retry < deadline => {}
+            _ = tokio::time::sleep_until(deadline) => return empty(),
+            _ = app.shutdown().cancelled() => return empty(),
+        }
+    }
+}
+
+/// A lease request's `max` and `wait`, checked against the node's limits.
+fn lease_request_bounds(app: &App, agent: &str, req: &LeaseRequest) -> Result<(usize, Span)> {
+    check_agent(app, agent)?;
     let limits = app.limits();
     if req.worker.is_empty() || req.worker.len() > limits.name_bytes {
         return Err(ApiError::bad_request(
@@ -956,57 +990,57 @@ async fn take_leases(
             format!("wait must be at most {}", limits.wait_max),
         ));
     }
-    let _slot = match wait > Span::ZERO {
-        true => Some(app.long_poll_slot(caller.as_ref().map(|c| c.0 .0.as_str()))?),
-        false => None,
+    Ok((max, wait))
+}
+
+/// What one look of a long-poll found.
+enum Looked {
+    Leased(Vec<Lease>),
+    /// Nothing leased; when rate-limited, the instant the next lease may start.
+    Nothing {
+        throttled_until: Option<Timestamp>,
+    },
+}
+
+/// One claim of up to `max` steps for `agent`. The wake-up this long-poll may have taken is
+/// passed on when the claim was full (more may be ready) or failed.
+async fn look_for_leases(app: &App, agent: &str, worker: &str, max: usize) -> Result<Looked> {
+    let now = app.now();
+    app.worker_seen(agent, worker, now);
+    let claim = Claim {
+        agent: agent.to_string(),
+        worker: worker.to_string(),
+        lease_ids: (0..max).map(|_| app.new_lease_id()).collect(),
+        now,
     };
-    let deadline = tokio::time::Instant::now() + wait.as_std();
-    let wake = app.notifier().agent(&agent);
-    loop {
-        // Register for wake-ups before looking, so work that turns ready between the look and
-        // the wait still wakes us.
-        let notified = wake.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let now = app.now();
-        app.worker_seen(&agent, &req.worker, now);
-        let claim = Claim {
-            agent: agent.clone(),
-            worker: req.worker.clone(),
-            lease_ids: (0..max).map(|_| app.new_lease_id()).collect(),
-            now,
-        };
-        let result = app.store().steps_claim(claim).await?;
-        let claimed = result.claimed;
-        if !claimed.is_empty() {
-            let leases: Vec<Lease> = claimed
-                .iter()
-                .filter_map(|c| lease_of(&c.transition, c.step, now))
-                .collect();
-            for c in &claimed {
-                app.committed(&c.transition);
-            }
-            app.metrics()
-                .leases_granted
-                .get_or_create(&crate::metrics::AgentLabel {
-                    agent: agent.clone(),
-                })
-                .inc_by(leases.len() as u64);
-            return Ok(Json(LeaseResponse { leases }));
+    let result = match app.store().steps_claim(claim).await {
+        Ok(result) => result,
+        Err(e) => {
+            app.notifier().wake_agent(agent);
+            return Err(e.into());
         }
-        // Rate-limited: look again when the next lease may start, even if nothing wakes us.
-        let retry = result
-            .throttled_until
-            .map(|t| tokio::time::Instant::now() + now.until(t).as_std())
-            .unwrap_or(deadline)
-            .min(deadline);
-        tokio::select! {
-            _ = &mut notified => {}
-            _ = tokio::time::sleep_until(retry), if retry < deadline => {}
-            _ = tokio::time::sleep_until(deadline) => return Ok(Json(LeaseResponse { leases: vec![] })),
-            _ = app.shutdown().cancelled() => return Ok(Json(LeaseResponse { leases: vec![] })),
-        }
+    };
+    let claimed = result.claimed;
+    app.notifier().claimed(agent, claimed.len(), max);
+    let label = crate::metrics::AgentLabel {
+        agent: agent.to_string(),
+    };
+    if claimed.is_empty() {
+        app.metrics().claims_empty.get_or_create(&label).inc();
+        return Ok(Looked::Nothing {
+            throttled_until: result.throttled_until,
+        });
     }
+    let leases: Vec<Lease> = claimed
+        .iter()
+        .filter_map(|c| lease_of(&c.transition, c.step, now))
+        .collect();
+    for c in &claimed {
+        app.committed(&c.transition);
+    }
+    let granted = app.metrics().leases_granted.get_or_create(&label);
+    granted.inc_by(leases.len() as u64);
+    Ok(Looked::Leased(leases))
 }
 
 /// Resolves a lease id to its step and applies a report through the core.

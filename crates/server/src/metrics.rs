@@ -48,6 +48,8 @@ pub struct Metrics {
     pub jobs_submitted: Counter,
     pub jobs_finished: Family<StateLabel, Counter>,
     pub leases_granted: Family<AgentLabel, Counter>,
+    /// Claims (long-poll looks, Faktory fetches) that found nothing to lease.
+    pub claims_empty: Family<AgentLabel, Counter>,
     pub leases_expired: Counter,
     pub reports: Family<ReportLabel, Counter>,
     /// `POST /v1/leases:report` calls, and the reports they carried.
@@ -77,6 +79,7 @@ impl Default for Metrics {
             jobs_submitted: Counter::default(),
             jobs_finished: Family::default(),
             leases_granted: Family::default(),
+            claims_empty: Family::default(),
             leases_expired: Counter::default(),
             reports: Family::default(),
             report_batches: Counter::default(),
@@ -115,6 +118,11 @@ impl Default for Metrics {
             "leases_granted",
             "Leases handed out by this node",
             m.leases_granted.clone(),
+        );
+        registry.register(
+            "claims_empty",
+            "Claims by long-polls and fetches of this node that found nothing to lease",
+            m.claims_empty.clone(),
         );
         registry.register(
             "leases_expired",

@@ -47,6 +47,12 @@ impl Notifier {
         map.entry(agent.to_string()).or_default().clone()
     }
 
+    /// Tells `agent`'s long-polls that work may be ready: wakes one of them (or the next to
+    /// wait), not all. A single ready step so costs one claim, not one per idle worker; a
+    /// long-poll that leases as many steps as it asked for passes the wake-up on
+    /// ([`Notifier::claimed`]), so a burst reaches as many long-polls as it needs; and one that
+    /// goes away after it was woken, before it looked, hands the wake-up to the next (tokio's
+    /// `Notify` forwards a `notify_one` a dropped waiter did not take).
     pub fn wake_agent(&self, agent: &str) {
         if agent.starts_with(overseer_core::push::AGENT_PREFIX) {
             self.push_names
@@ -61,7 +67,15 @@ impl Notifier {
             map.get(agent).cloned()
         };
         if let Some(n) = notify {
-            n.notify_waiters();
+            n.notify_one();
+        }
+    }
+
+    /// After a claim of `agent` that asked for `asked` steps and leased `leased`: a full claim
+    /// may have left more ready work behind, so another long-poll looks.
+    pub fn claimed(&self, agent: &str, leased: usize, asked: usize) {
+        if leased >= asked {
+            self.wake_agent(agent);
         }
     }
 

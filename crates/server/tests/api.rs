@@ -518,6 +518,104 @@ async fn long_poll_is_woken_and_takes_many() {
     );
 }
 
+/// A long-poll of `agent` for up to two leases, waiting up to 30 s.
+fn spawn_long_poll(h: &Harness, agent: &str, worker: usize) -> tokio::task::JoinHandle<Value> {
+    let router = h.router.clone();
+    let req = Request::builder()
+        .method("POST")
+        .uri(format!("/v1/agents/{agent}/leases"))
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({"worker": format!("w{worker}"), "max": 2, "wait": "30s"}).to_string(),
+        ))
+        .unwrap();
+    tokio::spawn(async move {
+        let res = router.oneshot(req).await.unwrap();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice::<Value>(&bytes).unwrap()
+    })
+}
+
+fn empty_claims(h: &Harness, agent: &str) -> u64 {
+    let label = overseer_server::metrics::AgentLabel {
+        agent: agent.to_string(),
+    };
+    h.app.metrics().claims_empty.get_or_create(&label).get()
+}
+
+/// Waits (up to 20 s) until `done` holds.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Leases each finished long-poll of `polls` answered; the rest are kept in `polls`.
+fn take_answers(polls: &mut Vec<tokio::task::JoinHandle<Value>>) -> Vec<usize> {
+    let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(polls)
+        .into_iter()
+        .partition(|p| p.is_finished());
+    *polls = waiting;
+    done.into_iter()
+        .map(|p| {
+            let answer = futures::executor::block_on(p).unwrap();
+            answer["leases"].as_array().unwrap().len()
+        })
+        .collect()
+}
+
+// Proves a ready step wakes one waiting long-poll, not all of them: with four long-polls of an
+// agent waiting (up to two leases each), one job costs one look (no other long-poll looks in
+// vain); three steps made ready together wake one long-poll, which takes two, finds its claim
+// full and passes the wake-up on to one more, which takes the third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_step_wakes_one_long_poll() {
+    let h = harness();
+    let mut polls: Vec<_> = (0..4).map(|i| spawn_long_poll(&h, "herd", i)).collect();
+    // Each long-poll looks once before it waits, and finds nothing.
+    eventually("four long-polls waiting", || empty_claims(&h, "herd") == 4).await;
+    h.submit(json!({"steps": [{"name": "a", "agent": "herd"}]}))
+        .await;
+    eventually("one long-poll answered", || {
+        polls.iter().any(|p| p.is_finished())
+    })
+    .await;
+    // Had every long-poll been woken, the other three would have looked and found nothing.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(take_answers(&mut polls), vec![1]);
+    assert_eq!(
+        empty_claims(&h, "herd"),
+        4,
+        "only the woken long-poll looked"
+    );
+
+    h.submit(json!({"steps": [
+        {"name": "a", "agent": "herd"}, {"name": "b", "agent": "herd"}, {"name": "c", "agent": "herd"}
+    ]}))
+    .await;
+    eventually("two long-polls answered", || {
+        polls.iter().filter(|p| p.is_finished()).count() == 2
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut answers = take_answers(&mut polls);
+    answers.sort();
+    assert_eq!(
+        answers,
+        vec![1, 2],
+        "a full claim passed the wake-up on once"
+    );
+    assert_eq!(polls.len(), 1, "the last long-poll still waits");
+    assert_eq!(empty_claims(&h, "herd"), 4, "nobody looked in vain");
+}
+
 // Proves the supervisor on a manual clock: an expired lease is requeued after backoff, is not
 // claimable before it, the old attempt is fenced out, and attempts run out into `failed`.
 #[tokio::test]

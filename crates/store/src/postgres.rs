@@ -280,13 +280,14 @@ impl PgStore {
         let announce_pool = pool_of(manager(&quiet), 1)?;
 
         let (signals, _) = broadcast::channel(options.signal_capacity.max(1));
+        let origin = announce::Origin::default();
         let store = PgStore {
             inner: Arc::new(Inner {
                 pool,
                 history_per_job: options.history_per_job.max(1),
                 signals: signals.clone(),
-                _listener: listen::spawn(config, tls, signals),
-                announcer: announce::Announcer::spawn(announce_pool),
+                _listener: listen::spawn(config, tls, signals, origin.clone()),
+                announcer: announce::Announcer::spawn(announce_pool, origin),
             }),
         };
         store.migrate().await?;
@@ -428,6 +429,29 @@ impl PgStore {
                 let value = work(&tx, PhantomData).await?;
                 tx.commit().await?;
                 Ok(value)
+            }
+            .await;
+            match outcome {
+                // Once on a new connection: the pool had one whose server went away.
+                Err(Failure::Retry(_)) if !fresh && client.is_closed() => fresh = true,
+                other => return other.map_err(Failure::into_error),
+            }
+        }
+    }
+
+    /// Runs one read-only statement on its own, outside any transaction: one round trip and the
+    /// statement's own snapshot, for a look that needs neither a lock nor a second statement.
+    async fn read_one_statement(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        let mut fresh = false;
+        loop {
+            let client = self.inner.pool.get().await.map_err(pool_error)?;
+            let outcome: Res<_> = async {
+                let stmt = begin(client.prepare_cached(sql).await)?;
+                Ok(client.query(&stmt, params).await?)
             }
             .await;
             match outcome {

@@ -222,69 +222,19 @@ async fn the_schema_file_is_the_migrated_schema() {
     overseer_store::conformance::check_schema_file("postgres.sql", kept.trim_start());
 }
 
-/// A claim that leaves a sibling step of a job it held still claimable announces it again at
-/// commit: another node's claimer that met the job locked passed over it (`SKIP LOCKED`) and
-/// went back to sleep, and must not wait for the leader's sweep to find the sibling.
-#[tokio::test]
-async fn a_claim_announces_the_siblings_it_left() {
-    let _ticket = suite::Ticket::new();
-    let (store, _db) = fresh().await;
-    let mut signals = store.signals().expect("signals");
-    let fan = conformance::spec(json!({"steps": [
-        {"name": "b", "agent": "fan"},
-        {"name": "c", "agent": "fan"},
-    ]}));
-    store
-        .jobs_submit(vec![admitted(job_id(1), &fan, at(0))])
-        .await
-        .expect("submit");
-    expect_signal(&mut signals, "the submit's Ready fan", |s| {
-        *s == Signal::Ready {
-            agent: "fan".into(),
-        }
-    })
-    .await;
-    // Whatever else the submit sent has arrived by now; start from a quiet channel.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    while signals.try_recv().is_ok() {}
-
-    let claim = |n| Claim {
-        agent: "fan".into(),
-        worker: "w".into(),
-        lease_ids: vec![lease_id(n)],
-        now: at(10),
-    };
-    let first = store.steps_claim(claim(1)).await.expect("claim").claimed;
-    assert_eq!(first.len(), 1);
-    expect_signal(&mut signals, "Ready fan for the sibling left behind", |s| {
-        *s == Signal::Ready {
-            agent: "fan".into(),
-        }
-    })
-    .await;
-    let second = store.steps_claim(claim(2)).await.expect("claim").claimed;
-    assert_eq!(second.len(), 1, "the sibling is claimable");
-    assert_ne!(first[0].step, second[0].step);
-}
-
-// Proves nodes hear each other: a job submitted through store A wakes its agent on store B
-// (`Signal::Ready`), finishing it there is heard on A (`Signal::Finished`), and a submit that
-// rolls back (an idempotency conflict) sends nothing: notifications arrive in commit order, and
-// a sentinel committed after the failed submit arrives with nothing before it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn signals_cross_nodes_only_when_committed() {
-    let _ticket = suite::Ticket::new();
-    let (a, db) = fresh().await;
-    let b = open(db.url()).await;
-    let mut on_a = a.signals().expect("A has signals");
-    let mut on_b = b.signals().expect("B has signals");
-    // The listener connects in the background: wait until B hears something committed on A.
+/// Waits until store `b` (`on_b`) hears what store `a` commits: each listener connects in the
+/// background.
+async fn until_heard(a: &PgStore, on_b: &mut broadcast::Receiver<Signal>) {
     let mut n = 0;
     loop {
         n += 1;
-        a.jobs_submit(vec![admitted(job_id(n), &one_step("warmup"), at(0))])
-            .await
-            .expect("submit");
+        a.jobs_submit(vec![admitted(
+            job_id(900_000 + n),
+            &one_step("warmup"),
+            at(0),
+        )])
+        .await
+        .expect("submit");
         let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
         let heard = loop {
             match tokio::time::timeout_at(deadline, on_b.recv()).await {
@@ -295,10 +245,77 @@ async fn signals_cross_nodes_only_when_committed() {
             }
         };
         if heard {
-            break;
+            return;
         }
         assert!(n < 40, "B never heard A's commits");
     }
+}
+
+/// A claim that leaves a sibling step of a job it held still claimable announces it again at
+/// commit: a claimer that met the job locked passed over it (`SKIP LOCKED`) and went back to
+/// sleep, and must not wait for the leader's sweep to find the sibling. Claimers on other nodes
+/// hear it through PostgreSQL, those of the claiming node in-process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_announces_the_siblings_it_left() {
+    let _ticket = suite::Ticket::new();
+    let (a, db) = fresh().await;
+    let b = open(db.url()).await;
+    let mut on_a = a.signals().expect("signals");
+    let mut on_b = b.signals().expect("signals");
+    until_heard(&a, &mut on_b).await;
+    let fan = conformance::spec(json!({"steps": [
+        {"name": "b", "agent": "fan"},
+        {"name": "c", "agent": "fan"},
+    ]}));
+    a.jobs_submit(vec![admitted(job_id(1), &fan, at(0))])
+        .await
+        .expect("submit");
+    expect_signal(&mut on_b, "the submit's Ready fan", |s| {
+        *s == Signal::Ready {
+            agent: "fan".into(),
+        }
+    })
+    .await;
+    // Whatever else the submit sent has arrived by now; start from quiet channels.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while on_a.try_recv().is_ok() {}
+    while on_b.try_recv().is_ok() {}
+
+    let claim = |n| Claim {
+        agent: "fan".into(),
+        worker: "w".into(),
+        lease_ids: vec![lease_id(n)],
+        now: at(10),
+    };
+    let first = a.steps_claim(claim(1)).await.expect("claim").claimed;
+    assert_eq!(first.len(), 1);
+    for (node, signals) in [("A", &mut on_a), ("B", &mut on_b)] {
+        let what = format!("Ready fan on {node} for the sibling left behind");
+        expect_signal(signals, &what, |s| {
+            *s == Signal::Ready {
+                agent: "fan".into(),
+            }
+        })
+        .await;
+    }
+    let second = b.steps_claim(claim(2)).await.expect("claim").claimed;
+    assert_eq!(second.len(), 1, "the sibling is claimable");
+    assert_ne!(first[0].step, second[0].step);
+}
+
+// Proves nodes hear each other: a job submitted through store A wakes its agent on store B
+// (`Signal::Ready`), finishing it there is heard on A (`Signal::Finished`), and a submit that
+// rolls back (an idempotency conflict) sends nothing: notifications arrive in commit order, and
+// a sentinel committed after the failed submit arrives with nothing before it. A node does not
+// hear what it sent itself: it acted on it when it committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn signals_cross_nodes_only_when_committed() {
+    let _ticket = suite::Ticket::new();
+    let (a, db) = fresh().await;
+    let b = open(db.url()).await;
+    let mut on_a = a.signals().expect("A has signals");
+    let mut on_b = b.signals().expect("B has signals");
+    until_heard(&a, &mut on_b).await;
 
     let id = job_id(100);
     a.jobs_submit(vec![admitted(id, &one_step("billing"), at(0))])
@@ -371,6 +388,20 @@ async fn signals_cross_nodes_only_when_committed() {
             agent: "ghost".into()
         }),
         "a rolled-back submit was heard: {seen:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut own = Vec::new();
+    while let Ok(signal) = on_a.try_recv() {
+        own.push(signal);
+    }
+    let echoed = |agent: &str| {
+        own.contains(&Signal::Ready {
+            agent: agent.into(),
+        })
+    };
+    assert!(
+        !echoed("billing") && !echoed("sentinel"),
+        "A heard its own submits: {own:?}"
     );
 }
 

@@ -11,9 +11,16 @@
 //! a millisecond later than before; a rolled-back write announces nothing, as before. Should a
 //! node die between its commit and the send, other nodes find the work by the leader's sweep,
 //! as after any lost notification (see `listen`).
+//!
+//! The sender keeps the backend process id of its connection in [`Origin`], so this node's
+//! listener can pass over what the node sent itself: the node has already acted on it (the
+//! committed transitions' effects, a claim's siblings signalled in-process), and hearing it again
+//! would only send a second claimer after work the first is already taking.
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use tokio::sync::mpsc;
@@ -53,6 +60,18 @@ pub(super) async fn scope<F: Future>(attempt: F) -> (F::Output, Vec<String>) {
         .await
 }
 
+/// The backend process id of the sender's connection, as PostgreSQL names the sender of each
+/// notification (0 until the first send).
+#[derive(Clone, Default)]
+pub(super) struct Origin(Arc<AtomicI32>);
+
+impl Origin {
+    /// Whether a notification from backend `pid` was sent by this store's sender.
+    pub(super) fn is_own(&self, pid: i32) -> bool {
+        pid != 0 && self.0.load(Ordering::Relaxed) == pid
+    }
+}
+
 /// The sending task of one store; stopped when dropped.
 pub(super) struct Announcer {
     queue: mpsc::Sender<Vec<String>>,
@@ -66,11 +85,11 @@ impl Drop for Announcer {
 }
 
 impl Announcer {
-    pub(super) fn spawn(pool: Pool) -> Announcer {
+    pub(super) fn spawn(pool: Pool, origin: Origin) -> Announcer {
         let (queue, receiver) = mpsc::channel(QUEUE);
         Announcer {
             queue,
-            task: tokio::spawn(run(pool, receiver)),
+            task: tokio::spawn(run(pool, receiver, origin)),
         }
     }
 
@@ -85,7 +104,7 @@ impl Announcer {
     }
 }
 
-async fn run(pool: Pool, mut receiver: mpsc::Receiver<Vec<String>>) {
+async fn run(pool: Pool, mut receiver: mpsc::Receiver<Vec<String>>, origin: Origin) {
     while let Some(mut batch) = receiver.recv().await {
         while batch.len() < BATCH_MAX {
             match receiver.try_recv() {
@@ -95,23 +114,28 @@ async fn run(pool: Pool, mut receiver: mpsc::Receiver<Vec<String>>) {
         }
         batch.sort_unstable();
         batch.dedup();
-        if let Err(e) = send(&pool, &batch).await {
+        if let Err(e) = send(&pool, &batch, &origin).await {
             tracing::warn!(error = %e, "cannot send notifications; other nodes find the work by polling");
         }
     }
 }
 
 /// Sends `payloads` in one statement (its own transaction) on the sender's connection, whose
-/// session has `synchronous_commit = off`.
-async fn send(pool: &Pool, payloads: &[String]) -> Result<(), String> {
+/// session has `synchronous_commit = off`, and records that connection's process id in `origin`
+/// (asked in the same round trip: the pool may have replaced the connection since last time).
+async fn send(pool: &Pool, payloads: &[String], origin: &Origin) -> Result<(), String> {
     let client = pool.get().await.map_err(|e| e.to_string())?;
-    let statement = client
-        .prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
-        .await
-        .map_err(|e| e.to_string())?;
-    client
-        .execute(&statement, &[&CHANNEL, &payloads])
-        .await
-        .map(drop)
-        .map_err(|e| e.to_string())
+    let (notify, pid) = futures::try_join!(
+        client.prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p"),
+        client.prepare_cached("SELECT pg_backend_pid()"),
+    )
+    .map_err(|e| e.to_string())?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&CHANNEL, &payloads];
+    let (pid, _) = futures::try_join!(
+        client.query_one(&pid, &[]),
+        client.execute(&notify, &params)
+    )
+    .map_err(|e| e.to_string())?;
+    origin.0.store(pid.get(0), Ordering::Relaxed);
+    Ok(())
 }

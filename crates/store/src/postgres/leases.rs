@@ -13,7 +13,7 @@ use super::rows::{self, get, limit_param, query};
 use super::{writes, PgStore, Res};
 use crate::{
     Claim, ClaimResult, Claimed, Due, Error, LeaseRef, Leases, Report, ReportApplied, Reported,
-    Reports, Result,
+    Reports, Result, Signal,
 };
 
 /// Candidates skipped by one claim before it gives up looking further: bounds the work a claim
@@ -23,7 +23,11 @@ const CLAIM_SKIPS_MAX: usize = 1_000;
 /// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Leases::steps_claim`]):
 /// finds and locks candidates, lets the core decide each claim in memory, then writes every
 /// claim of the batch together.
-async fn claim(tx: &Transaction<'_>, claim: &Claim, history_per_job: usize) -> Res<ClaimResult> {
+async fn claim(
+    tx: &Transaction<'_>,
+    claim: &Claim,
+    history_per_job: usize,
+) -> Res<(ClaimResult, Vec<String>)> {
     let (limits, ()) = futures::try_join!(
         claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now),
         walk_in_claim_order(tx),
@@ -40,11 +44,12 @@ async fn claim(tx: &Transaction<'_>, claim: &Claim, history_per_job: usize) -> R
     } = round;
     let leases: Vec<LeaseRef> = claimed.iter().map(|c| c.lease).collect();
     let transitions: Vec<&Transition> = claimed.iter().map(|c| &c.claimed.transition).collect();
-    let siblings = sibling_signals(&claimed, claim.now);
+    let siblings = sibling_agents(&claimed, claim.now);
+    let signals: Vec<String> = siblings.iter().map(|a| format!("ready:{a}")).collect();
     futures::try_join!(
         writes::persist_all(tx, &transitions, claim.now, history_per_job),
         writes::insert_leases(tx, &leases, &claim.worker, claim.now),
-        notify(tx, &siblings),
+        notify(tx, &signals),
     )?;
     // The bucket held the claim back if it ran dry before the claim's other bounds and
     // claimable work is left over (work another transaction holds counts: it is claimable).
@@ -63,10 +68,11 @@ async fn claim(tx: &Transaction<'_>, claim: &Claim, history_per_job: usize) -> R
         !left.is_empty()
     };
     let throttled_until = claim_spend(tx, &claim.agent, &limits, claimed.len(), has_more).await?;
-    Ok(ClaimResult {
+    let result = ClaimResult {
         claimed: claimed.into_iter().map(|c| c.claimed).collect(),
         throttled_until,
-    })
+    };
+    Ok((result, siblings))
 }
 
 /// Makes this transaction's candidate queries walk `steps_claim` in its order, whatever the
@@ -191,17 +197,18 @@ impl ClaimRound {
     }
 }
 
-/// Wake-ups for steps of the claimed jobs that are still claimable: a claimer on another
+/// The agents of steps of the claimed jobs that are still claimable: a claimer on another
 /// connection that met these jobs locked passed over them (`SKIP LOCKED`) and may have gone back
-/// to sleep, so siblings made ready together are announced again once this claim commits.
-fn sibling_signals(claimed: &[Leased], now: Timestamp) -> Vec<String> {
+/// to sleep, so siblings made ready together are announced again once this claim commits, to
+/// other nodes and to this one.
+fn sibling_agents(claimed: &[Leased], now: Timestamp) -> Vec<String> {
     let mut agents: Vec<&str> = Vec::new();
     for c in claimed {
         agents.extend(c.claimed.transition.job.claimable_agents(now));
     }
     agents.sort_unstable();
     agents.dedup();
-    agents.into_iter().map(|a| format!("ready:{a}")).collect()
+    agents.into_iter().map(str::to_string).collect()
 }
 
 /// The claimable steps of an agent that are due, best claim rank first (one ordered range of
@@ -222,6 +229,11 @@ const CANDIDATES_SQL: &str = "SELECT 1 FROM steps \
        AND (job_id, idx) NOT IN ( \
          SELECT sj, si FROM unnest($3::uuid[], $4::integer[]) AS skipped (sj, si)) \
      LIMIT 1";
+
+/// Whether the agent has a claimable step that is due: the head of its range of `steps_claim`.
+const ANY_CANDIDATE_SQL: &str = "SELECT 1 FROM steps \
+     WHERE claim_agent = $1 AND next_attempt_at <= $2 \
+     ORDER BY claim_agent, claim_rank, job_id, idx LIMIT 1";
 
 /// Applies lease holders' reports in one transaction, each as `lease_find` + `apply_command`
 /// would, with a constant number of statements: the leases resolve in one, their jobs are locked
@@ -289,10 +301,27 @@ impl Leases for PgStore {
         if c.lease_ids.is_empty() {
             return Ok(ClaimResult::default());
         }
+        // Most claims of an idle agent find nothing (a worker polls again as soon as it has its
+        // leases, every node hears every wake-up): they end after one statement, without a
+        // transaction, a lock or a commit. Equivalent: a claim without a candidate leases
+        // nothing, spends no token and is not throttled.
+        let due = self
+            .read_one_statement(ANY_CANDIDATE_SQL, &[&c.agent, &c.now.as_millis()])
+            .await?;
+        if due.is_empty() {
+            return Ok(ClaimResult::default());
+        }
         let history = self.inner.history_per_job;
         let c = &c;
-        self.write(move |tx, _| Box::pin(claim(tx, c, history)))
-            .await
+        let (result, siblings) = self
+            .write(move |tx, _| Box::pin(claim(tx, c, history)))
+            .await?;
+        // This node does not hear its own notifications (`listen`): its claimers learn here.
+        for agent in siblings {
+            // No receiver is fine: nobody is waiting for anything.
+            let _ = self.inner.signals.send(Signal::Ready { agent });
+        }
+        Ok(result)
     }
 
     async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
@@ -385,6 +414,25 @@ mod tests {
             "the claim is not an ordered walk of steps_claim:\n{plan}"
         );
         drop(tx);
+        drop(store);
+    }
+
+    // Proves the look a claim takes before its transaction reads the head of the agent's range
+    // of `steps_claim` under the plan a pooled connection caches while the table is empty (a
+    // fresh database): a sequential scan there would read every step for every idle poll.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_look_before_a_claim_walks_the_claim_index_on_an_empty_table() {
+        let db = PgCluster::shared().database().await;
+        let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
+        let (client, connection) = tokio_postgres::connect(db.url(), NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        let plan = crate::pgtest::generic_plan(&client, ANY_CANDIDATE_SQL, 2).await;
+        assert!(
+            plan.contains("Index Scan using steps_claim on steps") && !plan.contains("Sort"),
+            "the look is not a walk of steps_claim:\n{plan}"
+        );
         drop(store);
     }
 }

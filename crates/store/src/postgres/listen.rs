@@ -7,6 +7,8 @@
 //! after every reconnect it emits `Signal::Due { at: 0 }` and the leader sweeps, which finds by
 //! polling whatever the lost notifications were about. The task stops when the store is dropped.
 //!
+//! A node passes over the notifications it sent itself (see `announce`).
+//!
 //! Payloads: `ready:<agent>`, `finished:<job id>`, `due:<unix ms>`.
 
 use std::time::Duration;
@@ -17,6 +19,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, NoTls};
 
+use super::announce::Origin;
 use crate::Signal;
 
 /// The channel every node listens on.
@@ -53,9 +56,10 @@ pub(super) fn spawn(
     config: tokio_postgres::Config,
     tls: super::tls::Tls,
     sender: broadcast::Sender<Signal>,
+    own: Origin,
 ) -> Listener {
     Listener {
-        task: tokio::spawn(run(config, tls, sender)),
+        task: tokio::spawn(run(config, tls, sender, own)),
     }
 }
 
@@ -63,6 +67,7 @@ async fn run(
     config: tokio_postgres::Config,
     tls: super::tls::Tls,
     sender: broadcast::Sender<Signal>,
+    own: Origin,
 ) {
     let mut backoff = BACKOFF_FIRST;
     // Anything before the first attempt is covered by the node's own start-up sweep; after a
@@ -72,9 +77,9 @@ async fn run(
         let missed = !first_attempt;
         first_attempt = false;
         let session = match &tls {
-            super::tls::Tls::Plain => listen(&config, NoTls, &sender, missed).await,
+            super::tls::Tls::Plain => listen(&config, NoTls, &sender, &own, missed).await,
             super::tls::Tls::Rustls(connect) => {
-                listen(&config, connect.clone(), &sender, missed).await
+                listen(&config, connect.clone(), &sender, &own, missed).await
             }
         };
         match session {
@@ -104,6 +109,7 @@ async fn listen<T>(
     config: &tokio_postgres::Config,
     tls: T,
     sender: &broadcast::Sender<Signal>,
+    own: &Origin,
     missed: bool,
 ) -> Result<Session, String>
 where
@@ -111,11 +117,13 @@ where
     T::Stream: Send + 'static,
 {
     let (client, mut connection) = config.connect(tls).await.map_err(|e| e.to_string())?;
-    let forward = sender.clone();
+    let (forward, own) = (sender.clone(), own.clone());
     let driver = AbortOnDrop(tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
+                // This node's own: acted on already (see `announce`).
+                Ok(AsyncMessage::Notification(n)) if own.is_own(n.process_id()) => {}
                 Ok(AsyncMessage::Notification(n)) if n.channel() == CHANNEL => {
                     match parse(n.payload()) {
                         // No receiver is fine: nobody is waiting for anything.
