@@ -21,6 +21,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use deadpool_postgres::Pool;
 use tokio::sync::mpsc;
@@ -105,6 +106,8 @@ impl Announcer {
 }
 
 async fn run(pool: Pool, mut receiver: mpsc::Receiver<Vec<String>>, origin: Origin) {
+    // When the connection whose process id `origin` holds was made.
+    let mut known: Option<Instant> = None;
     while let Some(mut batch) = receiver.recv().await {
         while batch.len() < BATCH_MAX {
             match receiver.try_recv() {
@@ -114,28 +117,46 @@ async fn run(pool: Pool, mut receiver: mpsc::Receiver<Vec<String>>, origin: Orig
         }
         batch.sort_unstable();
         batch.dedup();
-        if let Err(e) = send(&pool, &batch, &origin).await {
+        if let Err(e) = send(&pool, &batch, &origin, &mut known).await {
             tracing::warn!(error = %e, "cannot send notifications; other nodes find the work by polling");
         }
     }
 }
 
 /// Sends `payloads` in one statement (its own transaction) on the sender's connection, whose
-/// session has `synchronous_commit = off`, and records that connection's process id in `origin`
-/// (asked in the same round trip: the pool may have replaced the connection since last time).
-async fn send(pool: &Pool, payloads: &[String], origin: &Origin) -> Result<(), String> {
+/// session has `synchronous_commit = off`. On a connection it has not used before (the pool
+/// replaces one that closed), it also asks for its process id, in the same round trip, and
+/// records it in `origin`.
+async fn send(
+    pool: &Pool,
+    payloads: &[String],
+    origin: &Origin,
+    known: &mut Option<Instant>,
+) -> Result<(), String> {
     let client = pool.get().await.map_err(|e| e.to_string())?;
-    let (notify, pid) = futures::try_join!(
-        client.prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p"),
-        client.prepare_cached("SELECT pg_backend_pid()"),
-    )
-    .map_err(|e| e.to_string())?;
+    let made = deadpool_postgres::Object::metrics(&client).created;
+    let notify = client
+        .prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+        .await
+        .map_err(|e| e.to_string())?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&CHANNEL, &payloads];
+    if *known == Some(made) {
+        client
+            .execute(&notify, &params)
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let pid = client
+        .prepare_cached("SELECT pg_backend_pid()")
+        .await
+        .map_err(|e| e.to_string())?;
     let (pid, _) = futures::try_join!(
         client.query_one(&pid, &[]),
         client.execute(&notify, &params)
     )
     .map_err(|e| e.to_string())?;
     origin.0.store(pid.get(0), Ordering::Relaxed);
+    *known = Some(made);
     Ok(())
 }

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use overseer_core::{Command, JobId, Timestamp};
+use overseer_core::{Command, JobId};
 use rusqlite::{params, Connection};
 
 use super::agents::load;
@@ -89,17 +89,6 @@ fn candidates(conn: &Connection, claim: &Claim, limit: usize) -> Result<Vec<(Str
         .db()
 }
 
-/// Whether the agent has a claimable step that is due: the head of its range of `steps_claim`.
-fn any_candidate(conn: &Connection, agent: &str, now: Timestamp) -> Result<bool> {
-    conn.prepare_cached(
-        "SELECT 1 FROM steps INDEXED BY steps_claim \
-         WHERE claim_agent = ?1 AND next_attempt_at <= ?2 LIMIT 1",
-    )
-    .db()?
-    .exists(params![agent, now.as_millis()])
-    .db()
-}
-
 fn has_candidate(
     conn: &Connection,
     claim: &Claim,
@@ -166,16 +155,6 @@ fn lease_candidates(
 impl Leases for SqliteStore {
     async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
         if claim.lease_ids.is_empty() {
-            return Ok(ClaimResult::default());
-        }
-        // Most claims of an idle agent find nothing (a worker polls again as soon as it has its
-        // leases): they look on a reader and never queue for the writer. Equivalent: a claim
-        // without a candidate leases nothing, spends no token and is not throttled.
-        let (agent, now) = (claim.agent.clone(), claim.now);
-        if !self
-            .read(move |conn| any_candidate(conn, &agent, now))
-            .await?
-        {
             return Ok(ClaimResult::default());
         }
         let history = self.inner.history_per_job;
