@@ -946,6 +946,11 @@ async fn take_leases(
             Looked::Leased(leases) => return Ok(Json(LeaseResponse { leases })),
             Looked::Nothing { throttled_until } => throttled_until,
         };
+        // `wait: 0s` asks for one look. (A wake-up kept for the next long-poll to wait, when
+        // none was waiting, would otherwise race the deadline for a second look.)
+        if tokio::time::Instant::now() >= deadline {
+            return empty();
+        }
         // Rate-limited: look again when the next lease may start, even if nothing wakes us.
         let retry = throttled_until
             .map(|t| tokio::time::Instant::now() + app.now().until(t).as_std())
