@@ -424,10 +424,7 @@ mod tests {
     async fn the_look_before_a_claim_walks_the_claim_index_on_an_empty_table() {
         let db = PgCluster::shared().database().await;
         let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
-        let (client, connection) = tokio_postgres::connect(db.url(), NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(connection);
+        let client = crate::pgtest::connect(db.url()).await.expect("connect");
         let plan = crate::pgtest::generic_plan(&client, ANY_CANDIDATE_SQL, 2).await;
         assert!(
             plan.contains("Index Scan using steps_claim on steps") && !plan.contains("Sort"),

@@ -521,10 +521,7 @@ mod tests {
     async fn one_row_writes_walk_primary_keys_on_an_empty_table() {
         let db = PgCluster::shared().database().await;
         let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
-        let (client, connection) = tokio_postgres::connect(db.url(), NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(connection);
+        let client = crate::pgtest::connect(db.url()).await.expect("connect");
         for (name, sql, params) in [
             ("job", WRITE_ONE_JOB_SQL, 19),
             ("step", WRITE_ONE_STEP_SQL, 26),
