@@ -395,7 +395,9 @@ impl Connection {
                 match app.store().steps_claim(claim).await {
                     Ok(result) => {
                         if let Some(c) = result.claimed.into_iter().next() {
-                            app.notifier().claimed(q, 1, 1);
+                            // A fetch takes one job, so its claim is always full: more may
+                            // be ready for another fetch (`Notifier::claimed`).
+                            app.notifier().wake_agent(q);
                             return self.leased(q, c, now);
                         }
                         if let Some(t) = result.throttled_until {

@@ -484,6 +484,25 @@ impl Drop for TestDatabase {
     }
 }
 
+/// A store on a fresh database of the shared cluster holding `count` one-step jobs of agent
+/// `a` (ids 1 to `count`, admitted at instant 0), submitted 1,000 at a time: a table of ready
+/// steps for the plan tests.
+pub async fn store_with_ready_steps(count: u64) -> (TestDatabase, crate::postgres::PgStore) {
+    use crate::conformance::{admitted, at, job_id, spec};
+    use crate::Jobs as _;
+    let db = PgCluster::shared().database().await;
+    let options = crate::postgres::PgOptions::new(db.url());
+    let store = crate::postgres::PgStore::open(options).await.expect("open");
+    let one_step = spec(serde_json::json!({"steps": [{"name": "s", "agent": "a"}]}));
+    for first in (1..=count).step_by(1_000) {
+        let jobs = (first..=count.min(first + 999))
+            .map(|n| admitted(job_id(n), &one_step, at(0)))
+            .collect();
+        store.jobs_submit(jobs).await.expect("submit");
+    }
+    (db, store)
+}
+
 /// A plain connection (driven by a task of its own) for the tests' administrative statements.
 pub async fn connect(url: &str) -> Result<tokio_postgres::Client, String> {
     let (client, connection) = tokio_postgres::connect(url, NoTls)

@@ -366,10 +366,9 @@ async fn expired(tx: &Transaction<'_>, due: Due) -> Res<Vec<LeaseRef>> {
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
-    use crate::conformance::{admitted, at, job_id, spec};
+    use crate::conformance::at;
     use crate::pgtest::PgCluster;
     use crate::postgres::PgOptions;
-    use crate::Jobs as _;
     use tokio_postgres::NoTls;
 
     // Proves a claim walks the head of `steps_claim` in order on a table the planner has no
@@ -378,15 +377,7 @@ mod tests {
     // 40,000 steps); with the claim's settings, as an ordered index scan that stops at the limit.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_claim_walks_the_claim_index_in_order_without_statistics() {
-        let db = PgCluster::shared().database().await;
-        let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
-        let one_step = spec(serde_json::json!({"steps": [{"name": "s", "agent": "a"}]}));
-        for chunk in 0..5u64 {
-            let jobs = (0..1_000)
-                .map(|n| admitted(job_id(chunk * 1_000 + n + 1), &one_step, at(0)))
-                .collect();
-            store.jobs_submit(jobs).await.expect("submit");
-        }
+        let (db, store) = crate::pgtest::store_with_ready_steps(5_000).await;
         let (mut client, connection) = tokio_postgres::connect(db.url(), NoTls)
             .await
             .expect("connect");

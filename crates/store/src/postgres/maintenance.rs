@@ -96,25 +96,14 @@ async fn prune_jobs(tx: &Transaction<'_>, prune: Prune) -> Res<Vec<JobId>> {
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::PRUNE_SQL;
-    use crate::conformance::{admitted, at, job_id, spec};
-    use crate::pgtest::{connect, generic_plan, PgCluster};
-    use crate::postgres::{PgOptions, PgStore};
-    use crate::Jobs as _;
+    use crate::pgtest::{connect, generic_plan, store_with_ready_steps};
 
     // Proves removal reads only the index entries of the jobs it removes under the plan a
     // pooled connection keeps: the unordered ranges were planned as bitmap scans of
     // `jobs_retention`, which read every entry due before a `LIMIT` applies.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn removal_stops_at_its_batch_under_a_generic_plan() {
-        let db = PgCluster::shared().database().await;
-        let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
-        let one_step = spec(serde_json::json!({"steps": [{"name": "s", "agent": "a"}]}));
-        for batch in 0..5 {
-            let jobs = (0..1_000)
-                .map(|n| admitted(job_id(batch * 1_000 + n + 1), &one_step, at(0)))
-                .collect();
-            store.jobs_submit(jobs).await.expect("submit");
-        }
+        let (db, store) = store_with_ready_steps(5_000).await;
         let client = connect(db.url()).await.expect("connect");
         // A backlog due for removal, as the planner sees it.
         client

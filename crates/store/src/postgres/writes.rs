@@ -480,11 +480,8 @@ pub(super) async fn find_leases(
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
-    use crate::conformance::{admitted, at, job_id, spec};
-    use crate::pgtest::{generic_plan, PgCluster};
+    use crate::pgtest::{generic_plan, store_with_ready_steps, PgCluster};
     use crate::postgres::{PgOptions, PgStore};
-    use crate::Jobs as _;
-    use tokio_postgres::NoTls;
 
     // Proves a batch's job write reaches its rows by primary key even under a generic plan on
     // tables never analyzed: without the id list it was planned as a hash join over a
@@ -493,17 +490,8 @@ mod tests {
     // planned as a scan of a table this small; see BENCHMARKS.md, ninth session.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_walk_primary_keys_under_a_generic_plan() {
-        let db = PgCluster::shared().database().await;
-        let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
-        let one_step = spec(serde_json::json!({"steps": [{"name": "s", "agent": "a"}]}));
-        let jobs = (0..2_000)
-            .map(|n| admitted(job_id(n + 1), &one_step, at(0)))
-            .collect();
-        store.jobs_submit(jobs).await.expect("submit");
-        let (client, connection) = tokio_postgres::connect(db.url(), NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(connection);
+        let (db, store) = store_with_ready_steps(2_000).await;
+        let client = crate::pgtest::connect(db.url()).await.expect("connect");
         let jobs = generic_plan(&client, WRITE_JOBS_SQL, 19).await;
         assert!(
             !jobs.contains("Seq Scan on jobs") && !jobs.contains("Seq Scan on events"),
