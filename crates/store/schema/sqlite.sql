@@ -26,7 +26,7 @@ CREATE TABLE deliveries (
     dead            INTEGER NOT NULL DEFAULT 0
 , delivered_at INTEGER);
 
-CREATE TABLE events (
+CREATE TABLE "events" (
     job_id  TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     seq     INTEGER NOT NULL,
     at      INTEGER NOT NULL,
@@ -35,14 +35,14 @@ CREATE TABLE events (
     attempt INTEGER,
     detail  TEXT,
     PRIMARY KEY (job_id, seq)
-);
+) WITHOUT ROWID;
 
-CREATE TABLE job_labels (
+CREATE TABLE "job_labels" (
     job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     key    TEXT NOT NULL,
     value  TEXT NOT NULL,
     PRIMARY KEY (job_id, key)
-);
+) WITHOUT ROWID;
 
 CREATE TABLE job_seq (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
@@ -75,14 +75,14 @@ CREATE TABLE leader (
     expires_at INTEGER NOT NULL
 );
 
-CREATE TABLE leases (
+CREATE TABLE "leases" (
     lease_id  TEXT PRIMARY KEY,
     job_id    TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     step      INTEGER NOT NULL,
     attempt   INTEGER NOT NULL,
     worker    TEXT NOT NULL,
     leased_at INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 
 CREATE TABLE schedules (
     name         TEXT PRIMARY KEY,

@@ -520,7 +520,7 @@ mod tests {
 
     use super::*;
     use crate::prelude::*;
-    use crate::{AgentCounts, Claim, Due, NewJob, Submitted};
+    use crate::{AgentCounts, Claim, Due, EventPage, JobQuery, NewJob, Submitted};
     use overseer_core::LeaseId;
     use rusqlite::params_from_iter;
 
@@ -588,6 +588,16 @@ mod tests {
             Some("00000000-0000-0000-0000-00000000000c"),
             Some(T0 + 5),
         );
+        conn.execute_batch(&format!(
+            "INSERT INTO job_labels (job_id, key, value) VALUES ('{JOB}', 'team', 'blue'); \
+             INSERT INTO leases (lease_id, job_id, step, attempt, worker, leased_at) \
+             VALUES ('00000000-0000-0000-0000-00000000000b', '{JOB}', 1, 1, 'w-0', {T0}); \
+             INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+             VALUES ('{JOB}', 1, {T0}, 'submitted', NULL, NULL, NULL), \
+                    ('{JOB}', 2, {T0}, 'step_started', 'b', 1, NULL); \
+             UPDATE jobs SET last_event_seq = 2;"
+        ))
+        .expect("labels, lease and history");
     }
 
     /// The query plan's detail lines for `sql` on a freshly migrated schema.
@@ -722,6 +732,37 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(1, 1)]
         );
+
+        // The history, the lease records and the labels were rebuilt in key order (migration
+        // 16) and kept every row.
+        let history = store
+            .job_events(EventPage {
+                job: id,
+                after_seq: 0,
+                limit: 10,
+            })
+            .await
+            .expect("history");
+        assert_eq!(
+            history.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let b_lease = LeaseId(uuid::Uuid::from_u128(0xb));
+        let found = store
+            .lease_find(b_lease)
+            .await
+            .expect("lease")
+            .expect("kept");
+        assert_eq!((found.job_id, found.step, found.attempt), (id, 1, 1));
+        let labelled = store
+            .jobs_list(JobQuery {
+                labels: vec![("team".into(), "blue".into())],
+                limit: 10,
+                ..JobQuery::default()
+            })
+            .await
+            .expect("list");
+        assert_eq!(labelled.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
 
         let lease_id = LeaseId(uuid::Uuid::from_u128(7));
         let claimed = store
