@@ -85,16 +85,20 @@ pub(super) async fn lock_and_load(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Ve
     let mut uuids: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
     uuids.sort_unstable();
     uuids.dedup();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&uuids];
-    let lock = query(
-        tx,
-        "SELECT j.id FROM unnest($1::uuid[]) AS w (id) \
-         CROSS JOIN LATERAL (SELECT id FROM jobs WHERE id = w.id FOR UPDATE) j",
-        &params,
-    );
+    // One job by a plain parameter: a generic plan the connection keeps (see `rows::load_jobs`).
+    let (sql, params): (_, [&(dyn tokio_postgres::types::ToSql + Sync); 1]) = match &uuids[..] {
+        [only] => (LOCK_ONE_JOB_SQL, [only]),
+        _ => (LOCK_JOBS_SQL, [&uuids]),
+    };
+    let lock = query(tx, sql, &params);
     let (_, jobs) = futures::try_join!(lock, load_locked(tx, ids))?;
     Ok(jobs)
 }
+
+pub(super) const LOCK_ONE_JOB_SQL: &str = "SELECT id FROM jobs WHERE id = $1 FOR UPDATE";
+
+pub(super) const LOCK_JOBS_SQL: &str = "SELECT j.id FROM unnest($1::uuid[]) AS w (id) \
+     CROSS JOIN LATERAL (SELECT id FROM jobs WHERE id = w.id FOR UPDATE) j";
 
 pub(super) async fn apply_command(
     tx: &Transaction<'_>,

@@ -265,7 +265,7 @@ pub(super) enum Lock {
 /// are read after the lock is granted, so (read committed) they are the latest committed ones.
 pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res<Option<Job>> {
     let sql = match lock {
-        Lock::None => concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = $1"),
+        Lock::None => JOB_BY_ID_SQL,
         Lock::Update => concat!(
             "SELECT ",
             job_columns!(),
@@ -288,7 +288,10 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
     Ok(Some(crate::decide::loaded(job)?))
 }
 
-const STEPS_OF_JOB: &str = concat!(
+pub(super) const JOB_BY_ID_SQL: &str =
+    concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = $1");
+
+pub(super) const STEPS_OF_JOB: &str = concat!(
     "SELECT ",
     step_columns!(),
     " FROM steps WHERE job_id = $1 ORDER BY idx"
@@ -296,6 +299,12 @@ const STEPS_OF_JOB: &str = concat!(
 
 /// Jobs with the given ids, in that order (ids with no job are left out): two statements
 /// whatever their number.
+///
+/// One job is loaded with the statements of plain parameters (`load_job`): the `unnest` form
+/// is planned anew on every call (its generic plan, costed for an array of unknown length,
+/// never looks as cheap as the custom plan for one id), and the claims and reports of an idle
+/// system load one job at a time — `pg_stat_statements` counted 45 % of all statement time as
+/// planning in a `latency` run, most of it these lookups (BENCHMARKS.md, twelfth session).
 pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
     if ids.is_empty() {
         return Ok(Vec::new());
@@ -303,6 +312,12 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
     let mut uuids: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
     uuids.sort_unstable();
     uuids.dedup();
+    if let [only] = uuids[..] {
+        return Ok(load_job(tx, JobId(only), Lock::None)
+            .await?
+            .into_iter()
+            .collect());
+    }
     let rows = query(
         tx,
         // One primary-key lookup per job, as for the steps below: with `id = ANY($1)`, the
