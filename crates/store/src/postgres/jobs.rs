@@ -85,12 +85,7 @@ pub(super) async fn lock_and_load(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Ve
     let mut uuids: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
     uuids.sort_unstable();
     uuids.dedup();
-    // One job by a plain parameter: a generic plan the connection keeps (see `rows::load_jobs`).
-    let (sql, params): (_, [&(dyn tokio_postgres::types::ToSql + Sync); 1]) = match &uuids[..] {
-        [only] => (LOCK_ONE_JOB_SQL, [only]),
-        _ => (LOCK_JOBS_SQL, [&uuids]),
-    };
-    let lock = query(tx, sql, &params);
+    let lock = rows::query_ids(tx, &uuids, LOCK_ONE_JOB_SQL, LOCK_JOBS_SQL);
     let (_, jobs) = futures::try_join!(lock, load_locked(tx, ids))?;
     Ok(jobs)
 }

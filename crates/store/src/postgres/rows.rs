@@ -30,6 +30,21 @@ pub(super) async fn query(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) 
     Ok(tx.query(&stmt, params).await?)
 }
 
+/// Looks up `ids` with `one` (a plain `$1`) when there is a single id, else with `many` (the ids
+/// as one array). A connection keeps the generic plan of the one-id statement; the array form
+/// is planned on every call (see `load_jobs`).
+pub(super) async fn query_ids(
+    tx: &Transaction<'_>,
+    ids: &[Uuid],
+    one: &str,
+    many: &str,
+) -> Res<Vec<Row>> {
+    match ids {
+        [only] => query(tx, one, &[only]).await,
+        _ => query(tx, many, &[&ids]).await,
+    }
+}
+
 pub(super) async fn query_opt(
     tx: &Transaction<'_>,
     sql: &str,

@@ -456,13 +456,7 @@ pub(super) async fn find_leases(
     ids: &[LeaseId],
 ) -> Res<std::collections::HashMap<LeaseId, LeaseRef>> {
     let uuids: Vec<Uuid> = ids.iter().map(|l| l.0).collect();
-    // One lease by a plain parameter: a generic plan the connection keeps (see
-    // `rows::load_jobs`).
-    let (sql, params): (_, [&(dyn tokio_postgres::types::ToSql + Sync); 1]) = match &uuids[..] {
-        [only] => (FIND_ONE_LEASE_SQL, [only]),
-        _ => (FIND_LEASES_SQL, [&uuids]),
-    };
-    let found = rows::query(tx, sql, &params).await?;
+    let found = rows::query_ids(tx, &uuids, FIND_ONE_LEASE_SQL, FIND_LEASES_SQL).await?;
     let mut out = std::collections::HashMap::with_capacity(found.len());
     for row in &found {
         let lease = LeaseRef {
