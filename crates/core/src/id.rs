@@ -61,14 +61,30 @@ impl FromStr for JobId {
     }
 }
 
-/// The id of one lease, that is of one attempt of one step. Random, so it cannot be guessed.
+/// The id of one lease, that is of one attempt of one step: the millisecond it was made, then 74
+/// random bits, so it cannot be guessed (an agent's token may report on any lease it knows the id
+/// of) and yet sorts by time.
+///
+/// The time prefix is for the stores: a lease row is keyed by this id, and with wholly random ids
+/// every claim and every removal wrote a different page of that index (a 4 KB page of log per
+/// lease; the `steady` benchmark in BENCHMARKS.md). Time-ordered ids keep the new leases on the
+/// index's last pages and the old ones, removed together, on its first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct LeaseId(pub Uuid);
 
 impl LeaseId {
+    /// A new id. Reads the clock and randomness: call it at the edge, not in the core.
     pub fn generate() -> Self {
-        LeaseId(Uuid::new_v4())
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // The last 10 bytes of a v4 id: the 74 bits the builder keeps of them (beside the
+        // version and variant it sets) are exactly the v4 id's random ones.
+        let random = Uuid::new_v4().into_bytes();
+        let mut bits = [0u8; 10];
+        bits.copy_from_slice(&random[6..]);
+        LeaseId(uuid::Builder::from_unix_timestamp_millis(millis, &bits).into_uuid())
     }
 }
 
@@ -129,5 +145,43 @@ mod prefix_tests {
         for bad in ["01a", "01a3185c77", "zz12345", "01a3-185c", ""] {
             assert_eq!(JobId::prefix_range(bad), None, "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod lease_id_tests {
+    use super::*;
+
+    // Proves lease ids sort by the millisecond they were made and still carry their random
+    // bits: ids made in different milliseconds are in order, and ids made together share no
+    // more than their time prefix (74 random bits each).
+    #[test]
+    fn lease_ids_sort_by_time_and_stay_unguessable() {
+        let first = LeaseId::generate();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let later: Vec<LeaseId> = (0..64).map(|_| LeaseId::generate()).collect();
+        assert!(
+            later.iter().all(|id| *id > first),
+            "a later id sorts after an earlier one"
+        );
+        assert!(later.iter().all(|id| id.0.get_version_num() == 7));
+        let tail = |id: &LeaseId| u128::from_be_bytes(id.0.into_bytes()) & ((1u128 << 80) - 1);
+        let mut tails: Vec<u128> = later.iter().map(tail).collect();
+        tails.sort_unstable();
+        tails.dedup();
+        assert_eq!(
+            tails.len(),
+            later.len(),
+            "each id has random bits of its own"
+        );
+        // Not a counter: two ids made one after the other differ in many random bits.
+        let spread: u32 = later
+            .windows(2)
+            .map(|w| (tail(&w[0]) ^ tail(&w[1])).count_ones())
+            .sum();
+        assert!(
+            spread > 63 * 20,
+            "consecutive ids differ in {spread} bits over 63 pairs"
+        );
     }
 }
