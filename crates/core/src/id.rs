@@ -76,15 +76,8 @@ pub struct LeaseId(pub Uuid);
 impl LeaseId {
     /// A new id. Reads the clock and randomness: call it at the edge, not in the core.
     pub fn generate() -> Self {
-        let millis = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        // The last 10 bytes of a v4 id: the 74 bits the builder keeps of them (beside the
-        // version and variant it sets) are exactly the v4 id's random ones.
-        let random = Uuid::new_v4().into_bytes();
-        let mut bits = [0u8; 10];
-        bits.copy_from_slice(&random[6..]);
-        LeaseId(uuid::Builder::from_unix_timestamp_millis(millis, &bits).into_uuid())
+        // Without a context (no counter), every bit after the time prefix is random.
+        LeaseId(Uuid::new_v7(uuid::Timestamp::now(uuid::NoContext)))
     }
 }
 
