@@ -112,6 +112,8 @@ struct Inner {
     _listener: listen::Listener,
     /// Sends what committed writes announce (see `announce`).
     announcer: announce::Announcer,
+    /// Agents whose last claim on this node leased all it asked for (see `leases::Busy`).
+    busy: leases::Busy,
 }
 
 /// Why a unit of work against the database stopped: a PostgreSQL error (classified only at the
@@ -288,6 +290,7 @@ impl PgStore {
                 signals: signals.clone(),
                 _listener: listen::spawn(config, tls, signals, origin.clone()),
                 announcer: announce::Announcer::spawn(announce_pool, origin),
+                busy: leases::Busy::default(),
             }),
         };
         store.migrate().await?;

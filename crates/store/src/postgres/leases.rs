@@ -20,6 +20,34 @@ use crate::{
 /// does if many ready rows turn out not to be claimable.
 const CLAIM_SKIPS_MAX: usize = 1_000;
 
+/// Agents whose last claim on this node leased as many steps as it asked for: they have a
+/// backlog, so their next claim skips the look before the transaction (the look is a walk of
+/// the claim index's head, as dear as the claim's own walk: 0.48 ms and 280 buffers a call in a
+/// drain). A claim that leases fewer than it asked for (an idle agent's worker polling again
+/// after getting its one lease) takes the agent out, so its next claim looks first again. Only a
+/// hint: a claim without the look is the same claim, and one that finds nothing costs an empty
+/// transaction.
+#[derive(Default)]
+pub(super) struct Busy(std::sync::Mutex<std::collections::HashSet<String>>);
+
+/// How many agents [`Busy`] remembers; past it, new ones are not added (they look first).
+const BUSY_AGENTS_MAX: usize = 1_024;
+
+impl Busy {
+    fn is_busy(&self, agent: &str) -> bool {
+        self.0.lock().expect("busy agents").contains(agent)
+    }
+
+    fn set(&self, agent: &str, busy: bool) {
+        let mut agents = self.0.lock().expect("busy agents");
+        if !busy {
+            agents.remove(agent);
+        } else if agents.len() < BUSY_AGENTS_MAX && !agents.contains(agent) {
+            agents.insert(agent.to_string());
+        }
+    }
+}
+
 /// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Leases::steps_claim`]):
 /// finds and locks candidates, lets the core decide each claim in memory, then writes every
 /// claim of the batch together.
@@ -304,18 +332,23 @@ impl Leases for PgStore {
         // Most claims of an idle agent find nothing (a worker polls again as soon as it has its
         // leases, every node hears every wake-up): they end after one statement, without a
         // transaction, a lock or a commit. Equivalent: a claim without a candidate leases
-        // nothing, spends no token and is not throttled.
-        let due = self
-            .read_one_statement(ANY_CANDIDATE_SQL, &[&c.agent, &c.now.as_millis()])
-            .await?;
-        if due.is_empty() {
-            return Ok(ClaimResult::default());
+        // nothing, spends no token and is not throttled. An agent with a backlog skips the look.
+        let busy = self.inner.busy.is_busy(&c.agent);
+        if !busy {
+            let due = self
+                .read_one_statement(ANY_CANDIDATE_SQL, &[&c.agent, &c.now.as_millis()])
+                .await?;
+            if due.is_empty() {
+                return Ok(ClaimResult::default());
+            }
         }
         let history = self.inner.history_per_job;
         let c = &c;
         let (result, siblings) = self
             .write(move |tx, _| Box::pin(claim(tx, c, history)))
             .await?;
+        let full = result.claimed.len() == c.lease_ids.len();
+        self.inner.busy.set(&c.agent, full);
         // This node does not hear its own notifications (`listen`): its claimers learn here.
         for agent in siblings {
             // No receiver is fine: nobody is waiting for anything.
@@ -406,6 +439,42 @@ mod tests {
         );
         drop(tx);
         drop(store);
+    }
+
+    // Proves an agent with a backlog skips the look and loses nothing by it: claims that lease
+    // all they ask for mark the agent busy, the next claim (no look) still leases exactly what is
+    // left, and the claim that finds nothing leases nothing, is not throttled and makes the next
+    // claim look first again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_agent_with_a_backlog_claims_without_the_look() {
+        let (db, store) = crate::pgtest::store_with_ready_steps(3).await;
+        let claim = |first: u128, n: u128| Claim {
+            agent: "a".to_string(),
+            worker: "w".to_string(),
+            lease_ids: (first..first + n)
+                .map(crate::conformance::lease_id)
+                .collect(),
+            now: at(1_000),
+        };
+        let busy = |store: &PgStore| store.inner.busy.is_busy("a");
+        assert!(!busy(&store), "a fresh store knows no busy agent");
+        let first = store.steps_claim(claim(1, 2)).await.expect("claim");
+        assert_eq!(first.claimed.len(), 2);
+        assert!(busy(&store), "a full claim marks the agent busy");
+        let second = store.steps_claim(claim(3, 2)).await.expect("claim");
+        assert_eq!(second.claimed.len(), 1, "the last ready step, once");
+        assert!(!busy(&store), "a claim short of its ask clears the mark");
+        let mut jobs: Vec<_> = (first.claimed.iter().chain(&second.claimed))
+            .map(|c| c.transition.job.id)
+            .collect();
+        jobs.sort();
+        jobs.dedup();
+        assert_eq!(jobs.len(), 3, "every step leased once");
+        store.inner.busy.set("a", true);
+        let none = store.steps_claim(claim(5, 1)).await.expect("claim");
+        assert!(none.claimed.is_empty() && none.throttled_until.is_none());
+        assert!(!busy(&store), "an empty claim clears the mark");
+        drop(db);
     }
 
     // Proves the look a claim takes before its transaction reads the head of the agent's range
