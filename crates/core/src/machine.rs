@@ -309,6 +309,39 @@ pub struct Transition {
     pub events: Vec<NewEvent>,
     pub effects: Vec<Effect>,
     pub reply: Reply,
+    /// Leases this transition took off their steps (a new attempt's claim, an unwind, a new
+    /// round): a step row names only its latest lease, so a store keeps these elsewhere for a
+    /// late report on them to be fenced as stale rather than answered as unknown.
+    pub retired_leases: Vec<RetiredLease>,
+}
+
+/// A lease that no longer stands for its step's latest attempt (see
+/// [`Transition::retired_leases`]): which attempt of which step it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetiredLease {
+    pub step: usize,
+    pub lease_id: LeaseId,
+    pub attempt: u32,
+}
+
+/// The leases of `before` that `after` no longer names: every step whose lease id changed or
+/// was cleared. A step's attempt changes only with its lease id (a claim), so the attempt it
+/// had in `before` is the retired lease's.
+fn retired_leases(before: &Job, after: &Job) -> Vec<RetiredLease> {
+    before
+        .steps
+        .iter()
+        .zip(&after.steps)
+        .enumerate()
+        .filter_map(|(step, (was, now))| match was.lease_id {
+            Some(lease_id) if now.lease_id != Some(lease_id) => Some(RetiredLease {
+                step,
+                lease_id,
+                attempt: was.attempt,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 impl Transition {
@@ -343,6 +376,8 @@ impl Transition {
         events.extend(next.events);
         let mut effects = self.effects;
         effects.extend(next.effects);
+        let mut retired_leases = self.retired_leases;
+        retired_leases.extend(next.retired_leases);
         Transition {
             job: next.job,
             job_changed: self.job_changed || next.job_changed,
@@ -350,6 +385,7 @@ impl Transition {
             events,
             effects,
             reply: next.reply,
+            retired_leases,
         }
     }
 
@@ -1552,6 +1588,13 @@ impl Work {
             self.job.same_admission(before),
             "a transition changed what was fixed at admission"
         );
+        let retired_leases = retired_leases(before, &self.job);
+        debug_assert!(
+            retired_leases
+                .iter()
+                .all(|r| changed_steps.contains(&r.step)),
+            "a lease was retired from a step the transition does not write"
+        );
         Transition {
             job: self.job,
             job_changed,
@@ -1559,6 +1602,7 @@ impl Work {
             events: self.events,
             effects: self.effects,
             reply,
+            retired_leases,
         }
     }
 }

@@ -100,9 +100,7 @@ CREATE TABLE public.leases (
     lease_id uuid NOT NULL,
     job_id uuid NOT NULL,
     step integer NOT NULL,
-    attempt bigint NOT NULL,
-    worker text NOT NULL,
-    leased_at bigint NOT NULL
+    attempt bigint NOT NULL
 );
 
 CREATE TABLE public.schedules (
@@ -264,3 +262,5 @@ CREATE INDEX steps_claim_due ON public.steps USING btree (next_attempt_at) WHERE
 CREATE INDEX steps_lease_agent ON public.steps USING btree (lease_agent) WHERE ((lease_expires_at IS NOT NULL) AND (lease_agent IS NOT NULL));
 
 CREATE INDEX steps_lease_expiry ON public.steps USING btree (lease_expires_at, job_id, idx) WHERE (lease_expires_at IS NOT NULL);
+
+CREATE INDEX steps_lease_id ON public.steps USING btree (lease_id) WHERE (lease_id IS NOT NULL);

@@ -79,9 +79,7 @@ CREATE TABLE "leases" (
     lease_id  TEXT PRIMARY KEY,
     job_id    TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     step      INTEGER NOT NULL,
-    attempt   INTEGER NOT NULL,
-    worker    TEXT NOT NULL,
-    leased_at INTEGER NOT NULL
+    attempt   INTEGER NOT NULL
 ) WITHOUT ROWID;
 
 CREATE TABLE schedules (
@@ -192,3 +190,5 @@ CREATE INDEX steps_lease_agent ON steps (lease_agent) WHERE lease_expires_at IS 
 
 CREATE INDEX steps_lease_expiry ON steps (lease_expires_at, job_id, idx)
     WHERE lease_expires_at IS NOT NULL;
+
+CREATE INDEX steps_lease_id ON steps (lease_id) WHERE lease_id IS NOT NULL;

@@ -3,39 +3,20 @@
 //! these are the few choices around it that concern rows.)
 
 use overseer_core::bucket::{next_token_at, refill, whole};
-use overseer_core::{Command, Job, JobId, JobState, LeaseId, Step, Timestamp, Transition};
+use overseer_core::{Command, Job, JobId, JobState, Step, Timestamp, Transition};
 
 use overseer_core::schedule::{self, Overlap, Timing};
 
 use crate::{AgentSettings, Error, Fire, LeaseRef, Result, Schedule, ScheduleUpdate};
 
-/// The step, lease id and worker of a claim command, whose lease must be recorded with the
-/// transition; `None` for every other command.
-pub(crate) fn claim_of(command: &Command) -> Option<(usize, LeaseId, String)> {
-    match command {
-        Command::Claim {
-            step,
-            lease_id,
-            worker,
-        } => Some((*step, *lease_id, worker.clone())),
-        _ => None,
-    }
-}
-
-/// The lease a claim transition of `step` handed out under `lease_id`: which attempt of which
-/// step the lease id stands for from now on.
-pub(crate) fn lease_of(t: &Transition, step: usize, lease_id: LeaseId) -> Result<LeaseRef> {
-    let attempt = t.job.steps.get(step).map(|s| s.attempt).ok_or_else(|| {
-        Error::Corrupt(format!(
-            "transition: claimed step {step} is missing from job {}",
-            t.job.id
-        ))
-    })?;
-    Ok(LeaseRef {
-        lease_id,
+/// The leases a transition took off their steps, which the store keeps (table `leases`) so each
+/// still resolves to its attempt: a step row names only its latest lease.
+pub(crate) fn retired_leases(t: &Transition) -> impl Iterator<Item = LeaseRef> + '_ {
+    t.retired_leases.iter().map(|r| LeaseRef {
+        lease_id: r.lease_id,
         job_id: t.job.id,
-        step,
-        attempt,
+        step: r.step,
+        attempt: r.attempt,
     })
 }
 

@@ -480,12 +480,14 @@ fn persist(
         rows::rewrite_step(conn, before, &t.job, idx)?;
     }
     rows::append_events(conn, t.job.id, &t.events, history_per_job, last_seq)?;
+    for lease in crate::decide::retired_leases(t) {
+        rows::insert_retired_lease(conn, &lease)?;
+    }
     written::remember(&t.job);
     rows::insert_deliveries(conn, t, now)
 }
 
-/// Loads a job, applies a command through the core, and stores the transition. A claim also
-/// records its lease so the lease id stays resolvable after later attempts.
+/// Loads a job, applies a command through the core, and stores the transition.
 fn apply_command(
     conn: &Connection,
     id: JobId,
@@ -498,17 +500,12 @@ fn apply_command(
     if command == Command::Activate && !ordering::may_start(conn, &job)? {
         return Err(overseer_core::Rejection::NotDue.into());
     }
-    let claim = crate::decide::claim_of(&command);
     let mut t = overseer_core::apply(&job, command, now)?;
     persist(conn, &job, &t, now, history_per_job)?;
     if let Some(key) = t.freed_ordering_key() {
         if let Some(next) = ordering::start_next_head(conn, key, now, history_per_job)? {
             t.absorb_wakeups(&next);
         }
-    }
-    if let Some((step, lease_id, worker)) = claim {
-        let lease = crate::decide::lease_of(&t, step, lease_id)?;
-        rows::insert_lease(conn, &lease, &worker, now)?;
     }
     Ok(t)
 }

@@ -13,7 +13,9 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{admit, apply, Command, Effect, Rejection, Reply, Transition, POISON_FAILURES};
+use super::{
+    admit, apply, Command, Effect, Rejection, Reply, RetiredLease, Transition, POISON_FAILURES,
+};
 use crate::backoff::{Backoff, Formula};
 use crate::id::{JobId, LeaseId};
 use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, Step, StepState};
@@ -1360,6 +1362,24 @@ fn check_transition(
     got.sort();
     want.sort();
     assert_eq!(got, want, "effects: {here}");
+    check_retired_leases(before, tr, &here);
+}
+
+/// A retired lease was its step's latest lease before the transition and is not after it, with
+/// the attempt the step had; and a lease the step no longer names is always retired (else a late
+/// report on it would be answered as unknown, not fenced as stale).
+fn check_retired_leases(before: &Job, tr: &Transition, here: &str) {
+    for r in &tr.retired_leases {
+        let was = &before.steps[r.step];
+        assert_eq!(was.lease_id, Some(r.lease_id), "retired: {here}");
+        assert_eq!(was.attempt, r.attempt, "retired attempt: {here}");
+        assert_ne!(tr.job.steps[r.step].lease_id, Some(r.lease_id), "{here}");
+    }
+    for (i, was) in before.steps.iter().enumerate() {
+        let dropped = was.lease_id.is_some() && tr.job.steps[i].lease_id != was.lease_id;
+        let retired = tr.retired_leases.iter().any(|r| r.step == i);
+        assert_eq!(dropped, retired, "step {i}'s lease: {here}");
+    }
 }
 // Proves admit starts a job at once unless its run_at is ahead: roots ready, the rest waiting.
 #[test]
@@ -3147,6 +3167,74 @@ fn operator_commands_need_a_blocked_job_and_a_failed_step() {
 // good, d is cancelled, the job compensates, b's undo is ready first (a's only once b is
 // compensated), each undo is leased (same fencing counter), heartbeated without cancel and run
 // exactly once, with its own idempotency key and the step's result as input, and the job ends
+// A step's row names only its latest lease: the transitions that take a lease off a step (a
+// retry's claim, an unwind, an undo's second attempt) name it with its attempt, and nothing else
+// does (a report, a first claim).
+#[test]
+fn transitions_name_the_leases_they_take_off_their_steps() {
+    let mut sim = start(&chain());
+    let first = sim.claim("a");
+    assert!(
+        first.retired_leases.is_empty(),
+        "a first claim retires nothing"
+    );
+    let lease_a1 = sim.step("a").lease_id.expect("leased");
+    assert!(
+        sim.fail("a", true).retired_leases.is_empty(),
+        "the lease stays named"
+    );
+    let again = sim.claim_when_due("a");
+    let a = sim.idx("a");
+    assert_eq!(
+        again.retired_leases,
+        [RetiredLease {
+            step: a,
+            lease_id: lease_a1,
+            attempt: 1
+        }]
+    );
+    sim.complete("a");
+    let lease_a2 = sim.step("a").lease_id.expect("kept after success");
+    sim.run("b");
+    let lease_b1 = sim.step("b").lease_id.expect("kept after success");
+    sim.claim("c");
+    let unwind = sim.fail("c", false);
+    // b's undo is ready; a waits for it. Both work leases are off their steps now.
+    let mut retired = unwind.retired_leases.clone();
+    retired.sort_by_key(|r| r.step);
+    let b = sim.idx("b");
+    assert_eq!(
+        retired,
+        [
+            RetiredLease {
+                step: a,
+                lease_id: lease_a2,
+                attempt: 2
+            },
+            RetiredLease {
+                step: b,
+                lease_id: lease_b1,
+                attempt: 1
+            },
+        ]
+    );
+    assert!(
+        sim.claim("b").retired_leases.is_empty(),
+        "b had no lease left"
+    );
+    let undo_b1 = sim.step("b").lease_id.expect("undo leased");
+    sim.fail("b", true);
+    let undo_again = sim.claim_when_due("b");
+    assert_eq!(
+        undo_again.retired_leases,
+        [RetiredLease {
+            step: b,
+            lease_id: undo_b1,
+            attempt: 2
+        }]
+    );
+}
+
 // `failed` listing both in `compensated`.
 #[test]
 fn compensation_undoes_in_reverse_dependency_order() {

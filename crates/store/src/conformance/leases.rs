@@ -384,6 +384,82 @@ pub async fn expired_lease_requeues_with_backoff(f: &Fixture) {
     }
 }
 
+// Proves a lease that an unwind took off its step (a succeeded step about to be undone, whose
+// row then names no lease, and later its undo's lease) still resolves to its attempt, and a late
+// report on it, alone or in a batch, is fenced as stale rather than answered as unknown.
+pub async fn leases_taken_off_by_an_unwind_stay_fenced(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let unwinding = run_until_b_fails(store, id, &undoable("compensate", json!({})), 1).await;
+    assert_eq!(unwinding.job.state, JobState::Compensating);
+    assert_eq!(
+        unwinding.job.steps[0].lease_id, None,
+        "a's row names no lease now"
+    );
+    let a_work = LeaseRef {
+        lease_id: lease_id(1),
+        job_id: id,
+        step: 0,
+        attempt: 1,
+    };
+    assert_eq!(
+        store.lease_find(lease_id(1)).await.expect("find"),
+        Some(a_work)
+    );
+    let late = crate::LeaseReport::Complete {
+        result: json!("late"),
+    };
+    let out = store
+        .leases_report(Reports {
+            reports: vec![Report {
+                lease_id: lease_id(1),
+                report: late.clone(),
+            }],
+            now: at(50),
+        })
+        .await
+        .expect("report");
+    assert!(
+        matches!(&out[0], Err(Error::Rejected(Rejection::LeaseLost { .. }))),
+        "a late report on a retired lease is stale, not unknown: {:?}",
+        out[0]
+    );
+    // The undo's own lease takes the row; the first is still resolved from where it was kept.
+    let undo = claim(store, "undo", 1, 10, at(60)).await;
+    assert_eq!(claimed_jobs(&undo), vec![id]);
+    let undo_attempt = undo[0].transition.job.steps[0].attempt;
+    assert_eq!(
+        store.lease_find(lease_id(1)).await.expect("find"),
+        Some(a_work)
+    );
+    assert_eq!(
+        store.lease_find(lease_id(10)).await.expect("find"),
+        Some(LeaseRef {
+            lease_id: lease_id(10),
+            job_id: id,
+            step: 0,
+            attempt: undo_attempt,
+        })
+    );
+    let before = get(store, id).await;
+    let out = store
+        .leases_report(Reports {
+            reports: vec![Report {
+                lease_id: lease_id(1),
+                report: late,
+            }],
+            now: at(70),
+        })
+        .await
+        .expect("report");
+    assert!(matches!(&out[0], Err(Error::Rejected(_))), "{:?}", out[0]);
+    assert_eq!(
+        get(store, id).await,
+        before,
+        "a fenced report changes nothing"
+    );
+}
+
 // Proves a lease id resolves to its attempt even after a later attempt superseded it.
 pub async fn lease_find_resolves_superseded_leases(f: &Fixture) {
     let store = &*f.store;

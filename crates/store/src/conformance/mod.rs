@@ -125,6 +125,7 @@ macro_rules! conformance_tests {
             lease_reports_apply_each_and_refuse_only_their_own,
             expired_lease_requeues_with_backoff,
             lease_find_resolves_superseded_leases,
+            leases_taken_off_by_an_unwind_stay_fenced,
             undo_is_claimed_by_its_compensate_agent,
             undo_leases_expire_and_backoff_wakes_the_compensate_agent,
             claim_order_ages_priority,

@@ -196,17 +196,8 @@ async fn apply_loaded(
     now: Timestamp,
     history_per_job: usize,
 ) -> Res<Transition> {
-    let claim = crate::decide::claim_of(&command);
     let t = overseer_core::apply(job, command, now)?;
-    let leases = match &claim {
-        Some((step, lease_id, _)) => vec![crate::decide::lease_of(&t, *step, *lease_id)?],
-        None => Vec::new(),
-    };
-    let worker = claim.as_ref().map_or("", |(_, _, w)| w.as_str());
-    futures::try_join!(
-        persist(tx, &t, now, history_per_job),
-        writes::insert_leases(tx, &leases, worker, now),
-    )?;
+    persist(tx, &t, now, history_per_job).await?;
     Ok(t)
 }
 

@@ -70,13 +70,11 @@ async fn claim(
     let ClaimRound {
         claimed, excluded, ..
     } = round;
-    let leases: Vec<LeaseRef> = claimed.iter().map(|c| c.lease).collect();
-    let transitions: Vec<&Transition> = claimed.iter().map(|c| &c.claimed.transition).collect();
+    let transitions: Vec<&Transition> = claimed.iter().map(|c| &c.transition).collect();
     let siblings = sibling_agents(&claimed, claim.now);
     let signals: Vec<String> = siblings.iter().map(|a| format!("ready:{a}")).collect();
     futures::try_join!(
         writes::persist_all(tx, &transitions, claim.now, history_per_job),
-        writes::insert_leases(tx, &leases, &claim.worker, claim.now),
         notify(tx, &signals),
     )?;
     // The bucket held the claim back if it ran dry before the claim's other bounds and
@@ -97,7 +95,7 @@ async fn claim(
     };
     let throttled_until = claim_spend(tx, &claim.agent, &limits, claimed.len(), has_more).await?;
     let result = ClaimResult {
-        claimed: claimed.into_iter().map(|c| c.claimed).collect(),
+        claimed,
         throttled_until,
     };
     Ok((result, siblings))
@@ -117,12 +115,6 @@ async fn walk_in_claim_order(tx: &Transaction<'_>) -> Res<()> {
 
 /// See [`walk_in_claim_order`]: for the rest of the transaction only.
 const CLAIM_ORDER_SQL: &str = "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off";
-
-/// A step a claim leased, with the lease it recorded.
-struct Leased {
-    claimed: Claimed,
-    lease: LeaseRef,
-}
 
 /// Steps a claim leaves out of its next candidate query: those it refused or leased already
 /// (its leases are written only at the end, so the rows still look claimable).
@@ -144,7 +136,7 @@ impl Excluded {
 /// one after the other from one load).
 #[derive(Default)]
 struct ClaimRound {
-    claimed: Vec<Leased>,
+    claimed: Vec<Claimed>,
     excluded: Excluded,
     /// Candidates the core refused or that did not decode.
     skips: usize,
@@ -215,12 +207,8 @@ impl ClaimRound {
             self.skips += 1;
             return Ok(());
         };
-        let lease = crate::decide::lease_of(&transition, step, lease_id)?;
         self.loaded.insert(job_uuid, transition.job.clone());
-        self.claimed.push(Leased {
-            claimed: Claimed { step, transition },
-            lease,
-        });
+        self.claimed.push(Claimed { step, transition });
         Ok(())
     }
 }
@@ -229,10 +217,10 @@ impl ClaimRound {
 /// connection that met these jobs locked passed over them (`SKIP LOCKED`) and may have gone back
 /// to sleep, so siblings made ready together are announced again once this claim commits, to
 /// other nodes and to this one.
-fn sibling_agents(claimed: &[Leased], now: Timestamp) -> Vec<String> {
+fn sibling_agents(claimed: &[Claimed], now: Timestamp) -> Vec<String> {
     let mut agents: Vec<&str> = Vec::new();
     for c in claimed {
-        agents.extend(c.claimed.transition.job.claimable_agents(now));
+        agents.extend(c.transition.job.claimable_agents(now));
     }
     agents.sort_unstable();
     agents.dedup();
@@ -358,8 +346,12 @@ impl Leases for PgStore {
     }
 
     async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
-        self.read(move |tx, _| Box::pin(rows::find_lease(tx, lease_id)))
-            .await
+        let ids = [lease_id];
+        let ids = &ids;
+        let found = self
+            .read(move |tx, _| Box::pin(writes::find_leases(tx, ids)))
+            .await?;
+        Ok(found.get(&lease_id).copied())
     }
 
     async fn leases_expired(&self, due: Due) -> Result<Vec<LeaseRef>> {

@@ -425,24 +425,6 @@ pub(super) async fn load_events(
     Ok(out)
 }
 
-pub(super) async fn find_lease(tx: &Transaction<'_>, lease_id: LeaseId) -> Res<Option<LeaseRef>> {
-    let Some(row) = query_opt(
-        tx,
-        "SELECT job_id, step, attempt FROM leases WHERE lease_id = $1",
-        &[&lease_id.0],
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    Ok(Some(LeaseRef {
-        lease_id,
-        job_id: JobId(get(&row, 0, "leases.job_id")?),
-        step: to_usize("leases.step", get(&row, 1, "leases.step")?)?,
-        attempt: to_u32("leases.attempt", get(&row, 2, "leases.attempt")?)?,
-    }))
-}
-
 /// Decodes `(job_id, idx, attempt, lease_id)` as a lease reference; `None` when the step has no
 /// lease id recorded (which the writer never leaves, but a bad row must not stop a sweep).
 pub(super) fn lease_ref_from_row(row: &Row) -> Res<Option<LeaseRef>> {

@@ -31,6 +31,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0012_job_rounds.sql"),
     include_str!("../../migrations/postgres/0013_rerun_progress.sql"),
     include_str!("../../migrations/postgres/0014_fewer_job_index_entries.sql"),
+    include_str!("../../migrations/postgres/0015_retired_leases.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

@@ -50,6 +50,7 @@ pub(super) async fn persist_all(
                 .map(|t| rows::insert_deliveries(tx, t, now))
         ),
         jobs::notify(tx, &signals),
+        insert_retired_leases(tx, transitions),
     )?;
     Ok(())
 }
@@ -412,14 +413,14 @@ impl<'a> StepColumns<'a> {
     }
 }
 
-/// Records the leases a claim handed out, so each lease id resolves to its attempt later: one
-/// statement.
-pub(super) async fn insert_leases(
-    tx: &Transaction<'_>,
-    leases: &[LeaseRef],
-    worker: &str,
-    at: Timestamp,
-) -> Res<()> {
+/// Keeps the leases the transitions took off their steps (see
+/// [`crate::decide::retired_leases`]): one statement, and none when there are none (nearly
+/// always: a first attempt's claim retires nothing).
+async fn insert_retired_leases(tx: &Transaction<'_>, transitions: &[&Transition]) -> Res<()> {
+    let leases: Vec<LeaseRef> = transitions
+        .iter()
+        .flat_map(|t| crate::decide::retired_leases(t))
+        .collect();
     if leases.is_empty() {
         return Ok(());
     }
@@ -432,18 +433,9 @@ pub(super) async fn insert_leases(
     let attempts: Vec<i64> = leases.iter().map(|l| i64::from(l.attempt)).collect();
     rows::execute(
         tx,
-        "INSERT INTO leases (lease_id, job_id, step, attempt, worker, leased_at) \
-         SELECT l.id, l.job, l.step, l.attempt, $5, $6 \
-         FROM unnest($1::uuid[], $2::uuid[], $3::integer[], $4::bigint[]) \
-           AS l (id, job, step, attempt)",
-        &[
-            &ids,
-            &jobs,
-            &steps,
-            &attempts,
-            &text(worker),
-            &at.as_millis(),
-        ],
+        "INSERT INTO leases (lease_id, job_id, step, attempt) \
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::integer[], $4::bigint[])",
+        &[&ids, &jobs, &steps, &attempts],
     )
     .await?;
     Ok(())
@@ -470,13 +462,19 @@ pub(super) async fn find_leases(
     Ok(out)
 }
 
-const FIND_ONE_LEASE_SQL: &str =
-    "SELECT lease_id, job_id, step, attempt FROM leases WHERE lease_id = $1";
+/// A lease id is the latest lease of the step that names it, or one kept in `leases` when it was
+/// taken off its step; never both.
+const FIND_ONE_LEASE_SQL: &str = "\
+    SELECT lease_id, job_id, idx, attempt FROM steps WHERE lease_id = $1 \
+    UNION ALL SELECT lease_id, job_id, step, attempt FROM leases WHERE lease_id = $1 \
+    LIMIT 1";
 
-const FIND_LEASES_SQL: &str =
-    "SELECT l.lease_id, l.job_id, l.step, l.attempt FROM unnest($1::uuid[]) AS w (id) \
-     CROSS JOIN LATERAL (SELECT lease_id, job_id, step, attempt FROM leases \
-       WHERE lease_id = w.id OFFSET 0) l";
+const FIND_LEASES_SQL: &str = "\
+    SELECT l.lease_id, l.job_id, l.step, l.attempt FROM unnest($1::uuid[]) AS w (id) \
+    CROSS JOIN LATERAL ( \
+      SELECT lease_id, job_id, idx AS step, attempt FROM steps WHERE lease_id = w.id \
+      UNION ALL SELECT lease_id, job_id, step, attempt FROM leases WHERE lease_id = w.id \
+      LIMIT 1) l";
 
 #[cfg(all(test, feature = "testing"))]
 mod tests {

@@ -731,15 +731,10 @@ pub(super) fn load_events(
     Ok(out)
 }
 
-pub(super) fn insert_lease(
-    conn: &Connection,
-    lease: &LeaseRef,
-    worker: &str,
-    at: Timestamp,
-) -> Result<()> {
+/// Keeps a lease taken off its step (see [`crate::decide::retired_leases`]).
+pub(super) fn insert_retired_lease(conn: &Connection, lease: &LeaseRef) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO leases (lease_id, job_id, step, attempt, worker, leased_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO leases (lease_id, job_id, step, attempt) VALUES (?1, ?2, ?3, ?4)",
     )
     .db()?
     .execute(params![
@@ -747,16 +742,20 @@ pub(super) fn insert_lease(
         job_id_text(lease.job_id),
         lease.step as i64,
         lease.attempt,
-        worker,
-        at.as_millis(),
     ])
     .db()?;
     Ok(())
 }
 
+/// Resolves a lease id to its attempt: the step that names it as its latest lease, else the
+/// leases kept when they were taken off their steps.
 pub(super) fn find_lease(conn: &Connection, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
     let mut stmt = conn
-        .prepare_cached("SELECT job_id, step, attempt FROM leases WHERE lease_id = ?1")
+        .prepare_cached(
+            "SELECT job_id, idx, attempt FROM steps WHERE lease_id = ?1 \
+             UNION ALL SELECT job_id, step, attempt FROM leases WHERE lease_id = ?1 \
+             LIMIT 1",
+        )
         .db()?;
     let mut rows = stmt.query([lease_id.0.to_string()]).db()?;
     let Some(row) = rows.next().db()? else {
