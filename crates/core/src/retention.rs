@@ -97,12 +97,35 @@ pub fn next_removal_batch(batch: usize, took: Span, max: usize) -> usize {
     next.clamp(REMOVAL_BATCH_MIN.min(max), max.max(1))
 }
 
+/// The most of a sweep's interval removal may take, in quarters: claims and reports still go
+/// first piece by piece, and the sweep's other work keeps a quarter.
+pub const REMOVAL_QUARTERS_MAX: u64 = 3;
+
+/// How many quarters of the next sweep removal may take, after a sweep that gave it `quarters`:
+/// one more while the backlog outlived its budget (removal is falling behind the jobs that
+/// finish, and the store would grow without bound), back to one once a sweep cleared it.
+pub fn next_removal_quarters(quarters: u64, backlog_left: bool) -> u64 {
+    match backlog_left {
+        true => (quarters + 1).min(REMOVAL_QUARTERS_MAX),
+        false => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     // Proves the removal batch halves past the write budget, doubles well within it, and stays
     // within the smallest batch and the configured one.
+    #[test]
+    fn removal_takes_more_of_the_sweep_only_while_it_falls_behind() {
+        assert_eq!(next_removal_quarters(1, true), 2);
+        assert_eq!(next_removal_quarters(2, true), 3);
+        assert_eq!(next_removal_quarters(3, true), REMOVAL_QUARTERS_MAX);
+        assert_eq!(next_removal_quarters(3, false), 1);
+        assert_eq!(next_removal_quarters(1, false), 1);
+    }
+
     #[test]
     fn removal_batches_follow_the_write_budget() {
         let ms = Span::from_millis;
