@@ -13,7 +13,7 @@
 //! changes them).
 
 use deadpool_postgres::Transaction;
-use overseer_core::{CompPhase, Job, JobId, LeaseId, Timestamp, Transition};
+use overseer_core::{CompPhase, Job, LeaseId, Timestamp, Transition};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -451,29 +451,26 @@ pub(super) async fn find_leases(
     let found = rows::query_ids(tx, &uuids, FIND_ONE_LEASE_SQL, FIND_LEASES_SQL).await?;
     let mut out = std::collections::HashMap::with_capacity(found.len());
     for row in &found {
-        let lease = LeaseRef {
-            lease_id: LeaseId(get(row, 0, "leases.lease_id")?),
-            job_id: JobId(get(row, 1, "leases.job_id")?),
-            step: rows::to_usize("leases.step", get(row, 2, "leases.step")?)?,
-            attempt: rows::to_u32("leases.attempt", get(row, 3, "leases.attempt")?)?,
-        };
-        out.insert(lease.lease_id, lease);
+        if let Some(lease) = rows::lease_ref_from_row(row)? {
+            out.insert(lease.lease_id, lease);
+        }
     }
     Ok(out)
 }
 
 /// A lease id is the latest lease of the step that names it, or one kept in `leases` when it was
 /// taken off its step; never both.
+/// Columns as `rows::lease_ref_from_row` decodes them.
 const FIND_ONE_LEASE_SQL: &str = "\
-    SELECT lease_id, job_id, idx, attempt FROM steps WHERE lease_id = $1 \
-    UNION ALL SELECT lease_id, job_id, step, attempt FROM leases WHERE lease_id = $1 \
+    SELECT job_id, idx, attempt, lease_id FROM steps WHERE lease_id = $1 \
+    UNION ALL SELECT job_id, step, attempt, lease_id FROM leases WHERE lease_id = $1 \
     LIMIT 1";
 
 const FIND_LEASES_SQL: &str = "\
-    SELECT l.lease_id, l.job_id, l.step, l.attempt FROM unnest($1::uuid[]) AS w (id) \
+    SELECT l.job_id, l.step, l.attempt, l.lease_id FROM unnest($1::uuid[]) AS w (id) \
     CROSS JOIN LATERAL ( \
-      SELECT lease_id, job_id, idx AS step, attempt FROM steps WHERE lease_id = w.id \
-      UNION ALL SELECT lease_id, job_id, step, attempt FROM leases WHERE lease_id = w.id \
+      SELECT job_id, idx AS step, attempt, lease_id FROM steps WHERE lease_id = w.id \
+      UNION ALL SELECT job_id, step, attempt, lease_id FROM leases WHERE lease_id = w.id \
       LIMIT 1) l";
 
 #[cfg(all(test, feature = "testing"))]

@@ -752,23 +752,16 @@ pub(super) fn insert_retired_lease(conn: &Connection, lease: &LeaseRef) -> Resul
 pub(super) fn find_lease(conn: &Connection, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT job_id, idx, attempt FROM steps WHERE lease_id = ?1 \
-             UNION ALL SELECT job_id, step, attempt FROM leases WHERE lease_id = ?1 \
+            "SELECT job_id, idx, attempt, lease_id FROM steps WHERE lease_id = ?1 \
+             UNION ALL SELECT job_id, step, attempt, lease_id FROM leases WHERE lease_id = ?1 \
              LIMIT 1",
         )
         .db()?;
     let mut rows = stmt.query([lease_id.0.to_string()]).db()?;
-    let Some(row) = rows.next().db()? else {
-        return Ok(None);
-    };
-    let job_id: String = row.get(0).db()?;
-    let step: i64 = row.get(1).db()?;
-    Ok(Some(LeaseRef {
-        lease_id,
-        job_id: parse_id("leases.job_id", &job_id)?,
-        step: usize::try_from(step).map_err(|_| corrupt("leases.step", step))?,
-        attempt: to_u32("leases.attempt", row.get(2).db()?)?,
-    }))
+    match rows.next().db()? {
+        Some(row) => lease_ref_from_row(row),
+        None => Ok(None),
+    }
 }
 
 /// Decodes `(job_id, idx, attempt, lease_id)` as a lease reference; `None` when the step has no
