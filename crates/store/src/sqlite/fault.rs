@@ -136,7 +136,8 @@ mod tests {
         let id = JobId(Uuid::now_v7());
         let admitted = admit(Job::from_spec(id, &spec, t(0)), t(0));
         let seq = crate::sqlite::insert::reserve_seqs(&conn, 1).expect("seq");
-        crate::sqlite::insert::insert_new(&conn, &admitted.job, seq, &admitted.events, HISTORY)
+        crate::sqlite::insert::NewRows::prepare(&conn)
+            .and_then(|mut rows| rows.insert(&admitted.job, seq, &admitted.events, HISTORY))
             .expect("insert");
         (conn, id)
     }

@@ -153,6 +153,7 @@ pub(super) fn submit_jobs(
     let mut find = conn
         .prepare_cached("SELECT id, fingerprint FROM jobs WHERE idempotency_key = ?1")
         .db()?;
+    let mut new_rows = insert::NewRows::prepare(conn)?;
     for (index, new) in jobs.into_iter().enumerate() {
         let job = &new.transition.job;
         if let Some(key) = &job.idempotency_key {
@@ -173,7 +174,7 @@ pub(super) fn submit_jobs(
             }
         }
         let seq = first_seq + index as i64;
-        insert::insert_new(conn, job, seq, &new.transition.events, history_per_job)?;
+        new_rows.insert(job, seq, &new.transition.events, history_per_job)?;
         // An admission has no command time of its own: the job was last updated by it.
         rows::insert_deliveries(conn, &new.transition, job.updated_at)?;
         // A keyed job heading its key starts in this same transaction.

@@ -131,7 +131,7 @@ const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, m
 
 /// Everything a step write sets: the job's key and copied priority, the step's own columns, and
 /// the columns derived from the step for the queries that find work (see schemas V2 and V3).
-const STEP_WRITE_COLUMNS: [&str; 41] = [
+pub(super) const STEP_WRITE_COLUMNS: [&str; 41] = [
     "job_id",
     "priority",
     "idx",
@@ -576,7 +576,7 @@ pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usiz
 }
 
 /// The values of [`STEP_WRITE_COLUMNS`] for step `idx` of `job`.
-fn step_values(job: &Job, idx: usize) -> Result<Vec<SqlValue>> {
+pub(super) fn step_values(job: &Job, idx: usize) -> Result<Vec<SqlValue>> {
     let Some(s) = job.steps.get(idx) else {
         return Err(corrupt(
             "transition",
@@ -669,17 +669,28 @@ pub(super) fn append_events(
         )?
         .ok_or(Error::JobNotFound(id))?,
     };
-    let mut insert = conn
-        .prepare_cached(
-            "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .db()?;
+    let mut insert = conn.prepare_cached(INSERT_EVENT_SQL).db()?;
+    insert_events(&mut insert, &id_text, last - count + 1, events)?;
+    trim_events(conn, &id_text, last, keep)
+}
+
+/// Inserts one history row; its job's id, seq, and the event's own columns.
+pub(super) const INSERT_EVENT_SQL: &str =
+    "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// Inserts `events` of job `id_text` as seqs `first`, `first + 1`, … with [`INSERT_EVENT_SQL`].
+pub(super) fn insert_events(
+    insert: &mut rusqlite::Statement<'_>,
+    id_text: &str,
+    first: i64,
+    events: &[NewEvent],
+) -> Result<()> {
     for (i, e) in events.iter().enumerate() {
         insert
             .execute(params![
                 id_text,
-                last - count + 1 + i as i64,
+                first + i as i64,
                 e.at.as_millis(),
                 e.kind,
                 e.step,
@@ -688,6 +699,12 @@ pub(super) fn append_events(
             ])
             .db()?;
     }
+    Ok(())
+}
+
+/// Deletes the oldest history of job `id_text` beyond the newest `keep`, `last` being the
+/// newest seq.
+pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usize) -> Result<()> {
     let keep = i64::try_from(keep).unwrap_or(i64::MAX);
     if last > keep {
         conn.prepare_cached("DELETE FROM events WHERE job_id = ?1 AND seq <= ?2")
