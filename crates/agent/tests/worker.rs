@@ -269,8 +269,8 @@ async fn cancel_grace_lets_the_handler_wind_down() {
 }
 
 // Proves a lease request never asks for more leases than there are free slots: at every
-// request the server sees, leases still running plus `max` stay within the concurrency, and
-// no more than that many handlers ever run at once.
+// request the server sees, unreported leases plus `max` stay within the concurrency (running)
+// and as many again (reports waiting), and no more than `concurrency` handlers ever run at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_limit_is_respected() {
     let fake = Fake::start().await;
@@ -320,16 +320,65 @@ async fn concurrency_limit_is_respected() {
         })
         .collect();
     assert_eq!(requests[0], (2, 0), "the first request asks for every slot");
+    // Unreported leases are the running ones and the reports not yet answered: at most two of
+    // each (a slot is free once its handler returns; see the test below).
     for (max, outstanding) in &requests {
         assert!(
-            max + outstanding <= 2,
-            "asked for {max} with {outstanding} running: {requests:?}"
+            max + outstanding <= 4,
+            "asked for {max} with {outstanding} unreported: {requests:?}"
         );
     }
     assert!(fake
         .reports()
         .iter()
         .all(|c| matches!(c, Call::Complete { .. })));
+}
+
+// Proves an attempt's slot is free again once its handler returns, not once its report is
+// answered, and that reports waiting for answers are bounded: with one slot and reports that
+// take 800 ms to answer, the second lease starts without waiting for the first report, and the
+// third waits until the first report is answered (the second report waits for the only
+// reporting permit, holding its slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_is_free_while_its_report_waits_and_waiting_reports_are_bounded() {
+    const DELAY: Duration = Duration::from_millis(800);
+    let fake = Fake::start().await;
+    fake.with(|inner| inner.report_delay = DELAY);
+    for i in 0..3 {
+        fake.push(lease(&format!("s{i}"), 10_000, 10_000));
+    }
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handler = {
+        let starts = starts.clone();
+        move |_ctx: StepContext| {
+            starts.lock().unwrap().push(Instant::now());
+            async move { Ok(Value::Null) }
+        }
+    };
+    let running = start(
+        builder(&fake)
+            .handler("work", handler)
+            .concurrency(1)
+            .build()
+            .unwrap(),
+    );
+    assert!(
+        wait_until(BOUND, || fake.reports().len() == 3).await,
+        "all three complete"
+    );
+    running.stop().await;
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 3);
+    assert!(
+        starts[1] - starts[0] < DELAY / 2,
+        "the second lease waited for the first report: {:?}",
+        starts[1] - starts[0]
+    );
+    assert!(
+        starts[2] - starts[0] >= DELAY,
+        "the third lease started with two reports unanswered: {:?}",
+        starts[2] - starts[0]
+    );
 }
 
 // Proves graceful shutdown stops taking leases at once but lets the running handler finish

@@ -71,6 +71,8 @@ pub struct Inner {
     pub reported: HashSet<LeaseId>,
     /// When set, complete and fail answer 409.
     pub reports_conflict: bool,
+    /// How long complete and fail take to answer (recorded at once, answered after this).
+    pub report_delay: Duration,
     pub submitted_keys: HashSet<String>,
     pub queries: Vec<String>,
     pub auth: Vec<Option<String>>,
@@ -392,12 +394,17 @@ async fn complete(
     Path(id): Path<String>,
     Json(req): Json<CompleteRequest>,
 ) -> Response {
-    let mut inner = s.inner.lock().unwrap();
-    report(&mut inner, &id, |lease| Call::Complete {
-        at: Instant::now(),
-        lease,
-        result: req.result,
-    })
+    let (answer, delay) = {
+        let mut inner = s.inner.lock().unwrap();
+        let answer = report(&mut inner, &id, |lease| Call::Complete {
+            at: Instant::now(),
+            lease,
+            result: req.result,
+        });
+        (answer, inner.report_delay)
+    };
+    tokio::time::sleep(delay).await;
+    answer
 }
 
 async fn fail(
@@ -405,11 +412,16 @@ async fn fail(
     Path(id): Path<String>,
     Json(req): Json<FailRequest>,
 ) -> Response {
-    let mut inner = s.inner.lock().unwrap();
-    report(&mut inner, &id, |lease| Call::Fail {
-        at: Instant::now(),
-        lease,
-        error: req.error,
-        retryable: req.retryable,
-    })
+    let (answer, delay) = {
+        let mut inner = s.inner.lock().unwrap();
+        let answer = report(&mut inner, &id, |lease| Call::Fail {
+            at: Instant::now(),
+            lease,
+            error: req.error,
+            retryable: req.retryable,
+        });
+        (answer, inner.report_delay)
+    };
+    tokio::time::sleep(delay).await;
+    answer
 }
