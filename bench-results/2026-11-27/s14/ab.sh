@@ -1,4 +1,5 @@
 #!/bin/bash
+# Output folder: $OUT (default /tmp/s14).
 # ab.sh sqlite|postgres scenario runs label:binary ... (EXTRA env for more args): alternating runs;
 # on postgres a fresh database on 127.0.0.1:5432 per run. Prints rate, p50/p99 and machine CPU-s.
 store=$1; sc=$2; runs=$3; shift 3
@@ -13,7 +14,7 @@ for i in $(seq 1 $runs); do
     c0=$(awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat)
     out=$($b bench --clients 64 --scenario $sc $EXTRA "${db[@]}" --output json 2>/dev/null)
     c1=$(awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat)
-    echo "$out" >> /tmp/s14/$store-$sc-$l.json
+    echo "$out" >> ${OUT:-/tmp/s14}/$store-$sc-$l.json
     echo "$out" | python3 -c "
 import sys,json
 for line in sys.stdin:
