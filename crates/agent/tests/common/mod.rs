@@ -394,17 +394,14 @@ async fn complete(
     Path(id): Path<String>,
     Json(req): Json<CompleteRequest>,
 ) -> Response {
-    let (answer, delay) = {
-        let mut inner = s.inner.lock().unwrap();
-        let answer = report(&mut inner, &id, |lease| Call::Complete {
+    answered_after_delay(&s, |inner| {
+        report(inner, &id, |lease| Call::Complete {
             at: Instant::now(),
             lease,
             result: req.result,
-        });
-        (answer, inner.report_delay)
-    };
-    tokio::time::sleep(delay).await;
-    answer
+        })
+    })
+    .await
 }
 
 async fn fail(
@@ -412,15 +409,22 @@ async fn fail(
     Path(id): Path<String>,
     Json(req): Json<FailRequest>,
 ) -> Response {
-    let (answer, delay) = {
-        let mut inner = s.inner.lock().unwrap();
-        let answer = report(&mut inner, &id, |lease| Call::Fail {
+    answered_after_delay(&s, |inner| {
+        report(inner, &id, |lease| Call::Fail {
             at: Instant::now(),
             lease,
             error: req.error,
             retryable: req.retryable,
-        });
-        (answer, inner.report_delay)
+        })
+    })
+    .await
+}
+
+/// Records a report at once (under the lock) and answers it after the fake's `report_delay`.
+async fn answered_after_delay(s: &Shared, record: impl FnOnce(&mut Inner) -> Response) -> Response {
+    let (answer, delay) = {
+        let mut inner = s.inner.lock().unwrap();
+        (record(&mut inner), inner.report_delay)
     };
     tokio::time::sleep(delay).await;
     answer
