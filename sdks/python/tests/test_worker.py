@@ -293,3 +293,82 @@ def test_context_progress_goes_with_the_next_heartbeat(server: Any, client: Clie
     assert step(job, "s")["progress"] == {"pct": 25} and step(job, "s")["progress_at"], job
     kinds = [e["kind"] for e in client.events(job["id"])]
     assert kinds.count("step_progress") == 1, kinds
+
+
+class HeldReports(Recorder):
+    """A recorder whose report requests (complete, fail, leases:report) reach the server at
+    once but get their answers only once `answer` is set: a server slow to settle reports."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+        self.unanswered = 0
+
+    async def handle_async_request(self, request: Any) -> Any:
+        path = request.url.path
+        if not (path.endswith(("/complete", "/fail")) or path == "/v1/leases:report"):
+            return await super().handle_async_request(request)
+        with self.lock:
+            self.unanswered += 1
+        try:
+            response = await super().handle_async_request(request)
+            # Waited for in a thread: the worker's event loop goes on meanwhile.
+            await asyncio.get_running_loop().run_in_executor(None, self.answer.wait, 30)
+            return response
+        finally:
+            with self.lock:
+                self.unanswered -= 1
+
+
+def test_slot_is_free_while_the_report_waits_for_its_answer(server: Any, client: Client) -> None:
+    # Proves a slot bounds the running handlers, not the reports: with concurrency 1 and report
+    # answers held back, a second handler starts while the first report is still unanswered;
+    # that second attempt then finds the one report permit taken and keeps its slot, so no
+    # third handler starts while both reports are unsettled. Once the answers flow, all three
+    # jobs finish.
+    transport = HeldReports()
+    worker = Worker(server.url, concurrency=1, transport=transport)
+    lock = threading.Lock()
+    started: List[int] = []
+    returned: List[int] = []
+    third = threading.Event()
+
+    @worker.handler("one-at-a-time")
+    def work(ctx: Context) -> Any:
+        with lock:
+            started.append(ctx.payload["n"])
+            if len(started) == 3:
+                third.set()
+        with lock:
+            returned.append(ctx.payload["n"])
+        return ctx.payload["n"]
+
+    def count(xs: List[int]) -> int:
+        with lock:
+            return len(xs)
+
+    def unanswered() -> int:
+        with transport.lock:
+            return transport.unanswered
+
+    specs = [{"steps": [{"name": "s", "agent": "one-at-a-time", "payload": {"n": n}}]}
+             for n in range(3)]
+    with running(worker):
+        try:
+            # The first job alone, so its report is the one held when the others come.
+            job_ids = [client.submit(specs[0])["id"]]
+            wait_until("the first report to be sent", lambda: unanswered() == 1, 10)
+            job_ids += [client.submit(s)["id"] for s in specs[1:]]
+            wait_until("a second handler (not waiting for the first report's answer)",
+                       lambda: count(started) == 2, 10)
+            wait_until("the second handler to return", lambda: count(returned) == 2, 10)
+            assert unanswered() == 1, "the first report was answered while held"
+            assert not third.wait(1.0), "a third handler ran while two reports were unsettled"
+            assert unanswered() == 1, "the second report was sent without a report permit"
+        finally:
+            transport.answer.set()
+        jobs = [client.wait(job_id, timeout=30) for job_id in job_ids]
+    assert third.is_set()
+    assert [(j["state"], step(j, "s")["result"]) for j in jobs] == [
+        ("succeeded", 0), ("succeeded", 1), ("succeeded", 2)
+    ], jobs

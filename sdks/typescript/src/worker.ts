@@ -43,7 +43,12 @@ export interface WorkerOptions extends ClientOptions {
   client?: Client;
   /** Shown in `GET /v1/agents`; default host name, pid and a random suffix. */
   workerId?: string;
-  /** Attempts run at once per agent name (default 4). */
+  /**
+   * Handlers running at once per agent name (default 4). A slot is free again as soon as its
+   * handler returns, so the next lease is taken while the report still waits for its answer; as
+   * many reports again may wait for answers at once, and past that a finished attempt keeps its
+   * slot until one is answered.
+   */
   concurrency?: number;
   /** How long one lease request may wait on the server (default 20 s). */
   pollWaitMs?: number;
@@ -112,7 +117,9 @@ export class Worker {
   }
 
   private async pollLoop(agent: string, handler: Handler): Promise<void> {
-    const slots = new Slots(this.concurrency);
+    const slots = new Semaphore(this.concurrency);
+    // Reports waiting for an answer: as many again as there are slots (see `attempt`).
+    const reports = new Semaphore(this.concurrency);
     let backoff = 0;
     while (!this.stopping.signal.aborted) {
       await slots.free(this.stopping.signal);
@@ -133,9 +140,7 @@ export class Worker {
         continue;
       }
       for (const lease of leases) {
-        slots.take();
-        const p = this.attempt(handler, lease, sentAt).finally(() => {
-          slots.give();
+        const p = this.attempt(handler, lease, sentAt, slots.take(), reports).finally(() => {
           this.running.delete(p);
         });
         this.running.add(p);
@@ -143,15 +148,33 @@ export class Worker {
     }
   }
 
-  private async attempt(handler: Handler, lease: Lease, sentAt: number): Promise<void> {
+  /**
+   * Runs one lease to its end. The attempt owns `slot` and gives it back once its handler is
+   * over (the `finally` covers every path; giving back twice is harmless).
+   */
+  private async attempt(handler: Handler, lease: Lease, sentAt: number, slot: Permit, reports: Semaphore): Promise<void> {
     const life = new Lifetime(this.client, lease, sentAt, this.log);
     try {
       if (!(await life.start())) return;
       const report = await runHandler(handler, life.context(), life.signal);
       life.stopBeating();
       if (report === null || life.signal.aborted) return; // nothing is reported for this attempt
-      await this.reporter.send(lease.lease_id, report, life.deadline, life.signal);
+      // The slot is for running: it goes back once the handler has ended, so the next lease is
+      // taken while this report waits for its answer. Held until the answer, every slot would
+      // sit idle through the server's commit and a round trip it has no part in. Reports waiting
+      // are bounded too, by as many again: when they are all taken, the slot is kept until one
+      // is answered, so a server slow to settle reports also slows down how fast leases are
+      // taken. The wait ends early when the lease's deadline passes (nothing is sent then).
+      const waiting = await reports.acquire(life.signal);
+      if (waiting === null) return;
+      slot.release();
+      try {
+        await this.reporter.send(lease.lease_id, report, life.deadline, life.signal);
+      } finally {
+        waiting.release();
+      }
     } finally {
+      slot.release();
       life.end();
     }
   }
@@ -295,8 +318,14 @@ class Lifetime {
   }
 }
 
-/** How many more attempts one agent name may start. */
-class Slots {
+/** One unit taken from a `Semaphore`. */
+interface Permit {
+  /** Gives the unit back; only the first call counts, so every exit path may call it. */
+  release(): void;
+}
+
+/** A count of free units (slots to run a handler, or reports that may wait for an answer). */
+class Semaphore {
   available: number;
   private waiters: (() => void)[] = [];
 
@@ -304,27 +333,44 @@ class Slots {
     this.available = n;
   }
 
-  take(): void {
+  /** Takes one unit now; the caller has seen one free (`available > 0`). */
+  take(): Permit {
     this.available -= 1;
+    let held = true;
+    return {
+      release: () => {
+        if (!held) return;
+        held = false;
+        this.available += 1;
+        this.waiters.splice(0).forEach((w) => w());
+      },
+    };
   }
 
-  give(): void {
-    this.available += 1;
-    this.waiters.splice(0).forEach((w) => w());
-  }
-
-  /** Resolves when at least one slot is free (or at once when `signal` aborts). */
+  /** Resolves when at least one unit is free (or at once when `signal` aborts). */
   async free(signal: AbortSignal): Promise<void> {
-    while (this.available <= 0 && !signal.aborted) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          signal.removeEventListener("abort", done);
-          resolve();
-        };
-        this.waiters.push(done);
-        signal.addEventListener("abort", done, { once: true });
-      });
-    }
+    while (this.available <= 0 && !signal.aborted) await this.changed(signal);
+  }
+
+  /** Takes one unit, waiting until one is free; `null` when `signal` aborts first. */
+  async acquire(signal: AbortSignal): Promise<Permit | null> {
+    // Checked and taken with no await in between, so two waiters cannot take the same unit.
+    while (this.available <= 0 && !signal.aborted) await this.changed(signal);
+    return signal.aborted ? null : this.take();
+  }
+
+  /** Resolves at the next release, or when `signal` aborts. */
+  private changed(signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        signal.removeEventListener("abort", done);
+        const i = this.waiters.indexOf(done); // gone already when a release woke it
+        if (i >= 0) this.waiters.splice(i, 1);
+        resolve();
+      };
+      this.waiters.push(done);
+      signal.addEventListener("abort", done, { once: true });
+    });
   }
 }
 

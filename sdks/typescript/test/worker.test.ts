@@ -239,3 +239,58 @@ test("progress goes with the next heartbeat", async () => {
     assert.equal(kinds.filter((k) => k === "step_progress").length, 1);
   });
 });
+
+// Proves a slot is given back as soon as its handler returns, not when its report is answered,
+// and that reports waiting for answers are bounded by as many again. With concurrency 1 and the
+// answers to complete/fail/`leases:report` held back by the injected fetch, the second lease's
+// handler starts while the first report is unanswered; the third does not start while two
+// reports are unanswered (the second attempt keeps its slot until a report is answered), and
+// starts once the first answer is let through.
+test("a slot is free once its handler returns, before its report is answered", async () => {
+  const held: { path: string; release: () => void }[] = [];
+  let holding = true;
+  const slowReports: typeof fetch = async (input, init) => {
+    const path = new URL(String(input)).pathname;
+    const response = await fetch(input, init);
+    if (!holding || !/^\/v1\/leases(\/[^/]+\/(complete|fail)|:report)$/.test(path)) return response;
+    // The server has committed the report; only its answer is late.
+    const gate = deferred<void>();
+    held.push({ path, release: gate.resolve });
+    await gate.promise;
+    return response;
+  };
+  const releaseAll = () => {
+    holding = false;
+    for (const h of held.splice(0)) h.release();
+  };
+  const started: number[] = [];
+  const worker = new Worker({ server: server.url, fetch: slowReports, concurrency: 1, log: () => {} })
+    .handle("slow-answer-ts", (c) => {
+      started.push(c.payload as number);
+      return c.payload;
+    });
+  const client = new Client({ server: server.url });
+  const jobs = await client.submitBatch([1, 2, 3].map((i): JobSpec => ({
+    steps: [{ name: "s", agent: "slow-answer-ts", payload: i, timeout: "30s" }],
+  })));
+  await withWorker(worker, async () => {
+    // Released before the worker is stopped (which waits for the reports), also on failure.
+    try {
+      await until("the first report to be sent", () => (held.length >= 1 ? true : undefined), 10_000);
+      await until("the second handler to start while the first report is unanswered",
+        () => (started.length >= 2 ? true : undefined), 5_000);
+      assert.equal(held.length, 1, "the first report is still unanswered");
+      // The second attempt has ended and waits to report: two reports are unanswered.
+      await new Promise((r) => setTimeout(r, 700));
+      assert.equal(started.length, 2, "no third handler while two reports are unanswered");
+      assert.equal(held.length, 1, "the second report waits for the first one's answer");
+      held.shift()!.release();
+      await until("the third handler to start once a report is answered",
+        () => (started.length >= 3 ? true : undefined), 5_000);
+    } finally {
+      releaseAll();
+    }
+    for (const j of jobs) assert.equal((await client.wait(j.id, { timeoutMs: 20_000 })).state, "succeeded");
+  });
+  assert.deepEqual([...started].sort((x, y) => x - y), [1, 2, 3]);
+});

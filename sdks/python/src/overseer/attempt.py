@@ -7,7 +7,7 @@ import concurrent.futures
 import inspect
 import json
 import logging
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
 
 from .client import AsyncClient
 from .context import Context, monotonic_of
@@ -34,6 +34,11 @@ def next_beat(now: float, deadline: float, interval: float) -> float:
 
 
 class Attempt:
+    """One lease's attempt. `before_report`, when given, is awaited once nothing of the
+    attempt runs any more (its handler ended or was dropped, or it never started) and just
+    before its report is sent; it is not called when nothing is reported. The worker uses it
+    to give the attempt's slot back while the report waits for its answer."""
+
     def __init__(
         self,
         client: AsyncClient,
@@ -42,9 +47,11 @@ class Attempt:
         handler: Callable[[Context], Any],
         lease: Dict[str, Any],
         sent_at: float,
+        before_report: Optional[Callable[[], Awaitable[None]]] = None,
     ) -> None:
         self.client = client
         self.reporter = reporter
+        self.before_report = before_report
         self.pool = pool
         self.handler = handler
         self.lease = lease
@@ -57,7 +64,6 @@ class Attempt:
         self.progress: Any = None
 
     async def run(self) -> None:
-        lease_id = self.lease["lease_id"]
         if not await self._confirm_if_late():
             return
         self.ctx._beat = self._request_beat
@@ -70,7 +76,14 @@ class Attempt:
             if not work.done():
                 work.cancel()
         if report is not None and self.loop.time() < self.deadline:
-            await self.reporter.send(lease_id, report, self.deadline)
+            await self._report(report)
+
+    async def _report(self, report: Report) -> None:
+        """Sends the report, after `before_report`. The reporter checks the deadline again,
+        which may pass while `before_report` waits."""
+        if self.before_report is not None:
+            await self.before_report()
+        await self.reporter.send(self.lease["lease_id"], report, self.deadline)
 
     def _request_beat(self, progress: Any) -> None:
         def ask() -> None:
@@ -106,7 +119,7 @@ class Attempt:
         if answer is None:
             return self.loop.time() < self.deadline
         if answer.get("cancel"):
-            await self.reporter.send(self.lease["lease_id"], CANCELLED, self.deadline)
+            await self._report(CANCELLED)
             return False
         return True
 

@@ -33,33 +33,76 @@ BACKOFF_MAX = 5.0
 
 
 class _Slots:
-    """One agent name's `concurrency`: its poll loop asks for as many leases as are free."""
+    """One agent name's `concurrency`: its poll loop asks for as many leases as there are free
+    slots, and as many reports again may wait for their answers (`reports`)."""
 
     def __init__(self, n: int) -> None:
         self.free = n
-        self._changed = asyncio.Condition()
+        self._freed = asyncio.Event()
+        self.reports = asyncio.Semaphore(n)
 
     async def take_some(self, most: int) -> int:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.free > 0)
-            n = min(self.free, most)
-            self.free -= n
-            return n
+        # Only the name's poll loop waits here, so one event is enough.
+        while self.free == 0:
+            self._freed.clear()
+            await self._freed.wait()
+        n = min(self.free, most)
+        self.free -= n
+        return n
 
-    async def give(self, n: int) -> None:
+    def give(self, n: int) -> None:
+        # Not a coroutine: a slot is given back even from a task being cancelled.
         if n:
-            async with self._changed:
-                self.free += n
-                self._changed.notify_all()
+            self.free += n
+            self._freed.set()
+
+
+class _Held:
+    """What one attempt holds of its agent name's `_Slots`: a slot while anything of it runs,
+    then a report permit while its report waits for an answer. `release` gives back whatever
+    is still held, so each is given back exactly once whichever way the attempt ends."""
+
+    def __init__(self, slots: _Slots) -> None:
+        self._slots = slots
+        self._slot = True
+        self._report = False
+
+    async def slot_for_report(self) -> None:
+        """Trades the slot for a report permit, once the attempt has nothing left to run.
+
+        The slot is for running handlers: given back before the report is answered, the poll
+        loop asks for the next lease while this report waits for the server's commit and round
+        trip, which the next handler has no part in. Reports waiting are bounded too, by as
+        many as there are slots: when every permit is taken, the slot is kept until a report is
+        answered, so a server slow to settle reports slows the claims down with it."""
+        if not self._slot or self._report:
+            return
+        # Cancelled while waiting (abandon), nothing is taken and `release` frees the slot.
+        await self._slots.reports.acquire()
+        self._report = True
+        self._give_slot()
+
+    def release(self) -> None:
+        self._give_slot()
+        if self._report:
+            self._report = False
+            self._slots.reports.release()
+
+    def _give_slot(self) -> None:
+        if self._slot:
+            self._slot = False
+            self._slots.give(1)
 
 
 class Worker:
     """Registers handlers per agent name and runs them.
 
     `server` is one URL or several (failed over in turn); `concurrency` is the number of
-    attempts of each agent name running at once (each name has its own long-poll loop and
-    its own slots, so an idle name never holds back a busy one). Plain `def` handlers run in a
-    thread pool; `async def` handlers run on the worker's event loop."""
+    handlers of each agent name running at once (each name has its own long-poll loop and
+    its own slots, so an idle name never holds back a busy one). A slot is free again as soon
+    as its handler returns, and as many reports again may wait for their answers; when they
+    all do, a finished attempt keeps its slot until one is answered. Plain `def` handlers run
+    in a thread pool; `async def` handlers run on the worker's event loop."""
 
     def __init__(
         self,
@@ -193,7 +236,7 @@ class Worker:
                     client.take_leases(agent, self.worker_id, n, self.poll_wait)
                 )
             except (TransportError, ApiError) as e:
-                await slots.give(n)
+                slots.give(n)
                 if isinstance(e, ApiError) and e.status < 500 and e.status != 429:
                     log.error("agent %s: lease request refused: %s", agent, e)
                 # Unreachable or overloaded: back off (jittered) and try the next server.
@@ -206,10 +249,10 @@ class Worker:
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
             if leases is None:
-                await slots.give(n)
+                slots.give(n)
                 return
             backoff = 0.1
-            await slots.give(n - len(leases))
+            slots.give(n - len(leases))
             for lease in leases:
                 self._start_attempt(client, pool, slots, lease, sent_at)
 
@@ -235,8 +278,15 @@ class Worker:
         sent_at: float,
     ) -> None:
         assert self._reporter is not None
+        held = _Held(slots)
         attempt = Attempt(
-            client, self._reporter, pool, self.handlers[lease["agent"]], lease, sent_at
+            client,
+            self._reporter,
+            pool,
+            self.handlers[lease["agent"]],
+            lease,
+            sent_at,
+            before_report=held.slot_for_report,
         )
         self._contexts.add(attempt.ctx)
 
@@ -249,7 +299,7 @@ class Worker:
                 log.exception("attempt %s/%s crashed", lease["job_id"], lease["step"])
             finally:
                 self._contexts.discard(attempt.ctx)
-                await slots.give(1)
+                held.release()
 
         task = asyncio.get_running_loop().create_task(run())
         self._attempts.add(task)
