@@ -49,6 +49,7 @@ mod maintenance;
 mod ordering;
 mod removal;
 mod rerun;
+mod row_writes;
 mod rows;
 mod schedules;
 mod schema;
@@ -472,12 +473,17 @@ fn persist(
     history_per_job: usize,
 ) -> Result<()> {
     let last_seq = if t.job_changed {
-        Some(rows::update_job(conn, before, &t.job, t.events.len())?)
+        Some(row_writes::update_job(
+            conn,
+            before,
+            &t.job,
+            t.events.len(),
+        )?)
     } else {
         None
     };
     for &idx in &t.changed_steps {
-        rows::rewrite_step(conn, before, &t.job, idx)?;
+        row_writes::rewrite_step(conn, before, &t.job, idx)?;
     }
     rows::append_events(conn, t.job.id, &t.events, history_per_job, last_seq)?;
     for lease in crate::decide::retired_leases(t) {

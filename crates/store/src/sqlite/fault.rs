@@ -18,7 +18,6 @@
 use overseer_core::{Command, Job, StepState, Timestamp, Transition};
 use rusqlite::Connection;
 
-use super::rows;
 use crate::Result;
 
 /// If `command` completes a step's work and the core accepts the result, writes that step's row
@@ -43,7 +42,7 @@ pub(super) fn write_step_result_only(
     if t.job.steps.get(step).map(|s| s.state) != Some(StepState::Succeeded) {
         return Ok(None);
     }
-    rows::write_step(conn, &t.job, step)?;
+    super::row_writes::write_step(conn, &t.job, step)?;
     super::written::forget(job.id);
     Ok(Some(t))
 }
@@ -121,7 +120,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::sqlite::{apply_command, migrate};
+    use crate::sqlite::{apply_command, migrate, rows};
 
     const HISTORY: usize = 100;
 

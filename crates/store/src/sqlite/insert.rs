@@ -13,9 +13,10 @@ use std::sync::OnceLock;
 use overseer_core::{Job, NewEvent};
 use rusqlite::{params, params_from_iter, CachedStatement, Connection};
 
+use super::row_writes::{step_values, update_then_read, STEP_WRITE_COLUMNS};
 use super::rows::{
-    corrupt, insert_events, job_id_text, ms, retry_text, step_values, trim_events,
-    update_then_read, DbResult, INSERT_EVENT_SQL, JOB_COLUMNS, STEP_WRITE_COLUMNS,
+    corrupt, insert_events, job_id_text, ms, retry_text, trim_events, DbResult, INSERT_EVENT_SQL,
+    JOB_COLUMNS,
 };
 use crate::Result;
 
