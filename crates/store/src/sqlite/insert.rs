@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use overseer_core::{Job, NewEvent};
 use rusqlite::{params, params_from_iter, CachedStatement, Connection};
 
-use super::row_writes::{step_values, update_then_read, STEP_WRITE_COLUMNS};
+use super::row_writes::{insert_step_sql, placeholders, step_values, update_then_read};
 use super::rows::{
     corrupt, insert_events, job_id_text, ms, retry_text, trim_events, DbResult, INSERT_EVENT_SQL,
     JOB_COLUMNS,
@@ -45,24 +45,6 @@ fn insert_job_sql() -> &'static str {
             placeholders(columns)
         )
     })
-}
-
-/// A plain `INSERT` over [`STEP_WRITE_COLUMNS`]: a new job's steps never exist yet.
-fn insert_step_sql() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| {
-        format!(
-            "INSERT INTO steps ({}) VALUES ({})",
-            STEP_WRITE_COLUMNS.join(", "),
-            placeholders(STEP_WRITE_COLUMNS.len())
-        )
-    })
-}
-
-/// `?1, ?2, … ?n`.
-fn placeholders(n: usize) -> String {
-    let all: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
-    all.join(", ")
 }
 
 /// The statements new jobs are inserted with, taken from the statement cache once per submit

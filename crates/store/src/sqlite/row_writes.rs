@@ -3,7 +3,9 @@
 //! every indexed column a `SET` names), builds the costly texts only for fields that differ,
 //! and keeps its `UPDATE` text per set of changed columns.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::OnceLock;
 
 use overseer_core::backoff::Formula;
@@ -61,26 +63,40 @@ pub(super) const STEP_WRITE_COLUMNS: [&str; 41] = [
     "progress_events",
 ];
 
-/// `INSERT … ON CONFLICT DO UPDATE` over [`STEP_WRITE_COLUMNS`], built once so the placeholder
-/// numbering can never drift from the column list.
+/// A plain `INSERT` over [`STEP_WRITE_COLUMNS`], built once so the placeholder numbering can
+/// never drift from the column list.
+pub(super) fn insert_step_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "INSERT INTO steps ({}) VALUES ({})",
+            STEP_WRITE_COLUMNS.join(", "),
+            placeholders(STEP_WRITE_COLUMNS.len())
+        )
+    })
+}
+
+/// [`insert_step_sql`] that overwrites the row when the step exists already.
 fn step_upsert_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
-        let columns = STEP_WRITE_COLUMNS.join(", ");
-        let placeholders: Vec<String> = (1..=STEP_WRITE_COLUMNS.len())
-            .map(|i| format!("?{i}"))
-            .collect();
         let updates: Vec<String> = STEP_WRITE_COLUMNS
             .iter()
             .filter(|c| !matches!(**c, "job_id" | "idx"))
             .map(|c| format!("{c} = excluded.{c}"))
             .collect();
         format!(
-            "INSERT INTO steps ({columns}) VALUES ({}) ON CONFLICT (job_id, idx) DO UPDATE SET {}",
-            placeholders.join(", "),
+            "{} ON CONFLICT (job_id, idx) DO UPDATE SET {}",
+            insert_step_sql(),
             updates.join(", ")
         )
     })
+}
+
+/// `?1, ?2, … ?n`.
+pub(super) fn placeholders(n: usize) -> String {
+    let all: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+    all.join(", ")
 }
 
 /// `steps.backoff_formula`: NULL for the exponential default (so rows written before schema V4,
@@ -183,14 +199,13 @@ const UPDATE_SQL_KEPT: usize = 1_024;
 
 thread_local! {
     /// `UPDATE` texts by table and set of changed columns (a bit per column position).
-    static UPDATE_SQL: std::cell::RefCell<HashMap<(UpdateOf, u64), std::rc::Rc<str>>> =
-        std::cell::RefCell::default();
+    static UPDATE_SQL: RefCell<HashMap<(UpdateOf, u64), Rc<str>>> = RefCell::default();
 }
 
 /// The `UPDATE` text for `changed` column positions of `of`, built by `build` the first time
 /// this thread (the writer) needs it: a claim or a report changes one of a few sets of columns,
 /// and formatting the text for every row written was a tenth of a step rewrite's time.
-fn update_sql(of: UpdateOf, changed: &[usize], build: impl FnOnce() -> String) -> std::rc::Rc<str> {
+fn update_sql(of: UpdateOf, changed: &[usize], build: impl FnOnce() -> String) -> Rc<str> {
     debug_assert!(
         changed.iter().all(|&c| c < 64),
         "a column position fits the mask"
@@ -204,7 +219,7 @@ fn update_sql(of: UpdateOf, changed: &[usize], build: impl FnOnce() -> String) -
         if cache.len() >= UPDATE_SQL_KEPT {
             cache.clear();
         }
-        let sql: std::rc::Rc<str> = build().into();
+        let sql: Rc<str> = build().into();
         cache.insert((of, mask), sql.clone());
         sql
     })
