@@ -60,6 +60,11 @@ impl JobState {
             JobState::Succeeded | JobState::Failed | JobState::Cancelled
         )
     }
+
+    /// The states of a job that has not finished, in declaration order.
+    pub fn unfinished() -> impl Iterator<Item = JobState> {
+        JobState::ALL.iter().copied().filter(|s| !s.is_terminal())
+    }
 }
 
 string_enum! {

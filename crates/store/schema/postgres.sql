@@ -231,11 +231,9 @@ CREATE INDEX deliveries_kind ON public.deliveries USING btree (kind, id);
 
 CREATE INDEX job_labels_key_value ON public.job_labels USING btree (key, value, job_id);
 
-CREATE INDEX jobs_active ON public.jobs USING btree (id) WHERE (state <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
-
 CREATE INDEX jobs_deadline_due ON public.jobs USING btree (deadline_due, id) WHERE (deadline_due IS NOT NULL);
 
-CREATE INDEX jobs_finished ON public.jobs USING btree (finished_at, state) WHERE (finished_at IS NOT NULL);
+CREATE INDEX jobs_finished ON public.jobs USING btree (state, finished_at, retention_ms) WHERE (finished_at IS NOT NULL);
 
 CREATE UNIQUE INDEX jobs_idempotency_key ON public.jobs USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
@@ -244,8 +242,6 @@ CREATE INDEX jobs_ordering_key ON public.jobs USING btree (ordering_key, seq) WH
 CREATE INDEX jobs_pending_due ON public.jobs USING btree (COALESCE(run_at, created_at), id) WHERE (state = 'pending'::text);
 
 CREATE INDEX jobs_pending_unkeyed ON public.jobs USING btree (run_at) WHERE ((state = 'pending'::text) AND (ordering_key IS NULL));
-
-CREATE INDEX jobs_retention ON public.jobs USING btree (state, finished_at) WHERE ((finished_at IS NOT NULL) AND (retention_ms IS NULL));
 
 CREATE INDEX jobs_retention_own ON public.jobs USING btree (((finished_at + retention_ms))) WHERE ((finished_at IS NOT NULL) AND (retention_ms IS NOT NULL));
 

@@ -152,12 +152,9 @@ CREATE INDEX deliveries_kind ON deliveries (kind, id);
 
 CREATE INDEX job_labels_key_value ON job_labels (key, value, job_id);
 
-CREATE INDEX jobs_active ON jobs (id)
-    WHERE state <> 'succeeded' AND state <> 'failed' AND state <> 'cancelled';
-
 CREATE INDEX jobs_deadline_due ON jobs (deadline_due, id) WHERE deadline_due IS NOT NULL;
 
-CREATE INDEX jobs_finished ON jobs (finished_at, state) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_finished ON jobs (state, finished_at, retention_ms) WHERE finished_at IS NOT NULL;
 
 CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
@@ -168,9 +165,6 @@ CREATE INDEX jobs_ordering_key ON jobs (ordering_key, seq)
 CREATE INDEX jobs_pending_due ON jobs (COALESCE(run_at, created_at), id) WHERE state = 'pending';
 
 CREATE INDEX jobs_pending_unkeyed ON jobs (run_at) WHERE state = 'pending' AND ordering_key IS NULL;
-
-CREATE INDEX jobs_retention ON jobs (state, finished_at)
-    WHERE finished_at IS NOT NULL AND retention_ms IS NULL;
 
 CREATE INDEX jobs_retention_own ON jobs ((finished_at + retention_ms))
     WHERE finished_at IS NOT NULL AND retention_ms IS NOT NULL;

@@ -18,11 +18,11 @@
 //! backend; `ordering`, `removal` and `rerun` serve `jobs`. Every supervisor write is checked against the
 //! leader lease in its own transaction (`leader::check_fence`).
 
-/// The condition "the job in column `$state` is unfinished", spelled as the partial indexes
-/// `jobs_active` and `jobs_ordering_key` spell it (a query uses a partial index only if its WHERE
-/// clause repeats the index's condition). Three comparisons, not `NOT IN (…)`: SQLite evaluates
-/// an `IN` list by building a temporary index of it on each execution, and every insert and
-/// update of a job row evaluates both indexes' conditions (see migration 0015).
+/// The condition "the job in column `$state` is unfinished", spelled as the partial index
+/// `jobs_ordering_key` spells it (a query uses a partial index only if its WHERE clause repeats
+/// the index's condition). Three comparisons, not `NOT IN (…)`: SQLite evaluates an `IN` list
+/// by building a temporary index of it on each execution, and every insert and update of a job
+/// row evaluates the index's condition (see migration 0015).
 macro_rules! unfinished {
     ($state:literal) => {
         concat!(
@@ -638,6 +638,29 @@ mod tests {
             due.iter()
                 .any(|l| l.contains("USING INDEX jobs_ordering_key (ordering_key=? AND seq<?)")),
             "{due:?}"
+        );
+    }
+
+    // Proves the repair's page of unfinished jobs merges ordered ranges of `jobs_state_id`
+    // without a sort, and the per-minute counts read `jobs_finished` alone.
+    #[test]
+    fn unfinished_and_finished_jobs_come_from_their_indexes() {
+        let active = plan(&jobs::ACTIVE_SQL);
+        assert!(
+            active.iter().all(|l| !l.contains("TEMP B-TREE"))
+                && active.iter().filter(|l| l.starts_with("MERGE")).count() == 3
+                && active
+                    .iter()
+                    .filter(|l| *l
+                        == "SEARCH jobs USING COVERING INDEX jobs_state_id (state=? AND id>?)")
+                    .count()
+                    == 4,
+            "{active:?}"
+        );
+        let counts = plan(stats::FINISHED_PER_MINUTE_SQL);
+        assert_eq!(
+            counts[0],
+            "SEARCH jobs USING COVERING INDEX jobs_finished (state=? AND finished_at>? AND finished_at<?)"
         );
     }
 

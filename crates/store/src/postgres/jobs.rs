@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 
 use deadpool_postgres::Transaction;
-use overseer_core::{Command, Effect, Event, Job, JobId, Rejection, Timestamp, Transition};
+use overseer_core::{
+    Command, Effect, Event, Job, JobId, JobState, Rejection, Timestamp, Transition,
+};
 use uuid::Uuid;
 
 use super::leader::check_fence;
@@ -481,6 +483,17 @@ pub(super) async fn ordering_key_status(tx: &Transaction<'_>, key: &str) -> Res<
     })
 }
 
+/// Unfinished jobs in id order, for the supervisor's repair: one range of `jobs_state_id` per
+/// unfinished state, each stopped at the page's size, merged by id.
+static ACTIVE_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let arms: Vec<String> = JobState::unfinished()
+        .map(|s| {
+            format!("(SELECT id FROM jobs WHERE state = '{s}' AND id > $1 ORDER BY id LIMIT $2)")
+        })
+        .collect();
+    format!("{} ORDER BY id LIMIT $2", arms.join(" UNION ALL "))
+});
+
 #[async_trait::async_trait]
 impl Jobs for PgStore {
     async fn jobs_submit(&self, jobs: Vec<NewJob>) -> crate::Result<Vec<Submitted>> {
@@ -556,15 +569,7 @@ impl Jobs for PgStore {
         let after = page.after.map_or(Uuid::nil(), |a| a.0);
         self.read(move |tx, _| {
             Box::pin(async move {
-                let rows = query(
-                    tx,
-                    &format!(
-                        "SELECT id FROM jobs WHERE state NOT IN {TERMINAL} AND id > $1 \
-                         ORDER BY id LIMIT $2"
-                    ),
-                    &[&after, &limit_param(page.limit)],
-                )
-                .await?;
+                let rows = query(tx, &ACTIVE_SQL, &[&after, &limit_param(page.limit)]).await?;
                 job_ids(&rows, "jobs.id")
             })
         })

@@ -32,6 +32,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0013_rerun_progress.sql"),
     include_str!("../../migrations/postgres/0014_fewer_job_index_entries.sql"),
     include_str!("../../migrations/postgres/0015_retired_leases.sql"),
+    include_str!("../../migrations/postgres/0016_fewer_job_indexes.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

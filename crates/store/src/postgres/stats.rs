@@ -37,7 +37,8 @@ pub(super) async fn finished_per_minute(
         tx,
         "SELECT ((finished_at - $1) / 60000)::bigint AS bucket, state, COUNT(*)::bigint \
          FROM jobs \
-         WHERE finished_at IS NOT NULL AND finished_at >= $1 AND finished_at < $2 \
+         WHERE state IN ('succeeded', 'failed', 'cancelled') \
+           AND finished_at IS NOT NULL AND finished_at >= $1 AND finished_at < $2 \
          GROUP BY bucket, state ORDER BY bucket, state",
         &[&window.since.as_millis(), &window.until.as_millis()],
     )

@@ -1,7 +1,9 @@
 //! Jobs: submits (idempotent on their key), reads, commands through the core, due and active
 //! jobs, removal and replacement (`removal`), and ordering keys (`ordering`).
 
-use overseer_core::{Event, Job, JobId, Transition};
+use std::sync::LazyLock;
+
+use overseer_core::{Event, Job, JobId, JobState, Transition};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
@@ -124,16 +126,22 @@ impl Jobs for SqliteStore {
     }
 }
 
-/// Unfinished jobs in id order. The WHERE clause repeats the partial index's word for word
-/// (see migration 0002).
+/// Unfinished jobs in id order, for the supervisor's repair: one range of `jobs_state_id` per
+/// unfinished state, merged by id (SQLite merges the ordered arms of a compound select, so no
+/// arm is read past the page).
+pub(super) static ACTIVE_SQL: LazyLock<String> = LazyLock::new(|| {
+    let arms: Vec<String> = JobState::unfinished()
+        .map(|s| {
+            format!("SELECT id FROM jobs INDEXED BY jobs_state_id WHERE state = '{s}' AND id > ?1")
+        })
+        .collect();
+    format!("{} ORDER BY id LIMIT ?2", arms.join(" UNION ALL "))
+});
+
 fn active(conn: &Connection, page: ActivePage) -> Result<Vec<JobId>> {
     rows::query_job_ids(
         conn,
-        concat!(
-            "SELECT id FROM jobs INDEXED BY jobs_active WHERE ",
-            unfinished!("state"),
-            " AND id > ?1 ORDER BY id LIMIT ?2"
-        ),
+        &ACTIVE_SQL,
         params![
             page.after.map(job_id_text).unwrap_or_default(),
             limit_param(page.limit)

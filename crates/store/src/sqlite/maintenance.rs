@@ -86,12 +86,12 @@ fn prune_jobs(conn: &Connection, prune: &Prune, pressure: &Pressure) -> Result<P
     Ok(out)
 }
 
-/// Deletes up to `limit` jobs past their retention: one range of `jobs_retention` per terminal
+/// Deletes up to `limit` jobs past their retention: one range of `jobs_finished` per terminal
 /// state (the core's cutoffs) and one of `jobs_retention_own`; steps, labels, history and leases
 /// go by their foreign keys, settled deliveries by `deliveries_job`.
 fn prune_piece(conn: &Connection, prune: &Prune, limit: usize) -> Result<Vec<JobId>> {
     let [(s1, c1), (s2, c2), (s3, c3)] = prune.retention.cutoffs(prune.now);
-    let arm = "SELECT id FROM jobs INDEXED BY jobs_retention WHERE state = ? AND \
+    let arm = "SELECT id FROM jobs INDEXED BY jobs_finished WHERE state = ? AND \
                finished_at IS NOT NULL AND retention_ms IS NULL AND finished_at <= ?";
     let sql = format!(
         "DELETE FROM jobs WHERE id IN (SELECT id FROM ({arm} UNION ALL {arm} UNION ALL {arm} \

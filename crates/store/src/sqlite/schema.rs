@@ -26,4 +26,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0015_unfinished_without_in_lists.sql"),
     include_str!("../../migrations/sqlite/0016_history_and_leases_without_rowid.sql"),
     include_str!("../../migrations/sqlite/0017_retired_leases.sql"),
+    include_str!("../../migrations/sqlite/0018_fewer_job_indexes.sql"),
 ];

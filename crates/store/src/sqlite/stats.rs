@@ -28,15 +28,16 @@ pub(super) fn count_by_state(conn: &Connection) -> Result<Vec<StateCount>> {
     Ok(out)
 }
 
+/// Finished jobs per minute and state: one range of `jobs_finished` per terminal state.
+pub(super) const FINISHED_PER_MINUTE_SQL: &str =
+    "SELECT (finished_at - ?1) / 60000 AS bucket, state, COUNT(*) \
+     FROM jobs INDEXED BY jobs_finished \
+     WHERE state IN ('succeeded', 'failed', 'cancelled') \
+       AND finished_at IS NOT NULL AND finished_at >= ?1 AND finished_at < ?2 \
+     GROUP BY bucket, state ORDER BY bucket, state";
+
 pub(super) fn finished_per_minute(conn: &Connection, window: Window) -> Result<Vec<FinishedCount>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT (finished_at - ?1) / 60000 AS bucket, state, COUNT(*) \
-             FROM jobs INDEXED BY jobs_finished \
-             WHERE finished_at IS NOT NULL AND finished_at >= ?1 AND finished_at < ?2 \
-             GROUP BY bucket, state ORDER BY bucket, state",
-        )
-        .db()?;
+    let mut stmt = conn.prepare_cached(FINISHED_PER_MINUTE_SQL).db()?;
     let mut rows = stmt
         .query([window.since.as_millis(), window.until.as_millis()])
         .db()?;
