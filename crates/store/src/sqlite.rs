@@ -472,24 +472,21 @@ fn persist(
     now: Timestamp,
     history_per_job: usize,
 ) -> Result<()> {
-    let last_seq = if t.job_changed {
-        Some(row_writes::update_job(
-            conn,
-            before,
-            &t.job,
-            t.events.len(),
-        )?)
-    } else {
-        None
-    };
+    let id = t.job.id;
+    let last_event_seq = rows::last_event_seq(conn, id)? + t.events.len() as i64;
+    if t.job_changed {
+        row_writes::update_job(conn, before, &t.job, last_event_seq)?;
+    } else if !t.events.is_empty() {
+        row_writes::count_events(conn, id, last_event_seq)?;
+    }
     for &idx in &t.changed_steps {
         row_writes::rewrite_step(conn, before, &t.job, idx)?;
     }
-    rows::append_events(conn, t.job.id, &t.events, history_per_job, last_seq)?;
+    rows::append_events(conn, id, &t.events, history_per_job, last_event_seq)?;
     for lease in crate::decide::retired_leases(t) {
         rows::insert_retired_lease(conn, &lease)?;
     }
-    written::remember(&t.job);
+    written::remember(&t.job, last_event_seq);
     rows::insert_deliveries(conn, t, now)
 }
 

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use overseer_core::backoff::Formula;
 use overseer_core::job::PRIORITY_AGING;
-use overseer_core::{CompPhase, Job};
+use overseer_core::{CompPhase, Job, JobId};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -133,9 +133,6 @@ pub(super) fn update_then_read(
         .db()
 }
 
-/// A job's newest event number (see `jobs.last_event_seq`).
-pub(super) const LAST_EVENT_SEQ_SQL: &str = "SELECT last_event_seq FROM jobs WHERE id = ?1";
-
 /// The job's own columns an update may change, in the order [`job_values`] gives them.
 const JOB_UPDATE_COLUMNS: [&str; 14] = [
     "fingerprint",
@@ -243,42 +240,40 @@ fn changed_positions(old: &[SqlValue], new: &[SqlValue]) -> Vec<usize> {
 }
 
 /// Writes back the job's own fields that the transition from `before` changed (its labels and
-/// idempotency key never change), and takes `new_events` sequence numbers in the same
-/// statement: answers the job's `last_event_seq` after them. A changed priority also moves the
-/// steps' copies of it (and their claim ranks).
+/// idempotency key never change) with its new `last_event_seq`, in one statement. A changed
+/// priority also moves the steps' copies of it (and their claim ranks).
 pub(super) fn update_job(
     conn: &Connection,
     before: &Job,
     job: &Job,
-    new_events: usize,
-) -> Result<i64> {
+    last_event_seq: i64,
+) -> Result<()> {
     let id = job_id_text(job.id);
     let new = job_values(job)?;
     let changed = changed_positions(&job_values(before)?, &new);
     let sql = update_sql(UpdateOf::Job, &changed, || {
         let mut set = set_items(&JOB_UPDATE_COLUMNS, &changed, 3);
-        set.push("last_event_seq = last_event_seq + ?2".into());
+        set.push("last_event_seq = ?2".into());
         format!("UPDATE jobs SET {} WHERE id = ?1", set.join(", "))
     });
     let values = changed.iter().map(|&c| &new[c]);
-    let last = update_then_read(
-        conn,
-        &sql,
-        rusqlite::params_from_iter(
+    let written = conn
+        .prepare_cached(&sql)
+        .db()?
+        .execute(rusqlite::params_from_iter(
             [
                 SqlValue::Text(id.clone()),
-                SqlValue::Integer(new_events as i64),
+                SqlValue::Integer(last_event_seq),
             ]
             .iter()
             .chain(values),
-        ),
-        LAST_EVENT_SEQ_SQL,
-        [&id],
-    )?
-    .ok_or(Error::JobNotFound(job.id))?;
-    let reprioritized = job.priority != before.priority;
-    if !reprioritized {
-        return Ok(last);
+        ))
+        .db()?;
+    if written == 0 {
+        return Err(Error::JobNotFound(job.id));
+    }
+    if job.priority == before.priority {
+        return Ok(());
     }
     // The claim rank is derived from the job's priority, so keep the copies in step with it; the
     // expression is `Job::claim_rank` for every step whether or not the transition changed it.
@@ -290,7 +285,21 @@ pub(super) fn update_job(
     .db()?
     .execute(params![id, job.priority, PRIORITY_AGING.as_millis_i64()])
     .db()?;
-    Ok(last)
+    Ok(())
+}
+
+/// Sets the job's `last_event_seq` alone: a transition that added events and left the job's own
+/// fields as they were.
+pub(super) fn count_events(conn: &Connection, id: JobId, last_event_seq: i64) -> Result<()> {
+    let written = conn
+        .prepare_cached("UPDATE jobs SET last_event_seq = ?2 WHERE id = ?1")
+        .db()?
+        .execute(params![job_id_text(id), last_event_seq])
+        .db()?;
+    match written {
+        0 => Err(Error::JobNotFound(id)),
+        _ => Ok(()),
+    }
 }
 
 /// Inserts or overwrites one step row from the job as it now stands.

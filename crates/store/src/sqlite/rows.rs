@@ -14,10 +14,9 @@ use overseer_core::{
     CompPhase, DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState,
     Timestamp, Transition,
 };
-use rusqlite::{params, Connection, Row};
+use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use super::row_writes::{update_then_read, LAST_EVENT_SEQ_SQL};
 use crate::{Delivery, DeliveryCounts, DeliveryOutcome, DeliveryRecord, Error, LeaseRef, Result};
 
 /// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
@@ -266,30 +265,58 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
 pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     if let Some(job) = super::written::get(id) {
         debug_assert_eq!(
-            read_job(conn, id)?.as_ref(),
+            read_job(conn, id)?.map(|(job, _)| job).as_ref(),
             Some(&job),
             "the writer's cached job differs from the database"
         );
         return Ok(Some(job));
     }
-    let job = read_job(conn, id)?;
-    if let Some(job) = &job {
-        super::written::remember(job);
-    }
-    Ok(job)
+    let Some((job, last_event_seq)) = read_job(conn, id)? else {
+        return Ok(None);
+    };
+    super::written::remember(&job, last_event_seq);
+    Ok(Some(job))
 }
 
-/// Reads and decodes a job and its steps from the database (see [`load_job`]).
-fn read_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
+/// The job's `last_event_seq` (the number of its newest event): the writer's cached count, or
+/// else the row's.
+pub(super) fn last_event_seq(conn: &Connection, id: JobId) -> Result<i64> {
+    let stored = || -> Result<i64> {
+        conn.prepare_cached("SELECT last_event_seq FROM jobs WHERE id = ?1")
+            .db()?
+            .query_row([job_id_text(id)], |r| r.get(0))
+            .optional()
+            .db()?
+            .ok_or(Error::JobNotFound(id))
+    };
+    match super::written::last_event_seq(id) {
+        Some(cached) => {
+            debug_assert_eq!(
+                stored()?,
+                cached,
+                "the writer's cached event count is stale"
+            );
+            Ok(cached)
+        }
+        None => stored(),
+    }
+}
+
+/// Reads and decodes a job and its steps from the database (see [`load_job`]), with the job's
+/// `last_event_seq`.
+fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
     let id_text = job_id_text(id);
     let mut stmt = conn
-        .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS}, last_event_seq FROM jobs WHERE id = ?1"
+        ))
         .db()?;
     let mut rows = stmt.query([&id_text]).db()?;
     let Some(row) = rows.next().db()? else {
         return Ok(None);
     };
     let mut job = job_from_row(row)?;
+    let last_event_seq: i64 = row.get(row.as_ref().column_count() - 1).db()?;
     drop(rows);
     let mut stmt = conn
         .prepare_cached(&format!(
@@ -301,35 +328,23 @@ fn read_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
         let (idx, step) = step_from_row(row)?;
         crate::decide::push_step(&mut job, idx, step)?;
     }
-    Ok(Some(crate::decide::loaded(job)?))
+    Ok(Some((crate::decide::loaded(job)?, last_event_seq)))
 }
 
-/// Appends events with the next sequence numbers, then drops all but the newest `keep`.
-/// `last_seq` is the job's `last_event_seq` with these events already counted, when the caller
-/// took their numbers already (see [`update_job`]).
+/// Appends events numbered up to `last` (the job's `last_event_seq` with these events counted,
+/// written with the job's row), then drops all but the newest `keep`.
 pub(super) fn append_events(
     conn: &Connection,
     id: JobId,
     events: &[NewEvent],
     keep: usize,
-    last_seq: Option<i64>,
+    last: i64,
 ) -> Result<()> {
     if events.is_empty() {
         return Ok(());
     }
     let id_text = job_id_text(id);
     let count = events.len() as i64;
-    let last: i64 = match last_seq {
-        Some(last) => last,
-        None => update_then_read(
-            conn,
-            "UPDATE jobs SET last_event_seq = last_event_seq + ?2 WHERE id = ?1",
-            params![id_text, count],
-            LAST_EVENT_SEQ_SQL,
-            [&id_text],
-        )?
-        .ok_or(Error::JobNotFound(id))?,
-    };
     let mut insert = conn.prepare_cached(INSERT_EVENT_SQL).db()?;
     insert_events(&mut insert, &id_text, last - count + 1, events)?;
     trim_events(conn, &id_text, last, keep)

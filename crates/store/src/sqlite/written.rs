@@ -10,6 +10,10 @@
 //! - a write rolled back (a failed operation's savepoint, a batch that did not commit) drops
 //!   everything, since what it stored here was never committed.
 //!
+//! With each job it keeps the job's `last_event_seq` (the number of its newest event), so that a
+//! transition numbers its events and writes the new count with the job's row, without reading
+//! the count back first.
+//!
 //! Only the writer thread has a cache ([`enable`]); on every other thread (the readers, tests)
 //! every call is a no-op and every load reads the database. In debug builds every hit is checked
 //! against the database, so the whole test suite checks the cache.
@@ -23,8 +27,14 @@ use overseer_core::{Job, JobId};
 /// times within milliseconds, so recency matters more than eviction order).
 const CAPACITY: usize = 4_096;
 
+/// A job as the database holds it, with its `last_event_seq`.
+struct Entry {
+    job: Job,
+    last_event_seq: i64,
+}
+
 thread_local! {
-    static WRITTEN: RefCell<Option<HashMap<JobId, Job>>> = const { RefCell::new(None) };
+    static WRITTEN: RefCell<Option<HashMap<JobId, Entry>>> = const { RefCell::new(None) };
 }
 
 /// Gives the calling thread (the writer) a cache.
@@ -34,17 +44,38 @@ pub(super) fn enable() {
 
 /// The job as last written or loaded on this thread, if cached.
 pub(super) fn get(id: JobId) -> Option<Job> {
-    WRITTEN.with(|w| w.borrow().as_ref().and_then(|m| m.get(&id).cloned()))
+    WRITTEN.with(|w| {
+        w.borrow()
+            .as_ref()
+            .and_then(|m| m.get(&id).map(|e| e.job.clone()))
+    })
 }
 
-/// Keeps `job` as the database now holds it (in the open transaction).
-pub(super) fn remember(job: &Job) {
+/// The `last_event_seq` of job `id` as last written or loaded on this thread, if cached.
+pub(super) fn last_event_seq(id: JobId) -> Option<i64> {
+    WRITTEN.with(|w| {
+        w.borrow()
+            .as_ref()
+            .and_then(|m| m.get(&id).map(|e| e.last_event_seq))
+    })
+}
+
+/// Keeps `job` and its `last_event_seq` as the database now holds them (in the open
+/// transaction).
+pub(super) fn remember(job: &Job, last_event_seq: i64) {
     WRITTEN.with(|w| {
         if let Some(m) = w.borrow_mut().as_mut() {
             if m.len() >= CAPACITY && !m.contains_key(&job.id) {
                 m.clear();
             }
-            m.insert(job.id, job.clone());
+            let job = job.clone();
+            m.insert(
+                job.id,
+                Entry {
+                    job,
+                    last_event_seq,
+                },
+            );
         }
     });
 }
