@@ -336,15 +336,17 @@ async fn concurrency_limit_is_respected() {
 
 // Proves an attempt's slot is free again once its handler returns, not once its report is
 // answered, and that reports waiting for answers are bounded: with one slot and reports that
-// take 800 ms to answer, the second lease starts without waiting for the first report, and the
-// third waits until the first report is answered (the second report waits for the only
-// reporting permit, holding its slot).
+// take 800 ms to answer, the next leases start without waiting for the first report until
+// `REPORTS_PER_SLOT` reports wait; the lease after them waits for the first answer (the report
+// after the bound waits for a reporting permit, holding the only slot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_is_free_while_its_report_waits_and_waiting_reports_are_bounded() {
     const DELAY: Duration = Duration::from_millis(800);
+    let bound = overseer_agent::worker::REPORTS_PER_SLOT;
+    let leases = bound + 2;
     let fake = Fake::start().await;
     fake.with(|inner| inner.report_delay = DELAY);
-    for i in 0..3 {
+    for i in 0..leases {
         fake.push(lease(&format!("s{i}"), 10_000, 10_000));
     }
     let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -363,21 +365,23 @@ async fn a_slot_is_free_while_its_report_waits_and_waiting_reports_are_bounded()
             .unwrap(),
     );
     assert!(
-        wait_until(BOUND, || fake.reports().len() == 3).await,
-        "all three complete"
+        wait_until(BOUND, || fake.reports().len() == leases).await,
+        "every lease completes"
     );
     running.stop().await;
     let starts = starts.lock().unwrap().clone();
-    assert_eq!(starts.len(), 3);
+    assert_eq!(starts.len(), leases);
     assert!(
-        starts[1] - starts[0] < DELAY / 2,
-        "the second lease waited for the first report: {:?}",
-        starts[1] - starts[0]
+        starts[bound] - starts[0] < DELAY / 2,
+        "lease {bound} waited for the first report: {:?}",
+        starts[bound] - starts[0]
     );
     assert!(
-        starts[2] - starts[0] >= DELAY,
-        "the third lease started with two reports unanswered: {:?}",
-        starts[2] - starts[0]
+        starts[bound + 1] - starts[0] >= DELAY,
+        "lease {} started with {} reports unanswered: {:?}",
+        bound + 1,
+        bound + 1,
+        starts[bound + 1] - starts[0]
     );
 }
 

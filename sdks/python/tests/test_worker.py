@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, Dict, List
 
 from conftest import Recorder, load_example, running, step, wait_until
 
 from overseer import Client, Context, FatalError, RetryableError, Worker
+from overseer.worker import REPORTS_PER_SLOT
 
 
 def test_walkthrough_job_runs_on_python_workers(server: Any, client: Client) -> None:
@@ -297,12 +299,41 @@ def test_context_progress_goes_with_the_next_heartbeat(server: Any, client: Clie
 
 class HeldReports(Recorder):
     """A recorder whose report requests (complete, fail, leases:report) reach the server at
-    once but get their answers only once `answer` is set: a server slow to settle reports."""
+    once but get their answers only when let through: one at a time by `answer_one` (the
+    longest held first), all from then on by `answer_all`. A server slow to settle reports."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.answer = threading.Event()
         self.unanswered = 0
+        self._answers = threading.Condition(self.lock)
+        self._held: List[int] = []
+        self._tickets = 0
+        self._let_through = 0
+        self._all = False
+
+    def answer_one(self) -> None:
+        with self._answers:
+            self._let_through += 1
+            self._answers.notify_all()
+
+    def answer_all(self) -> None:
+        with self._answers:
+            self._all = True
+            self._answers.notify_all()
+
+    def _wait_for_answer(self, ticket: int) -> None:
+        # Runs in a thread: the worker's event loop goes on meanwhile.
+        with self._answers:
+            self._held.append(ticket)
+
+            def free() -> bool:
+                return self._all or (self._let_through > 0 and self._held[0] == ticket)
+
+            self._answers.wait_for(free, timeout=30)
+            if not self._all and self._let_through > 0 and self._held[0] == ticket:
+                self._let_through -= 1
+            self._held.remove(ticket)
+            self._answers.notify_all()
 
     async def handle_async_request(self, request: Any) -> Any:
         path = request.url.path
@@ -310,10 +341,13 @@ class HeldReports(Recorder):
             return await super().handle_async_request(request)
         with self.lock:
             self.unanswered += 1
+            self._tickets += 1
+            ticket = self._tickets
         try:
             response = await super().handle_async_request(request)
-            # Waited for in a thread: the worker's event loop goes on meanwhile.
-            await asyncio.get_running_loop().run_in_executor(None, self.answer.wait, 30)
+            await asyncio.get_running_loop().run_in_executor(
+                None, self._wait_for_answer, ticket
+            )
             return response
         finally:
             with self.lock:
@@ -321,24 +355,29 @@ class HeldReports(Recorder):
 
 
 def test_slot_is_free_while_the_report_waits_for_its_answer(server: Any, client: Client) -> None:
-    # Proves a slot bounds the running handlers, not the reports: with concurrency 1 and report
-    # answers held back, a second handler starts while the first report is still unanswered;
-    # that second attempt then finds the one report permit taken and keeps its slot, so no
-    # third handler starts while both reports are unsettled. Once the answers flow, all three
-    # jobs finish.
+    # Proves a slot bounds the running handlers, not the reports, and that the reports waiting
+    # for their answers are bounded by REPORTS_PER_SLOT per slot. With concurrency 1 and report
+    # answers held back, REPORTS_PER_SLOT + 1 handlers start while no report is answered: the
+    # first REPORTS_PER_SLOT attempts each take a report permit and give back the slot, and
+    # the next one runs its handler, then keeps the slot while it waits for a permit. So no
+    # further handler starts until a report is answered; once one answer is let through,
+    # exactly one more starts (it too then waits for a permit). Once the answers flow, every
+    # job finishes.
     transport = HeldReports()
     worker = Worker(server.url, concurrency=1, transport=transport)
     lock = threading.Lock()
     started: List[int] = []
     returned: List[int] = []
-    third = threading.Event()
+    # Leases that start before any answer: one per report permit, and one more that ends and
+    # then holds the only slot while it waits for a permit. Then one that a single answer
+    # lets start, and one more that must still wait.
+    early = REPORTS_PER_SLOT + 1
+    total = early + 2
 
     @worker.handler("one-at-a-time")
     def work(ctx: Context) -> Any:
         with lock:
             started.append(ctx.payload["n"])
-            if len(started) == 3:
-                third.set()
         with lock:
             returned.append(ctx.payload["n"])
         return ctx.payload["n"]
@@ -347,28 +386,45 @@ def test_slot_is_free_while_the_report_waits_for_its_answer(server: Any, client:
         with lock:
             return len(xs)
 
+    def happens_within(cond: Any, seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if cond():
+                return True
+            time.sleep(0.02)
+        return bool(cond())
+
     def unanswered() -> int:
         with transport.lock:
             return transport.unanswered
 
     specs = [{"steps": [{"name": "s", "agent": "one-at-a-time", "payload": {"n": n}}]}
-             for n in range(3)]
+             for n in range(total)]
     with running(worker):
         try:
-            # The first job alone, so its report is the one held when the others come.
+            # The first job alone, so its report is held before the others come.
             job_ids = [client.submit(specs[0])["id"]]
             wait_until("the first report to be sent", lambda: unanswered() == 1, 10)
             job_ids += [client.submit(s)["id"] for s in specs[1:]]
-            wait_until("a second handler (not waiting for the first report's answer)",
-                       lambda: count(started) == 2, 10)
-            wait_until("the second handler to return", lambda: count(returned) == 2, 10)
-            assert unanswered() == 1, "the first report was answered while held"
-            assert not third.wait(1.0), "a third handler ran while two reports were unsettled"
-            assert unanswered() == 1, "the second report was sent without a report permit"
+            wait_until(f"{early} handlers to start while no report is answered",
+                       lambda: count(started) >= early, 10)
+            wait_until(f"{early} handlers to return", lambda: count(returned) >= early, 10)
+            # The last of them has ended and waits for a report permit, keeping its slot.
+            assert not happens_within(lambda: count(started) > early, 1.0), (
+                f"a handler past {early} ran while {REPORTS_PER_SLOT} reports were unanswered"
+            )
+            # All but the last started attempt have a report waiting for its answer.
+            assert count(started) - 1 > 1, "more reports wait for answers than there are slots"
+            assert unanswered() >= 1, "a report was answered while held"
+            transport.answer_one()
+            wait_until("the next handler to start once a report is answered",
+                       lambda: count(started) >= early + 1, 10)
+            assert not happens_within(lambda: count(started) > early + 1, 1.0), (
+                "one answer let more than one more handler start"
+            )
         finally:
-            transport.answer.set()
+            transport.answer_all()
         jobs = [client.wait(job_id, timeout=30) for job_id in job_ids]
-    assert third.is_set()
     assert [(j["state"], step(j, "s")["result"]) for j in jobs] == [
-        ("succeeded", 0), ("succeeded", 1), ("succeeded", 2)
+        ("succeeded", n) for n in range(total)
     ], jobs

@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 
 import { Client, FatalError, RetryableError, Worker, type JobSpec, type StepContext } from "../src/index.js";
+import { REPORTS_PER_SLOT } from "../src/worker.js";
 import { deferred, recordingFetch, reportedLeases, startServer, until, type RunningServer } from "./helpers.js";
 
 let server: RunningServer;
@@ -241,11 +242,13 @@ test("progress goes with the next heartbeat", async () => {
 });
 
 // Proves a slot is given back as soon as its handler returns, not when its report is answered,
-// and that reports waiting for answers are bounded by as many again. With concurrency 1 and the
-// answers to complete/fail/`leases:report` held back by the injected fetch, the second lease's
-// handler starts while the first report is unanswered; the third does not start while two
-// reports are unanswered (the second attempt keeps its slot until a report is answered), and
-// starts once the first answer is let through.
+// and that reports waiting for answers are bounded by REPORTS_PER_SLOT per slot. With
+// concurrency 1 and the answers to complete/fail/`leases:report` held back by the injected
+// fetch, REPORTS_PER_SLOT + 1 handlers start while no report has been answered: the first
+// REPORTS_PER_SLOT attempts each take a reporting permit and give back the slot, and the next
+// one runs its handler, then keeps the slot while it waits for a permit. The lease after it
+// starts only once the first answer is let through. (Only two report calls are in flight at
+// once, see reports.ts, so fewer requests than reports are held: the reports past those queue.)
 test("a slot is free once its handler returns, before its report is answered", async () => {
   const held: { path: string; release: () => void }[] = [];
   let holding = true;
@@ -270,27 +273,31 @@ test("a slot is free once its handler returns, before its report is answered", a
       return c.payload;
     });
   const client = new Client({ server: server.url });
-  const jobs = await client.submitBatch([1, 2, 3].map((i): JobSpec => ({
+  // Leases that start before any answer: one per reporting permit, and one more that ends and
+  // then holds the only slot while it waits for a permit.
+  const early = REPORTS_PER_SLOT + 1;
+  const payloads = Array.from({ length: early + 1 }, (_, i) => i + 1);
+  const jobs = await client.submitBatch(payloads.map((i): JobSpec => ({
     steps: [{ name: "s", agent: "slow-answer-ts", payload: i, timeout: "30s" }],
   })));
   await withWorker(worker, async () => {
     // Released before the worker is stopped (which waits for the reports), also on failure.
     try {
-      await until("the first report to be sent", () => (held.length >= 1 ? true : undefined), 10_000);
-      await until("the second handler to start while the first report is unanswered",
-        () => (started.length >= 2 ? true : undefined), 5_000);
-      assert.equal(held.length, 1, "the first report is still unanswered");
-      // The second attempt has ended and waits to report: two reports are unanswered.
+      await until(`${early} handlers to start while no report is answered`,
+        () => (started.length >= early ? true : undefined), 10_000);
+      assert.ok(held.length >= 1, "the first report has been sent and is unanswered");
+      // The last of them has ended and waits for a reporting permit, keeping its slot.
       await new Promise((r) => setTimeout(r, 700));
-      assert.equal(started.length, 2, "no third handler while two reports are unanswered");
-      assert.equal(held.length, 1, "the second report waits for the first one's answer");
+      assert.equal(started.length, early, `no handler past ${early} while ${REPORTS_PER_SLOT} reports are unanswered`);
+      // All but the last started attempt have a report waiting for its answer.
+      assert.ok(started.length - 1 > 1, "more reports wait for answers than there are slots");
       held.shift()!.release();
-      await until("the third handler to start once a report is answered",
-        () => (started.length >= 3 ? true : undefined), 5_000);
+      await until("the next handler to start once a report is answered",
+        () => (started.length > early ? true : undefined), 5_000);
     } finally {
       releaseAll();
     }
     for (const j of jobs) assert.equal((await client.wait(j.id, { timeoutMs: 20_000 })).state, "succeeded");
   });
-  assert.deepEqual([...started].sort((x, y) => x - y), [1, 2, 3]);
+  assert.deepEqual([...started].sort((x, y) => x - y), payloads);
 });
