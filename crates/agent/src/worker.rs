@@ -248,7 +248,8 @@ impl Builder {
 
     /// How many attempts may run at once, per agent name. Default 1. An attempt's slot is free
     /// again as soon as its handler returns; its report is sent while the next lease runs, and
-    /// as many reports again may wait for their answers before a slot is held for one.
+    /// [`REPORTS_PER_SLOT`] reports per slot may wait for their answers before a slot is held
+    /// for one.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
         self
