@@ -473,20 +473,33 @@ fn persist(
     history_per_job: usize,
 ) -> Result<()> {
     let id = t.job.id;
-    let last_event_seq = rows::last_event_seq(conn, id)? + t.events.len() as i64;
-    if t.job_changed {
-        row_writes::update_job(conn, before, &t.job, last_event_seq)?;
-    } else if !t.events.is_empty() {
-        row_writes::count_events(conn, id, last_event_seq)?;
-    }
+    // The event count is looked up only when the job's row is written: a transition that
+    // changes steps alone (a heartbeat) reads nothing more than it writes.
+    let last_event_seq = if t.job_changed || !t.events.is_empty() {
+        let last = rows::last_event_seq(conn, id)? + t.events.len() as i64;
+        if t.job_changed {
+            row_writes::update_job(conn, before, &t.job, last)?;
+        } else {
+            row_writes::count_events(conn, id, last)?;
+        }
+        Some(last)
+    } else {
+        written::last_event_seq(id)
+    };
     for &idx in &t.changed_steps {
         row_writes::rewrite_step(conn, before, &t.job, idx)?;
     }
-    rows::append_events(conn, id, &t.events, history_per_job, last_event_seq)?;
+    if let Some(last) = last_event_seq {
+        rows::append_events(conn, id, &t.events, history_per_job, last)?;
+    }
     for lease in crate::decide::retired_leases(t) {
         rows::insert_retired_lease(conn, &lease)?;
     }
-    written::remember(&t.job, last_event_seq);
+    match last_event_seq {
+        Some(last) => written::remember(&t.job, last),
+        // Not cached and its count not read: the next load reads both.
+        None => written::forget(id),
+    }
     rows::insert_deliveries(conn, t, now)
 }
 

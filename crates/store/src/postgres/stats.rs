@@ -5,7 +5,7 @@ use deadpool_postgres::Transaction;
 use overseer_core::JobState;
 
 use super::rows::{corrupt, get, query, to_u64};
-use super::Res;
+use super::{Res, TERMINAL};
 use crate::{FinishedCount, StateCount, Window};
 
 fn state(raw: String) -> Res<JobState> {
@@ -35,11 +35,13 @@ pub(super) async fn finished_per_minute(
 ) -> Res<Vec<FinishedCount>> {
     let rows = query(
         tx,
-        "SELECT ((finished_at - $1) / 60000)::bigint AS bucket, state, COUNT(*)::bigint \
-         FROM jobs \
-         WHERE state IN ('succeeded', 'failed', 'cancelled') \
-           AND finished_at IS NOT NULL AND finished_at >= $1 AND finished_at < $2 \
-         GROUP BY bucket, state ORDER BY bucket, state",
+        &format!(
+            "SELECT ((finished_at - $1) / 60000)::bigint AS bucket, state, COUNT(*)::bigint \
+             FROM jobs \
+             WHERE state IN {TERMINAL} \
+               AND finished_at IS NOT NULL AND finished_at >= $1 AND finished_at < $2 \
+             GROUP BY bucket, state ORDER BY bucket, state"
+        ),
         &[&window.since.as_millis(), &window.until.as_millis()],
     )
     .await?;
