@@ -380,7 +380,8 @@ impl PgStore {
     }
 
     /// Runs `work` in a read-write transaction (read committed) and commits it, trying the whole
-    /// transaction again after a serialization failure or a deadlock.
+    /// transaction again after a serialization failure or a deadlock. Its statements are planned
+    /// without sequential scans ([`WRITE_PLANS_SQL`]).
     async fn write<'a, T, F>(&self, mut work: F) -> Result<T>
     where
         T: Send,
@@ -391,7 +392,11 @@ impl PgStore {
             let mut client = self.inner.pool.get().await.map_err(pool_error)?;
             let (outcome, announced): (Res<T>, _) = announce::scope(async {
                 let tx = begin(client.transaction().await)?;
-                let value = work(&tx, PhantomData).await?;
+                // Sent ahead of the work's first statement, in the same round trip.
+                let (planned, value) =
+                    futures::join!(tx.batch_execute(WRITE_PLANS_SQL), work(&tx, PhantomData));
+                planned?;
+                let value = value?;
                 tx.commit().await?;
                 Ok(value)
             })
@@ -471,6 +476,17 @@ impl PgStore {
         (status.size, status.available)
     }
 }
+
+/// Every statement of a write finds its rows through an index, however small the table was when
+/// the statement was planned. A connection keeps the plan of each prepared statement, and after a
+/// few executions PostgreSQL settles on one plan for all parameters, costed against the table as
+/// it was then. On a new store that is a few hundred rows, where scanning the table beats the
+/// primary key; the plan stays while the table grows, until autovacuum next analyzes it (a
+/// minute or more). Measured on a fresh database at 2,000 jobs/s: the step and job writes scanned
+/// up to 22,838 rows a call, 6 ms each instead of 0.75, and the machine saturated. Sent before
+/// the work's first statement in the same round trip; every write is keyed anyway, and a table
+/// with no index for a statement is still scanned.
+const WRITE_PLANS_SQL: &str = "SET LOCAL enable_seqscan = off";
 
 /// A transaction's start: a connection found closed by its first statement (the server
 /// restarted since it was pooled) asks for the work to be retried on another; nothing ran.

@@ -479,20 +479,36 @@ mod tests {
     use crate::pgtest::{generic_plan, store_with_ready_steps, PgCluster};
     use crate::postgres::{PgOptions, PgStore};
 
-    // Proves a batch's job write reaches its rows by primary key even under a generic plan on
-    // tables never analyzed: without the id list it was planned as a hash join over a
-    // sequential scan of all of `jobs` (and the history trim over all of `events`), a plan the
-    // connection kept as the tables grew. (The step write, given the same id list, is still
-    // planned as a scan of a table this small; see BENCHMARKS.md, ninth session.)
+    // Proves a batch's job and step writes reach their rows by primary key under a generic plan
+    // made on small tables never analyzed, as every write plans them: without the id list the
+    // job write was planned as a hash join over a sequential scan of all of `jobs` (and the
+    // history trim over all of `events`), and the step write, even with it, as a scan of all of
+    // `steps`, plans a connection kept as the tables grew (6 ms a call instead of 0.75 at 20,000
+    // rows, BENCHMARKS.md, seventeenth session).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_walk_primary_keys_under_a_generic_plan() {
         let (db, store) = store_with_ready_steps(2_000).await;
         let client = crate::pgtest::connect(db.url()).await.expect("connect");
-        let jobs = generic_plan(&client, WRITE_JOBS_SQL, 19).await;
-        assert!(
-            !jobs.contains("Seq Scan on jobs") && !jobs.contains("Seq Scan on events"),
-            "the job write scans a whole table:\n{jobs}"
-        );
+        let seqscan = store
+            .write(|tx, _| {
+                Box::pin(async move {
+                    let row = rows::query_one(tx, "SELECT current_setting('enable_seqscan')", &[])
+                        .await?;
+                    rows::get::<String>(&row, 0, "enable_seqscan")
+                })
+            })
+            .await
+            .expect("a write");
+        assert_eq!(seqscan, "off", "writes plan with sequential scans");
+        let as_written = format!("BEGIN; {}", super::super::WRITE_PLANS_SQL);
+        client.batch_execute(&as_written).await.expect("begin");
+        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 19), ("step", WRITE_STEPS_SQL, 26)] {
+            let plan = generic_plan(&client, sql, params).await;
+            assert!(
+                !plan.contains("Seq Scan"),
+                "the {name} write scans a whole table:\n{plan}"
+            );
+        }
         drop(store);
     }
 
