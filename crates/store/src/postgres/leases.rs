@@ -144,7 +144,10 @@ struct ClaimRound {
 }
 
 impl ClaimRound {
-    /// Locks the next candidates and claims them through the core; false when none is left.
+    /// Locks the next candidates and claims them through the core; false when none is left: the
+    /// query found none, or fewer than it asked for and the core took them all (a second query
+    /// would find the range as empty, and cost a round trip on most claims of an agent that is
+    /// not backlogged).
     async fn next(&mut self, tx: &Transaction<'_>, claim: &Claim, want: usize) -> Res<bool> {
         let limit = (want - self.claimed.len()) as i64;
         let rows = query(
@@ -178,10 +181,11 @@ impl ClaimRound {
         for job in load_locked(tx, &unloaded).await? {
             self.loaded.insert(job.id.0, job);
         }
+        let (found, skips) = (candidates.len(), self.skips);
         for (job, idx) in candidates {
             self.take(claim, job, idx)?;
         }
-        Ok(true)
+        Ok(found as i64 == limit || self.skips > skips)
     }
 
     /// Asks the core to lease step `idx` of `job` (loaded and locked) with the next lease id.

@@ -109,7 +109,10 @@ fn lease_candidates(
 ) -> Result<Vec<Claimed>> {
     let mut out: Vec<Claimed> = Vec::with_capacity(want);
     while out.len() < want && skipped.len() < CLAIM_SKIPS_MAX {
-        let found = candidates(conn, claim, want - out.len() + skipped.len())?;
+        let asked = want - out.len() + skipped.len();
+        let found = candidates(conn, claim, asked)?;
+        // Fewer than asked for, and none refused below: the range holds nothing more.
+        let (last, refused) = (found.len() < asked, skipped.len());
         let fresh: Vec<(String, i64)> =
             found.into_iter().filter(|c| !skipped.contains(c)).collect();
         if fresh.is_empty() {
@@ -146,6 +149,9 @@ fn lease_candidates(
                 }
                 Err(e) => return Err(e),
             }
+        }
+        if last && skipped.len() == refused {
+            break;
         }
     }
     Ok(out)
