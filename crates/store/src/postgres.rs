@@ -47,7 +47,10 @@ mod schema;
 mod stats;
 mod tls;
 mod tokens;
+mod tx;
 mod writes;
+
+use self::tx::Transaction;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -55,12 +58,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use overseer_core::JobId;
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{IsolationLevel, NoTls};
+use tokio_postgres::NoTls;
 
 use self::rows::{get, query, query_one};
 use crate::{Error, Result, Signal};
@@ -114,6 +117,8 @@ struct Inner {
     announcer: announce::Announcer,
     /// Agents whose last claim on this node leased all it asked for (see `leases::Busy`).
     busy: leases::Busy,
+    /// The jobs of leases this node granted (see `leases::Granted`).
+    granted: leases::Granted,
 }
 
 /// Why a unit of work against the database stopped: a PostgreSQL error (classified only at the
@@ -291,6 +296,7 @@ impl PgStore {
                 _listener: listen::spawn(config, tls, signals, origin.clone()),
                 announcer: announce::Announcer::spawn(announce_pool, origin),
                 busy: leases::Busy::default(),
+                granted: leases::Granted::default(),
             }),
         };
         store.migrate().await?;
@@ -381,7 +387,7 @@ impl PgStore {
 
     /// Runs `work` in a read-write transaction (read committed) and commits it, trying the whole
     /// transaction again after a serialization failure or a deadlock. Its statements are planned
-    /// without sequential scans ([`WRITE_PLANS_SQL`]).
+    /// without sequential scans ([`WRITE_BEGIN_SQL`]).
     async fn write<'a, T, F>(&self, mut work: F) -> Result<T>
     where
         T: Send,
@@ -389,18 +395,11 @@ impl PgStore {
     {
         let mut attempt = 0;
         loop {
-            let mut client = self.inner.pool.get().await.map_err(pool_error)?;
-            let (outcome, announced): (Res<T>, _) = announce::scope(async {
-                let tx = begin(client.transaction().await)?;
-                // Sent ahead of the work's first statement, in the same round trip.
-                let (planned, value) =
-                    futures::join!(tx.batch_execute(WRITE_PLANS_SQL), work(&tx, PhantomData));
-                planned?;
-                let value = value?;
-                tx.commit().await?;
-                Ok(value)
-            })
-            .await;
+            let open = tx::Open::new(self.inner.pool.get().await.map_err(pool_error)?);
+            let tx = open.transaction();
+            let work = work(&tx, PhantomData);
+            let (outcome, announced) =
+                announce::scope(transact(&open, WRITE_BEGIN_SQL, work)).await;
             match outcome {
                 Ok(value) => {
                     self.inner.announcer.send(announced);
@@ -425,23 +424,12 @@ impl PgStore {
     {
         let mut fresh = false;
         loop {
-            let mut client = self.inner.pool.get().await.map_err(pool_error)?;
-            let outcome: Res<T> = async {
-                let start = client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .await;
-                let tx = begin(start)?;
-                let value = work(&tx, PhantomData).await?;
-                tx.commit().await?;
-                Ok(value)
-            }
-            .await;
+            let open = tx::Open::new(self.inner.pool.get().await.map_err(pool_error)?);
+            let tx = open.transaction();
+            let outcome = transact(&open, READ_BEGIN_SQL, work(&tx, PhantomData)).await;
             match outcome {
                 // Once on a new connection: the pool had one whose server went away.
-                Err(Failure::Retry(_)) if !fresh && client.is_closed() => fresh = true,
+                Err(Failure::Retry(_)) if !fresh && open.is_closed() => fresh = true,
                 other => return other.map_err(Failure::into_error),
             }
         }
@@ -483,10 +471,34 @@ impl PgStore {
 /// it was then. On a new store that is a few hundred rows, where scanning the table beats the
 /// primary key; the plan stays while the table grows, until autovacuum next analyzes it (a
 /// minute or more). Measured on a fresh database at 2,000 jobs/s: the step and job writes scanned
-/// up to 22,838 rows a call, 6 ms each instead of 0.75, and the machine saturated. Sent before
-/// the work's first statement in the same round trip; every write is keyed anyway, and a table
-/// with no index for a statement is still scanned.
-const WRITE_PLANS_SQL: &str = "SET LOCAL enable_seqscan = off";
+/// up to 22,838 rows a call, 6 ms each instead of 0.75, and the machine saturated. So a write
+/// transaction begins by turning sequential scans off for its own statements: every write is
+/// keyed anyway, and a table with no index for a statement is still scanned.
+const WRITE_BEGIN_SQL: &str = "BEGIN; SET LOCAL enable_seqscan = off";
+
+/// How a read begins: one snapshot for all its statements, so a job and its steps always come
+/// from the same commit.
+const READ_BEGIN_SQL: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
+/// Runs `work` in the transaction `begin_sql` opens on `open`, and commits it, or rolls it back
+/// if the work failed. `BEGIN` is not waited for on its own: it is written ahead of the work's
+/// first statement, and its answer is read with that statement's (see `tx`).
+async fn transact<T>(open: &tx::Open, begin_sql: &str, work: Work<'_, T>) -> Res<T> {
+    let tx = open.transaction();
+    let (begun, value) = futures::join!(tx.batch_execute(begin_sql), work);
+    // Not ended: a connection that failed to begin is closed when `open` is dropped.
+    begin(begun)?;
+    match value {
+        Ok(value) => {
+            open.commit().await?;
+            Ok(value)
+        }
+        Err(f) => {
+            open.rollback().await;
+            Err(f)
+        }
+    }
+}
 
 /// A transaction's start: a connection found closed by its first statement (the server
 /// restarted since it was pooled) asks for the work to be retried on another; nothing ran.

@@ -1,7 +1,7 @@
 //! Agent names: their settings, the limits a claim spends (`claim_limits`, `claim_spend`), and
 //! the ready and running counts per agent.
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::bucket::capacity;
 use overseer_core::{Rejection, Timestamp};
 use tokio_postgres::Row;

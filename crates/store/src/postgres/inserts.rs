@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::backoff::Formula;
 use overseer_core::{Job, JobId};
 use uuid::Uuid;

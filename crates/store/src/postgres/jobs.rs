@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::{
     Command, Effect, Event, Job, JobId, JobState, Rejection, Timestamp, Transition,
 };

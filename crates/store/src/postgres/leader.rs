@@ -1,6 +1,6 @@
 //! The leader lease and its fence.
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::{Span, Timestamp};
 use tokio_postgres::Row;
 

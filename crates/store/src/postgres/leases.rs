@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use deadpool_postgres::Transaction;
-use overseer_core::{Command, Job, JobId, LeaseId, Timestamp, Transition};
+use super::tx::Transaction;
+use overseer_core::{Command, Job, JobId, LeaseId, Transition};
 use uuid::Uuid;
 
 use super::agents::{claim_limits, claim_spend};
@@ -48,30 +48,71 @@ impl Busy {
     }
 }
 
+/// The jobs of the leases this node granted lately, so that a report batch can lock and load its
+/// jobs in the round trip that looks its leases up, instead of one round trip after it. A lease
+/// belongs to one job for good, so a remembered job is never wrong; a lease not remembered (granted
+/// by another node, or long ago) costs the round trip as before. Two generations of
+/// [`GRANTED_PER_GENERATION`] leases each bound the memory: when the newer fills up, the older is
+/// dropped and the newer takes its place.
+#[derive(Default)]
+pub(super) struct Granted(std::sync::Mutex<[HashMap<LeaseId, JobId>; 2]>);
+
+/// Leases per generation of [`Granted`].
+const GRANTED_PER_GENERATION: usize = 50_000;
+
+impl Granted {
+    fn remember(&self, leases: impl Iterator<Item = (LeaseId, JobId)>) {
+        let mut generations = self.0.lock().expect("granted leases");
+        for (lease, job) in leases {
+            if generations[0].len() >= GRANTED_PER_GENERATION {
+                generations[1] = std::mem::take(&mut generations[0]);
+            }
+            generations[0].insert(lease, job);
+        }
+    }
+
+    /// The jobs of `leases`, if every one is remembered.
+    fn jobs_of(&self, leases: &[LeaseId]) -> Option<Vec<JobId>> {
+        let generations = self.0.lock().expect("granted leases");
+        leases
+            .iter()
+            .map(|l| generations.iter().find_map(|g| g.get(l)).copied())
+            .collect()
+    }
+}
+
 /// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Leases::steps_claim`]):
 /// finds and locks candidates, lets the core decide each claim in memory, then writes every
 /// claim of the batch together.
+///
+/// The first candidate query goes out with the agent's limits, in the same round trip, so it asks
+/// for as many as the claim asked for: when the limits allow fewer, the rest are locked and
+/// loaded, then left (see [`ClaimRound::passed`]). The limits' row lock comes first on the wire,
+/// so an agent's claims are serialised before either looks at a candidate, as before.
 async fn claim(
     tx: &Transaction<'_>,
     claim: &Claim,
     history_per_job: usize,
 ) -> Res<(ClaimResult, Vec<String>)> {
-    let (limits, ()) = futures::try_join!(
-        claim_limits(tx, &claim.agent, claim.lease_ids.len(), claim.now),
-        walk_in_claim_order(tx),
-    )?;
-    let want = limits.want.min(claim.lease_ids.len());
+    let asked = claim.lease_ids.len();
     let mut round = ClaimRound::default();
-    while round.claimed.len() < want && round.skips < CLAIM_SKIPS_MAX {
-        if !round.next(tx, claim, want).await? {
-            break;
-        }
+    let (limits, (), first) = futures::try_join!(
+        claim_limits(tx, &claim.agent, asked, claim.now),
+        walk_in_claim_order(tx),
+        lock_candidates(tx, claim, asked, &round.excluded),
+    )?;
+    let want = limits.want.min(asked);
+    let mut more = round.take(tx, claim, first, asked, want).await?;
+    while more && round.claimed.len() < want && round.skips < CLAIM_SKIPS_MAX {
+        let limit = want - round.claimed.len();
+        let found = lock_candidates(tx, claim, limit, &round.excluded).await?;
+        more = round.take(tx, claim, found, limit, want).await?;
     }
+    let siblings = round.sibling_agents(claim);
     let ClaimRound {
         claimed, excluded, ..
     } = round;
     let transitions: Vec<&Transition> = claimed.iter().map(|c| &c.transition).collect();
-    let siblings = sibling_agents(&claimed, claim.now);
     let signals: Vec<String> = siblings.iter().map(|a| format!("ready:{a}")).collect();
     futures::try_join!(
         writes::persist_all(tx, &transitions, claim.now, history_per_job),
@@ -99,6 +140,31 @@ async fn claim(
         throttled_until,
     };
     Ok((result, siblings))
+}
+
+/// Locks up to `limit` of the agent's due claimable steps, best claim rank first, leaving out
+/// `excluded` and passing over jobs another transaction holds ([`LOCK_CANDIDATES_SQL`]).
+async fn lock_candidates(
+    tx: &Transaction<'_>,
+    claim: &Claim,
+    limit: usize,
+    excluded: &Excluded,
+) -> Res<Vec<(Uuid, i32)>> {
+    let rows = query(
+        tx,
+        LOCK_CANDIDATES_SQL,
+        &[
+            &claim.agent,
+            &claim.now.as_millis(),
+            &limit_param(limit),
+            &excluded.jobs,
+            &excluded.steps,
+        ],
+    )
+    .await?;
+    rows.iter()
+        .map(|row| Ok((get(row, 0, "steps.job_id")?, get(row, 1, "steps.idx")?)))
+        .collect()
 }
 
 /// Makes this transaction's candidate queries walk `steps_claim` in its order, whatever the
@@ -141,36 +207,27 @@ struct ClaimRound {
     /// Candidates the core refused or that did not decode.
     skips: usize,
     loaded: HashMap<Uuid, Job>,
+    /// Jobs locked as candidates and left because the agent's limits allowed no more leases:
+    /// until this claim commits, other agents' claimers pass over them too.
+    passed: Vec<Uuid>,
 }
 
 impl ClaimRound {
-    /// Locks the next candidates and claims them through the core; false when none is left: the
-    /// query found none, or fewer than it asked for and the core took them all (a second query
-    /// would find the range as empty, and cost a round trip on most claims of an agent that is
-    /// not backlogged).
-    async fn next(&mut self, tx: &Transaction<'_>, claim: &Claim, want: usize) -> Res<bool> {
-        let limit = (want - self.claimed.len()) as i64;
-        let rows = query(
-            tx,
-            LOCK_CANDIDATES_SQL,
-            &[
-                &claim.agent,
-                &claim.now.as_millis(),
-                &limit,
-                &self.excluded.jobs,
-                &self.excluded.steps,
-            ],
-        )
-        .await?;
-        if rows.is_empty() {
+    /// Loads the locked `candidates` (found by a query asking for `limit`) and claims them
+    /// through the core until the claim has `want` leases; false when no candidate is left: the
+    /// query found fewer than it asked for and the core took them all (a second query would find
+    /// the range as empty, and cost a round trip on most claims of an agent that is not
+    /// backlogged).
+    async fn take(
+        &mut self,
+        tx: &Transaction<'_>,
+        claim: &Claim,
+        candidates: Vec<(Uuid, i32)>,
+        limit: usize,
+        want: usize,
+    ) -> Res<bool> {
+        if candidates.is_empty() {
             return Ok(false);
-        }
-        let mut candidates = Vec::with_capacity(rows.len());
-        for row in &rows {
-            candidates.push((
-                get::<Uuid>(row, 0, "steps.job_id")?,
-                get::<i32>(row, 1, "steps.idx")?,
-            ));
         }
         let mut unloaded: Vec<JobId> = Vec::new();
         for (job, _) in &candidates {
@@ -183,13 +240,17 @@ impl ClaimRound {
         }
         let (found, skips) = (candidates.len(), self.skips);
         for (job, idx) in candidates {
-            self.take(claim, job, idx)?;
+            if self.claimed.len() < want {
+                self.take_one(claim, job, idx)?;
+            } else {
+                self.passed.push(job);
+            }
         }
-        Ok(found as i64 == limit || self.skips > skips)
+        Ok(found == limit || self.skips > skips)
     }
 
     /// Asks the core to lease step `idx` of `job` (loaded and locked) with the next lease id.
-    fn take(&mut self, claim: &Claim, job_uuid: Uuid, idx: i32) -> Res<()> {
+    fn take_one(&mut self, claim: &Claim, job_uuid: Uuid, idx: i32) -> Res<()> {
         let Some(&lease_id) = claim.lease_ids.get(self.claimed.len()) else {
             return Ok(());
         };
@@ -215,20 +276,29 @@ impl ClaimRound {
         self.claimed.push(Claimed { step, transition });
         Ok(())
     }
-}
 
-/// The agents of steps of the claimed jobs that are still claimable: a claimer on another
-/// connection that met these jobs locked passed over them (`SKIP LOCKED`) and may have gone back
-/// to sleep, so siblings made ready together are announced again once this claim commits, to
-/// other nodes and to this one.
-fn sibling_agents(claimed: &[Claimed], now: Timestamp) -> Vec<String> {
-    let mut agents: Vec<&str> = Vec::new();
-    for c in claimed {
-        agents.extend(c.transition.job.claimable_agents(now));
+    /// The agents of steps of the locked jobs that are still claimable: a claimer on another
+    /// connection that met these jobs locked passed over them (`SKIP LOCKED`) and may have gone
+    /// back to sleep, so siblings made ready together are announced again once this claim
+    /// commits, to other nodes and to this one. Jobs passed over for the agent's limits announce
+    /// other agents only: this agent's claims are serialised by its limits' row, so none of them
+    /// met the lock, and announcing it would wake its workers into the same limits.
+    fn sibling_agents(&self, claim: &Claim) -> Vec<String> {
+        let mut agents: Vec<&str> = Vec::new();
+        for c in &self.claimed {
+            agents.extend(c.transition.job.claimable_agents(claim.now));
+        }
+        for job in self.passed.iter().filter_map(|id| self.loaded.get(id)) {
+            let others = job
+                .claimable_agents(claim.now)
+                .into_iter()
+                .filter(|a| *a != claim.agent);
+            agents.extend(others);
+        }
+        agents.sort_unstable();
+        agents.dedup();
+        agents.into_iter().map(str::to_string).collect()
     }
-    agents.sort_unstable();
-    agents.dedup();
-    agents.into_iter().map(str::to_string).collect()
 }
 
 /// The claimable steps of an agent that are due, best claim rank first (one ordered range of
@@ -258,23 +328,40 @@ const ANY_CANDIDATE_SQL: &str = "SELECT 1 FROM steps \
 /// Applies lease holders' reports in one transaction, each as `lease_find` + `apply_command`
 /// would, with a constant number of statements: the leases resolve in one, their jobs are locked
 /// (in id order, so two batches sharing jobs wait for each other instead of deadlocking) and
-/// loaded in three sent together, the core applies every report in memory (two reports of one
+/// loaded in three sent together (with the first when this node granted every lease, see
+/// [`Granted`]), the core applies every report in memory (two reports of one
 /// job one after the other), and the transitions are written together. Answers come back in
 /// report order.
 async fn report_leases(
     tx: &Transaction<'_>,
     batch: &Reports,
+    granted: &Granted,
     history_per_job: usize,
 ) -> Res<Vec<Reported>> {
     let (reports, now) = (&batch.reports, batch.now);
     let ids: Vec<_> = reports.iter().map(|r| r.lease_id).collect();
-    let leases = writes::find_leases(tx, &ids).await?;
-    let job_ids: Vec<JobId> = leases.values().map(|l| l.job_id).collect();
-    let mut jobs: HashMap<JobId, Job> = lock_and_load(tx, &job_ids)
-        .await?
-        .into_iter()
-        .map(|j| (j.id, j))
+    let (leases, mut jobs) = match granted.jobs_of(&ids) {
+        Some(job_ids) => {
+            futures::try_join!(writes::find_leases(tx, &ids), lock_and_load(tx, &job_ids))?
+        }
+        None => (writes::find_leases(tx, &ids).await?, Vec::new()),
+    };
+    let mut jobs: HashMap<JobId, Job> = jobs.drain(..).map(|j| (j.id, j)).collect();
+    // Every lease's job when none was remembered; when all were, none (a lease never changes
+    // job), unless a job is gone.
+    let missing: Vec<JobId> = leases
+        .values()
+        .map(|l| l.job_id)
+        .filter(|id| !jobs.contains_key(id))
         .collect();
+    if !missing.is_empty() {
+        jobs.extend(
+            lock_and_load(tx, &missing)
+                .await?
+                .into_iter()
+                .map(|j| (j.id, j)),
+        );
+    }
     let mut out: Vec<Option<Reported>> = (0..reports.len()).map(|_| None).collect();
     let mut applied: Vec<(usize, LeaseRef, Transition)> = Vec::new();
     for (i, Report { lease_id, report }) in reports.iter().enumerate() {
@@ -341,6 +428,11 @@ impl Leases for PgStore {
             .await?;
         let full = result.claimed.len() == c.lease_ids.len();
         self.inner.busy.set(&c.agent, full);
+        let granted = result.claimed.iter().filter_map(|c| {
+            let job = &c.transition.job;
+            Some((job.steps.get(c.step)?.lease_id?, job.id))
+        });
+        self.inner.granted.remember(granted);
         // This node does not hear its own notifications (`listen`): its claimers learn here.
         for agent in siblings {
             // No receiver is fine: nobody is waiting for anything.
@@ -363,9 +455,9 @@ impl Leases for PgStore {
     }
 
     async fn leases_report(&self, batch: Reports) -> Result<Vec<Reported>> {
-        let history = self.inner.history_per_job;
+        let (history, granted) = (self.inner.history_per_job, &self.inner.granted);
         let batch = &batch;
-        self.write(move |tx, _| Box::pin(report_leases(tx, batch, history)))
+        self.write(move |tx, _| Box::pin(report_leases(tx, batch, granted, history)))
             .await
     }
 }
@@ -435,6 +527,68 @@ mod tests {
         );
         drop(tx);
         drop(store);
+    }
+
+    // Proves the leases a node remembers answer a report batch only when every lease is known,
+    // and that memory is bounded: past a generation's size the oldest generation is dropped.
+    #[test]
+    fn granted_leases_answer_whole_batches_within_two_generations() {
+        let granted = Granted::default();
+        let lease = crate::conformance::lease_id;
+        let job = |n: u128| JobId(Uuid::from_u128(1_000_000 + n));
+        granted.remember((0..3).map(|n| (lease(n), job(n))));
+        assert_eq!(
+            granted.jobs_of(&[lease(2), lease(0)]),
+            Some(vec![job(2), job(0)])
+        );
+        assert_eq!(
+            granted.jobs_of(&[lease(0), lease(9)]),
+            None,
+            "all or nothing"
+        );
+        let n = GRANTED_PER_GENERATION as u128;
+        granted.remember((3..=2 * n).map(|n| (lease(n), job(n))));
+        assert_eq!(
+            granted.jobs_of(&[lease(0)]),
+            None,
+            "the oldest generation is gone"
+        );
+        assert_eq!(granted.jobs_of(&[lease(n)]), Some(vec![job(n)]));
+        assert_eq!(granted.jobs_of(&[lease(2 * n)]), Some(vec![job(2 * n)]));
+        let held: usize = granted
+            .0
+            .lock()
+            .expect("granted")
+            .iter()
+            .map(HashMap::len)
+            .sum();
+        assert!(held <= 2 * GRANTED_PER_GENERATION);
+    }
+
+    // Proves a job a claim locked and then left for its agent's limits is announced to its other
+    // agents (their claimers met the lock and passed over it) and never to the claim's own
+    // agent, whose claims the limits' row serialises: announcing it would wake its workers into
+    // the same limits, over and over while it is paused.
+    #[test]
+    fn jobs_left_for_the_limits_announce_their_other_agents_only() {
+        let spec = crate::conformance::spec(serde_json::json!({"steps": [
+            {"name": "a", "agent": "a"}, {"name": "b", "agent": "b"}]}));
+        let now = at(1_000);
+        let job = crate::conformance::admitted(crate::conformance::job_id(1), &spec, now)
+            .transition
+            .job;
+        let mut round = ClaimRound::default();
+        round.loaded.insert(job.id.0, job.clone());
+        round.passed.push(job.id.0);
+        let claim = |agent: &str| Claim {
+            agent: agent.to_string(),
+            worker: "w".to_string(),
+            lease_ids: vec![crate::conformance::lease_id(1)],
+            now,
+        };
+        assert_eq!(round.sibling_agents(&claim("a")), vec!["b".to_string()]);
+        assert_eq!(round.sibling_agents(&claim("b")), vec!["a".to_string()]);
+        assert!(ClaimRound::default().sibling_agents(&claim("a")).is_empty());
     }
 
     // Proves an agent with a backlog skips the look and loses nothing by it: claims that lease

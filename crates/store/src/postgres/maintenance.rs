@@ -1,6 +1,6 @@
 //! Health, the supervisor's next wake-up, and the signals other nodes send (`listen`).
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::{JobId, Timestamp};
 use tokio::sync::broadcast;
 

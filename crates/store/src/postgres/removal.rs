@@ -7,7 +7,7 @@
 //! and leases go with it, in the same statement (there are no foreign keys to cascade); recorded
 //! deliveries stay, as they outlive their job by design.
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::{JobId, JobState, Timestamp, Transition};
 
 use super::rows::{self, execute, get, query, to_u64, Lock};

@@ -4,7 +4,7 @@
 //! across nodes: the second finds `rerun_by` set and is refused. Locks are taken in the order a
 //! replacement takes them (the ordering key's, then the job's), so the two cannot deadlock.
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 
 use super::rows::{self, corrupt, execute, Lock};
 use super::{jobs, Failure, Res};

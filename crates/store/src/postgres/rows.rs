@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::backoff::{Backoff, Formula};
 use overseer_core::job::JobRetry;
 use overseer_core::outbox::DeliveryKind;
@@ -145,7 +145,6 @@ macro_rules! step_columns {
          progress, progress_at, progress_events"
     };
 }
-const STEP_COLUMNS: &str = step_columns!();
 
 fn job_from_row(row: &Row) -> Res<Job> {
     let labels: String = get(row, 3, "jobs.labels")?;
@@ -312,8 +311,23 @@ pub(super) const STEPS_OF_JOB: &str = concat!(
     " FROM steps WHERE job_id = $1 ORDER BY idx"
 );
 
+const JOBS_BY_IDS_SQL: &str = concat!(
+    "SELECT j.* FROM unnest($1::uuid[]) AS wanted (id) \
+     CROSS JOIN LATERAL (SELECT ",
+    job_columns!(),
+    " FROM jobs WHERE jobs.id = wanted.id OFFSET 0) j"
+);
+
+const STEPS_OF_JOBS_SQL: &str = concat!(
+    "SELECT s.* FROM unnest($1::uuid[]) WITH ORDINALITY AS wanted (id, n) \
+     CROSS JOIN LATERAL (SELECT ",
+    step_columns!(),
+    ", job_id FROM steps WHERE steps.job_id = wanted.id ORDER BY idx OFFSET 0) s \
+     ORDER BY wanted.n, s.idx"
+);
+
 /// Jobs with the given ids, in that order (ids with no job are left out): two statements
-/// whatever their number.
+/// whatever their number, sent together.
 ///
 /// One job is loaded with the statements of plain parameters (`load_job`): the `unnest` form
 /// is planned anew on every call (its generic plan, costed for an array of unknown length,
@@ -333,40 +347,32 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
             .into_iter()
             .collect());
     }
-    let rows = query(
-        tx,
-        // One primary-key lookup per job, as for the steps below: with `id = ANY($1)`, the
-        // generic plan a connection cached while `jobs` was nearly empty read the whole table
-        // for every claim and report until autovacuum first analyzed it.
-        concat!(
-            "SELECT j.* FROM unnest($1::uuid[]) AS wanted (id) \
-             CROSS JOIN LATERAL (SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE jobs.id = wanted.id OFFSET 0) j"
+    // Sent together, run in order: each statement a fresh snapshot, as if sent one by one.
+    let params: &Params<'_> = &[&uuids];
+    let (rows, step_rows) = futures::try_join!(
+        query(
+            tx,
+            // One primary-key lookup per job, as for the steps below: with `id = ANY($1)`, the
+            // generic plan a connection cached while `jobs` was nearly empty read the whole
+            // table for every claim and report until autovacuum first analyzed it.
+            JOBS_BY_IDS_SQL,
+            params,
         ),
-        &[&uuids],
-    )
-    .await?;
+        query(
+            tx,
+            // One primary-key range per job, whatever the planner's statistics say: with
+            // `job_id = ANY($1)` and none yet (a fresh table, before autovacuum analyzed it) it
+            // chose a parallel scan of the whole table, 50 ms per claim. `OFFSET 0` keeps the
+            // subquery from being flattened into a hash join, so each job is one index range.
+            STEPS_OF_JOBS_SQL,
+            params,
+        ),
+    )?;
     let mut jobs: std::collections::HashMap<Uuid, Job> = std::collections::HashMap::new();
     for row in &rows {
         let job = job_from_row(row)?;
         jobs.insert(job.id.0, job);
     }
-    let step_rows = query(
-        tx,
-        // One primary-key range per job, whatever the planner's statistics say: with
-        // `job_id = ANY($1)` and none yet (a fresh table, before autovacuum analyzed it) it
-        // chose a parallel scan of the whole table, 50 ms per claim. `OFFSET 0` keeps the
-        // subquery from being flattened into a hash join, so each job is one index range.
-        &format!(
-            "SELECT s.* FROM unnest($1::uuid[]) WITH ORDINALITY AS wanted (id, n) \
-             CROSS JOIN LATERAL (SELECT {STEP_COLUMNS}, job_id FROM steps \
-               WHERE steps.job_id = wanted.id ORDER BY idx OFFSET 0) s \
-             ORDER BY wanted.n, s.idx"
-        ),
-        &[&uuids],
-    )
-    .await?;
     for row in &step_rows {
         // `job_id` comes after the step's own columns.
         let job_id: Uuid = get(row, row.len() - 1, "steps.job_id")?;

@@ -1,7 +1,7 @@
 //! Cron schedules as rows, and firing one due time exactly once (fenced, compare-and-set on
 //! `next_fire_at`, the job inserted idempotently in the same transaction).
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::schedule::ScheduleSpec;
 use overseer_core::{JobId, JobState, Timestamp};
 use tokio_postgres::Row;

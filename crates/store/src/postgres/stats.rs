@@ -1,7 +1,7 @@
 //! Counts for the console's overview (`Jobs::jobs_count_by_state`,
 //! `Jobs::jobs_finished_per_minute`), each answered from an index alone.
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::JobState;
 
 use super::rows::{corrupt, get, query, to_u64};

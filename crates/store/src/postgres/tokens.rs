@@ -1,6 +1,6 @@
 //! API tokens in the PostgreSQL store (see `crate::tokens` for the row shape).
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::auth::TokenRecord;
 use overseer_core::Timestamp;
 use tokio_postgres::Row;

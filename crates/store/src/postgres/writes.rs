@@ -12,7 +12,7 @@
 //! labels, callback) is written once, by the insert, and never again (the core asserts it never
 //! changes them).
 
-use deadpool_postgres::Transaction;
+use super::tx::Transaction;
 use overseer_core::{CompPhase, Job, LeaseId, Timestamp, Transition};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
@@ -500,8 +500,10 @@ mod tests {
             .await
             .expect("a write");
         assert_eq!(seqscan, "off", "writes plan with sequential scans");
-        let as_written = format!("BEGIN; {}", super::super::WRITE_PLANS_SQL);
-        client.batch_execute(&as_written).await.expect("begin");
+        client
+            .batch_execute(super::super::WRITE_BEGIN_SQL)
+            .await
+            .expect("begin");
         for (name, sql, params) in [("job", WRITE_JOBS_SQL, 19), ("step", WRITE_STEPS_SQL, 26)] {
             let plan = generic_plan(&client, sql, params).await;
             assert!(
