@@ -25,9 +25,12 @@ use crate::{Delivery, DeliveryOutcome, DeliveryRecord, Error, LeaseRef};
 
 pub(super) type Params<'a> = [&'a (dyn ToSql + Sync)];
 
+// Every statement goes through `Transaction::in_turn`, so statements sent together run in the
+// order they were issued.
+
 pub(super) async fn query(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) -> Res<Vec<Row>> {
-    let stmt = tx.prepare_cached(sql).await?;
-    Ok(tx.query(&stmt, params).await?)
+    let send = |stmt| async move { tx.query(&stmt, params).await };
+    Ok(tx.in_turn(sql, send).await?)
 }
 
 /// Looks up `ids` with `one` (a plain `$1`) when there is a single id, else with `many` (the ids
@@ -50,18 +53,18 @@ pub(super) async fn query_opt(
     sql: &str,
     params: &Params<'_>,
 ) -> Res<Option<Row>> {
-    let stmt = tx.prepare_cached(sql).await?;
-    Ok(tx.query_opt(&stmt, params).await?)
+    let send = |stmt| async move { tx.query_opt(&stmt, params).await };
+    Ok(tx.in_turn(sql, send).await?)
 }
 
 pub(super) async fn query_one(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) -> Res<Row> {
-    let stmt = tx.prepare_cached(sql).await?;
-    Ok(tx.query_one(&stmt, params).await?)
+    let send = |stmt| async move { tx.query_one(&stmt, params).await };
+    Ok(tx.in_turn(sql, send).await?)
 }
 
 pub(super) async fn execute(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) -> Res<u64> {
-    let stmt = tx.prepare_cached(sql).await?;
-    Ok(tx.execute(&stmt, params).await?)
+    let send = |stmt| async move { tx.execute(&stmt, params).await };
+    Ok(tx.in_turn(sql, send).await?)
 }
 
 pub(super) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Failure {

@@ -8,20 +8,70 @@
 //! wire, PostgreSQL runs the two in order, and the caller reads `BEGIN`'s answer together with
 //! the statement's (see `PgStore::write`).
 //!
+//! Statements sent together (in one `join!`) run in the order they are written, and code relies
+//! on it: "lock the job, then load it" in one round trip reads the rows after the lock is
+//! granted. A statement is prepared before it is sent, and the first use of a statement on a
+//! connection prepares it with a round trip of its own, during which a statement written after
+//! it, already prepared, would go first. So every statement waits for its turn
+//! ([`Transaction::in_turn`]): it is sent only after every statement issued before it.
+//!
 //! A transaction opened this way must end in [`Open::commit`] or [`Open::rollback`]. If it is
 //! dropped before either (its future was cancelled, or a panic unwound through it), the
 //! connection could go back to the pool inside a transaction, so it is taken out of the pool
 //! instead and closed, and the server rolls the transaction back.
 
+use std::future::Future;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
 use deadpool_postgres::{ClientWrapper, Object};
+use tokio::sync::Mutex;
+use tokio_postgres::Statement;
 
 /// A connection inside a transaction, as the work sees it: every statement method of the pooled
 /// client (its statement cache included), and no way to end the transaction.
 pub(crate) struct Transaction<'a> {
     client: &'a ClientWrapper,
+    /// Held by the statement being prepared and sent; waiters get it in the order they asked.
+    turn: &'a Mutex<()>,
+}
+
+impl Transaction<'_> {
+    /// Prepares `sql` (from the connection's cache when it can) and starts `send` with it, after
+    /// every statement issued before this one in the transaction was sent, and before any
+    /// statement issued after it. `send` must write its statement to the connection the first
+    /// time it is polled, as tokio-postgres's statement methods do.
+    pub(super) async fn in_turn<T, F>(
+        &self,
+        sql: &str,
+        send: impl FnOnce(Statement) -> F,
+    ) -> Result<T, tokio_postgres::Error>
+    where
+        F: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let turn = self.turn.lock().await;
+        let statement = self.client.prepare_cached(sql).await?;
+        let mut sent = std::pin::pin!(send(statement));
+        let first = futures::poll!(sent.as_mut());
+        drop(turn);
+        match first {
+            Poll::Ready(answer) => answer,
+            Poll::Pending => sent.await,
+        }
+    }
+
+    /// Runs `sql` (one or more statements, no parameters) in its turn, like [`Self::in_turn`].
+    pub(super) async fn batch_execute(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        let turn = self.turn.lock().await;
+        let mut sent = std::pin::pin!(self.client.batch_execute(sql));
+        let first = futures::poll!(sent.as_mut());
+        drop(turn);
+        match first {
+            Poll::Ready(answer) => answer,
+            Poll::Pending => sent.await,
+        }
+    }
 }
 
 impl Deref for Transaction<'_> {
@@ -37,6 +87,7 @@ impl Deref for Transaction<'_> {
 pub(super) struct Open {
     client: Option<Object>,
     ended: AtomicBool,
+    turn: Mutex<()>,
 }
 
 impl Open {
@@ -46,6 +97,7 @@ impl Open {
         Open {
             client: Some(client),
             ended: AtomicBool::new(false),
+            turn: Mutex::new(()),
         }
     }
 
@@ -59,6 +111,7 @@ impl Open {
     pub(super) fn transaction(&self) -> Transaction<'_> {
         Transaction {
             client: self.client(),
+            turn: &self.turn,
         }
     }
 
@@ -130,6 +183,40 @@ mod tests {
         assert_eq!(read.1, "on", "a read is read-only");
         let write = store.write(|tx, _| where_am_i(tx)).await.expect("write");
         assert_eq!(write, ("read committed".into(), "off".into(), "off".into()));
+    }
+
+    // Proves statements sent together run in the order they were written, even when the first
+    // must be prepared (a round trip of its own: its first use on the connection) and the second
+    // was prepared already. Without turns the second reached the server first, and "lock the
+    // job, then load it" could load it before the lock was granted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statements_sent_together_run_in_the_order_written() {
+        const NOW_US: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint";
+        const SLOW_NOW_US: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint \
+             FROM pg_sleep(0.05)";
+        let db = PgCluster::shared().database().await;
+        let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
+        let (first, second) = store
+            .write(|tx, _| {
+                Box::pin(async move {
+                    query_one(tx, NOW_US, &[]).await?;
+                    let (first, second) = futures::try_join!(
+                        query_one(tx, SLOW_NOW_US, &[]),
+                        query_one(tx, NOW_US, &[])
+                    )?;
+                    Ok((
+                        get::<i64>(&first, 0, "first")?,
+                        get::<i64>(&second, 0, "second")?,
+                    ))
+                })
+            })
+            .await
+            .expect("write");
+        assert!(
+            first < second,
+            "the second statement ran {} µs before the first",
+            first - second
+        );
     }
 
     // Proves a transaction abandoned half-way (its future dropped while it holds a row lock, as
