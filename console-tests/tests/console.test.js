@@ -166,12 +166,14 @@ test("the jobs list filters on the server and pages through the matches", async 
 test("a failed job is rerun from its failure, and a step's progress shows on its row", async () => {
   // `gate` fails until a file exists, after telling its progress; `accounts` succeeds. The rerun
   // from failure must run only `gate` again: the new job's `a` keeps its result with one attempt
-  // of the old job, and the pages link the two jobs.
+  // of the old job, and the pages link the two jobs. Progress travels with the next heartbeat
+  // (every third of `timeout`), so the script outlives one; the timeout leaves a loaded machine
+  // seconds of slack (at 600 ms, one late heartbeat under load expired the rerun's only attempt).
   const open = join(env.dir, "gate-open");
-  env.agent("gate", env.script("gate", `echo 'overseer:progress {"pct":50}' >&2; sleep 1\nif [ ! -f ${open} ]; then echo "gate closed" >&2; exit 1; fi\necho 1`));
+  env.agent("gate", env.script("gate", `echo 'overseer:progress {"pct":50}' >&2; sleep 2\nif [ ! -f ${open} ]; then echo "gate closed" >&2; exit 1; fi\necho 1`));
   const job = await env.api("/v1/jobs", { steps: [
     { name: "a", agent: "accounts" },
-    { name: "gate", agent: "gate", depends_on: ["a"], max_attempts: 1, timeout: "600ms" }] });
+    { name: "gate", agent: "gate", depends_on: ["a"], max_attempts: 1, timeout: "3s" }] });
   await until("the job to fail", async () => (await env.api(`/v1/jobs/${job.id}`)).state === "failed", 30000);
   const page = await env.page(`#/job/${job.id}`);
   await page.waitForSelector("h1 .badge.s-failed");
