@@ -340,13 +340,13 @@ async fn report_leases(
 ) -> Res<Vec<Reported>> {
     let (reports, now) = (&batch.reports, batch.now);
     let ids: Vec<_> = reports.iter().map(|r| r.lease_id).collect();
-    let (leases, mut jobs) = match granted.jobs_of(&ids) {
+    let (leases, loaded) = match granted.jobs_of(&ids) {
         Some(job_ids) => {
             futures::try_join!(writes::find_leases(tx, &ids), lock_and_load(tx, &job_ids))?
         }
         None => (writes::find_leases(tx, &ids).await?, Vec::new()),
     };
-    let mut jobs: HashMap<JobId, Job> = jobs.drain(..).map(|j| (j.id, j)).collect();
+    let mut jobs: HashMap<JobId, Job> = loaded.into_iter().map(|j| (j.id, j)).collect();
     // Every lease's job when none was remembered; when all were, none (a lease never changes
     // job), unless a job is gone.
     let missing: Vec<JobId> = leases

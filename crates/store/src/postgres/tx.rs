@@ -26,11 +26,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
 use deadpool_postgres::{ClientWrapper, Object};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard};
 use tokio_postgres::Statement;
 
 /// A connection inside a transaction, as the work sees it: every statement method of the pooled
-/// client (its statement cache included), and no way to end the transaction.
+/// client (its statement cache included), and no way to end the transaction. Statements take
+/// their turn through [`Transaction::in_turn`] (as `rows::query` and its siblings do) or
+/// [`Transaction::batch_execute`]; the client's own methods, reached through `Deref`, skip it.
 pub(crate) struct Transaction<'a> {
     client: &'a ClientWrapper,
     /// Held by the statement being prepared and sent; waiters get it in the order they asked.
@@ -52,25 +54,25 @@ impl Transaction<'_> {
     {
         let turn = self.turn.lock().await;
         let statement = self.client.prepare_cached(sql).await?;
-        let mut sent = std::pin::pin!(send(statement));
-        let first = futures::poll!(sent.as_mut());
-        drop(turn);
-        match first {
-            Poll::Ready(answer) => answer,
-            Poll::Pending => sent.await,
-        }
+        sent_then_awaited(turn, send(statement)).await
     }
 
     /// Runs `sql` (one or more statements, no parameters) in its turn, like [`Self::in_turn`].
     pub(super) async fn batch_execute(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
         let turn = self.turn.lock().await;
-        let mut sent = std::pin::pin!(self.client.batch_execute(sql));
-        let first = futures::poll!(sent.as_mut());
-        drop(turn);
-        match first {
-            Poll::Ready(answer) => answer,
-            Poll::Pending => sent.await,
-        }
+        sent_then_awaited(turn, self.client.batch_execute(sql)).await
+    }
+}
+
+/// Polls `request` once (which writes it to the connection), gives up the `turn`, then waits for
+/// the answer: the next statement may be sent while this one runs.
+async fn sent_then_awaited<T>(turn: MutexGuard<'_, ()>, request: impl Future<Output = T>) -> T {
+    let mut request = std::pin::pin!(request);
+    let first = futures::poll!(request.as_mut());
+    drop(turn);
+    match first {
+        Poll::Ready(answer) => answer,
+        Poll::Pending => request.await,
     }
 }
 
