@@ -27,7 +27,7 @@ CREATE TABLE deliveries (
 , delivered_at INTEGER);
 
 CREATE TABLE "events" (
-    job_id  TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    job_id  TEXT NOT NULL,
     seq     INTEGER NOT NULL,
     at      INTEGER NOT NULL,
     kind    TEXT NOT NULL,
@@ -38,7 +38,7 @@ CREATE TABLE "events" (
 ) WITHOUT ROWID;
 
 CREATE TABLE "job_labels" (
-    job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    job_id TEXT NOT NULL,
     key    TEXT NOT NULL,
     value  TEXT NOT NULL,
     PRIMARY KEY (job_id, key)
@@ -77,7 +77,7 @@ CREATE TABLE leader (
 
 CREATE TABLE "leases" (
     lease_id  TEXT PRIMARY KEY,
-    job_id    TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    job_id    TEXT NOT NULL,
     step      INTEGER NOT NULL,
     attempt   INTEGER NOT NULL
 ) WITHOUT ROWID;
@@ -100,8 +100,8 @@ CREATE TABLE settings (
     created_at INTEGER NOT NULL
 );
 
-CREATE TABLE steps (
-    job_id             TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+CREATE TABLE "steps" (
+    job_id             TEXT NOT NULL,
     idx                INTEGER NOT NULL,
     name               TEXT NOT NULL,
     agent              TEXT NOT NULL,
@@ -127,7 +127,22 @@ CREATE TABLE steps (
     result             TEXT,
     last_error         TEXT,
     -- The job's priority, copied so a claim is one ordered scan of one index.
-    priority           INTEGER NOT NULL, budget_from      INTEGER NOT NULL DEFAULT 0, comp_phase       TEXT, comp_attempts    INTEGER NOT NULL DEFAULT 0, comp_failures    INTEGER NOT NULL DEFAULT 0, comp_budget_from INTEGER NOT NULL DEFAULT 0, claim_agent      TEXT, lease_agent      TEXT, claim_rank INTEGER, backoff_formula TEXT, http TEXT, deadline_ms INTEGER, attempt_ends_at INTEGER, progress TEXT, progress_at INTEGER, progress_events INTEGER NOT NULL DEFAULT 0,
+    priority           INTEGER NOT NULL,
+    budget_from        INTEGER NOT NULL DEFAULT 0,
+    comp_phase         TEXT,
+    comp_attempts      INTEGER NOT NULL DEFAULT 0,
+    comp_failures      INTEGER NOT NULL DEFAULT 0,
+    comp_budget_from   INTEGER NOT NULL DEFAULT 0,
+    claim_agent        TEXT,
+    lease_agent        TEXT,
+    claim_rank         INTEGER,
+    backoff_formula    TEXT,
+    http               TEXT,
+    deadline_ms        INTEGER,
+    attempt_ends_at    INTEGER,
+    progress           TEXT,
+    progress_at        INTEGER,
+    progress_events    INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, idx)
 );
 

@@ -113,7 +113,6 @@ pub struct Pragmas {
     pub journal_mode: String,
     /// 2 is `FULL`: every commit is fsync'd.
     pub synchronous: i64,
-    pub foreign_keys: bool,
     pub busy_timeout_ms: i64,
     pub user_version: i64,
 }
@@ -259,7 +258,8 @@ impl SqliteStore {
         // Commits are not synced by SQLite itself but by the log syncer, beside the writer, and
         // no write is answered (and no read shows a commit) before that sync (see `syncer`).
         conn.pragma_update(None, "synchronous", "NORMAL").db()?;
-        conn.pragma_update(None, "foreign_keys", "ON").db()?;
+        // No table has foreign keys (migration 0019): a job's rows are removed with it
+        // explicitly (`removal::delete_rows_of`).
         // Every write runs in its own savepoint inside the group commit; SQLite journals the
         // pages a savepoint touches so it can roll them back. In memory that costs a copy; in a
         // temp file it cost a pwrite per page (14% of the writer's time in a drain profile).
@@ -368,7 +368,6 @@ impl SqliteStore {
             Ok(Pragmas {
                 journal_mode: text("journal_mode")?,
                 synchronous: int("synchronous")?,
-                foreign_keys: int("foreign_keys")? == 1,
                 busy_timeout_ms: i64::try_from(writer::busy_timeout().as_millis())
                     .unwrap_or(i64::MAX),
                 user_version: int("user_version")?,

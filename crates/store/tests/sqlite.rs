@@ -177,9 +177,134 @@ async fn data_survives_close_and_reopen() {
     assert_eq!(after.last().map(|e| e.seq), Some(events.len() as i64 + 2));
 }
 
+/// Runs a labelled one-step job of agent `agent` to success through a retried first attempt, so
+/// it has history, labels, a step row, a current lease and a retired one.
+async fn run_with_a_retry(store: &SqliteStore, n: u64, agent: &str) {
+    use overseer_core::Command;
+    use overseer_store::{Claim, LeaseReport, Report, Reports};
+    let spec = conformance::spec(json!({"labels": {"team": "a"},
+        "steps": [{"name": "s", "agent": agent, "max_attempts": 3,
+                   "backoff": {"initial": "1s", "factor": 1.0, "max": "1s"}}]}));
+    store
+        .jobs_submit(vec![admitted(job_id(n), &spec, at(0))])
+        .await
+        .expect("submit");
+    let claim = |lease: u128, now: i64| Claim {
+        agent: agent.to_string(),
+        worker: "w".into(),
+        lease_ids: vec![conformance::lease_id(lease)],
+        now: at(now),
+    };
+    let first = u128::from(n) * 10;
+    let claimed = store.steps_claim(claim(first, 1)).await.expect("claim");
+    assert_eq!(claimed.claimed.len(), 1);
+    let fail = Command::Fail {
+        step: 0,
+        attempt: 1,
+        error: "flaky".into(),
+        retryable: true,
+        jitter: 0.0,
+    };
+    store
+        .job_apply(Apply::new(job_id(n), fail, at(2)))
+        .await
+        .expect("fail");
+    let again = store
+        .steps_claim(claim(first + 1, 5_000))
+        .await
+        .expect("claim");
+    assert_eq!(again.claimed.len(), 1, "the retry is leased");
+    let done = Report {
+        lease_id: conformance::lease_id(first + 1),
+        report: LeaseReport::Complete { result: json!(1) },
+    };
+    let out = store
+        .leases_report(Reports {
+            reports: vec![done],
+            now: at(5_001),
+        })
+        .await
+        .expect("report");
+    assert!(out[0].is_ok(), "{:?}", out[0]);
+}
+
+/// Rows of job `n` in each table that holds a job's rows besides `jobs`.
+fn rows_of(path: &std::path::Path, n: u64) -> Vec<(&'static str, i64)> {
+    let raw = rusqlite::Connection::open(path).expect("raw open");
+    ["steps", "job_labels", "events", "leases"]
+        .into_iter()
+        .map(|table| {
+            let count = raw
+                .query_row(
+                    &format!("SELECT COUNT(*) FROM {table} WHERE job_id = ?1"),
+                    [job_id(n).to_string()],
+                    |r| r.get(0),
+                )
+                .expect("count");
+            (table, count)
+        })
+        .collect()
+}
+
+// Proves that without foreign keys to cascade, removing a job (by `jobs_delete` or by retention)
+// leaves none of its steps, labels, history or leases behind, retired leases included, and
+// touches no other job's rows.
+#[tokio::test]
+async fn a_removed_job_leaves_no_rows_behind() {
+    use overseer_core::retention::Retention;
+    use overseer_core::{JobState, Span};
+    use overseer_store::{Prune, Removal};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(options(&dir)).expect("open");
+    for n in 1..=3 {
+        run_with_a_retry(&store, n, &format!("a{n}")).await;
+        let rows = rows_of(store.path(), n);
+        assert!(
+            rows.iter().all(|(_, c)| *c > 0),
+            "job {n} has rows: {rows:?}"
+        );
+    }
+    let deleted = store
+        .jobs_delete(Removal {
+            ids: vec![job_id(1)],
+            states: vec![JobState::Succeeded],
+        })
+        .await
+        .expect("delete");
+    assert_eq!(deleted, vec![job_id(1)]);
+    let retention = Retention {
+        succeeded: Span::from_secs(1),
+        ..Retention::default()
+    };
+    // Job 2 finished first of the two left: a limit of one removes it alone.
+    let pruned = store
+        .jobs_prune(Prune {
+            now: at(6_002),
+            retention,
+            limit: 1,
+        })
+        .await
+        .expect("prune");
+    assert_eq!(pruned.ids.len(), 1);
+    let (gone, kept) = if pruned.ids[0] == job_id(2) {
+        (2, 3)
+    } else {
+        (3, 2)
+    };
+    for n in [1, gone] {
+        let rows = rows_of(store.path(), n);
+        assert!(rows.iter().all(|(_, c)| *c == 0), "job {n} left {rows:?}");
+    }
+    let rows = rows_of(store.path(), kept);
+    assert!(
+        rows.iter().all(|(_, c)| *c > 0),
+        "job {kept} keeps {rows:?}"
+    );
+}
+
 // Proves the write connection runs in WAL mode with synchronous=NORMAL (commits are synced by
-// the store's log syncer before anyone hears of them, not by SQLite inside the writer) and
-// foreign keys on, and that the schema version is recorded in the file.
+// the store's log syncer before anyone hears of them, not by SQLite inside the writer), and
+// that the schema version is recorded in the file.
 #[tokio::test]
 async fn durability_pragmas_are_in_force() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -187,7 +312,6 @@ async fn durability_pragmas_are_in_force() {
     let pragmas = store.writer_pragmas().await.expect("pragmas");
     assert_eq!(pragmas.journal_mode, "wal");
     assert_eq!(pragmas.synchronous, 1, "synchronous=NORMAL");
-    assert!(pragmas.foreign_keys);
     assert!(pragmas.busy_timeout_ms > 0);
     assert!(pragmas.user_version >= 1);
 

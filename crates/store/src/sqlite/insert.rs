@@ -4,9 +4,10 @@
 //! row is inserted already counting the history entries it starts with, so a new job costs its
 //! rows and nothing more (before: two counter updates a job, a third of a batch's writer time).
 //!
-//! Multi-row `INSERT`s were measured here and not kept: SQLite gives a statement that writes
-//! several rows into a table with an immediate foreign key (steps, labels, events → jobs) a
-//! statement journal, a copy of every page it changes, which cost more than the statements saved.
+//! Multi-row `INSERT`s were measured here and not kept while the child tables had foreign keys
+//! (until migration 0019): SQLite gives a statement that writes several rows into a table with an
+//! immediate foreign key a statement journal, a copy of every page it changes, which cost more
+//! than the statements saved.
 
 use std::sync::OnceLock;
 

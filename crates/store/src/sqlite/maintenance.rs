@@ -3,6 +3,7 @@
 use overseer_core::{JobId, Timestamp};
 use rusqlite::{params, Connection};
 
+use super::removal::delete_rows_of;
 use super::rows::{self, limit_param, DbResult};
 use super::writer::Pressure;
 use super::SqliteStore;
@@ -87,8 +88,8 @@ fn prune_jobs(conn: &Connection, prune: &Prune, pressure: &Pressure) -> Result<P
 }
 
 /// Deletes up to `limit` jobs past their retention: one range of `jobs_finished` per terminal
-/// state (the core's cutoffs) and one of `jobs_retention_own`; steps, labels, history and leases
-/// go by their foreign keys, settled deliveries by `deliveries_job`.
+/// state (the core's cutoffs) and one of `jobs_retention_own`; then each job's steps, labels,
+/// history and leases ([`delete_rows_of`]), and its settled deliveries by `deliveries_job`.
 fn prune_piece(conn: &Connection, prune: &Prune, limit: usize) -> Result<Vec<JobId>> {
     let [(s1, c1), (s2, c2), (s3, c3)] = prune.retention.cutoffs(prune.now);
     let arm = "SELECT id FROM jobs INDEXED BY jobs_finished WHERE state = ? AND \
@@ -127,6 +128,7 @@ fn prune_piece(conn: &Connection, prune: &Prune, limit: usize) -> Result<Vec<Job
         .db()?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
+        delete_rows_of(conn, &id)?;
         settled.execute([&id]).db()?;
         let id = rows::job_id(&id)?;
         super::written::forget(id);

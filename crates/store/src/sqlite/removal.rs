@@ -3,8 +3,8 @@
 //! A job goes only when it is in one of the states the caller expects and none of its steps
 //! holds a live lease, checked on the job as loaded in the write transaction: a job that moved on
 //! since the caller looked (was claimed, finished, …) is left alone. The rows of its steps,
-//! labels, history and leases go with it (`ON DELETE CASCADE`); recorded deliveries stay, as
-//! they outlive their job by design.
+//! labels, history and leases go with it in the same write ([`delete_rows_of`]: there are no
+//! foreign keys to cascade); recorded deliveries stay, as they outlive their job by design.
 
 use overseer_core::{Job, JobId, JobState, Transition};
 use rusqlite::Connection;
@@ -27,12 +27,29 @@ fn delete_one(conn: &Connection, id: JobId, states: &[JobState]) -> Result<bool>
         return Ok(false);
     }
     super::written::forget(id);
+    let id = job_id_text(id);
     let n = conn
         .prepare_cached("DELETE FROM jobs WHERE id = ?1")
         .db()?
-        .execute([job_id_text(id)])
+        .execute([&id])
         .db()?;
+    delete_rows_of(conn, &id)?;
     Ok(n == 1)
+}
+
+/// Deletes the steps, labels, history and retired leases of job `id` (its row goes separately).
+/// Every path that removes a job calls this in the same write, so no row outlives its job.
+pub(super) fn delete_rows_of(conn: &Connection, id: &str) -> Result<()> {
+    const DEPENDENTS: [&str; 4] = [
+        "DELETE FROM steps WHERE job_id = ?1",
+        "DELETE FROM job_labels WHERE job_id = ?1",
+        "DELETE FROM events WHERE job_id = ?1",
+        "DELETE FROM leases WHERE job_id = ?1",
+    ];
+    for sql in DEPENDENTS {
+        conn.prepare_cached(sql).db()?.execute([id]).db()?;
+    }
+    Ok(())
 }
 
 pub(super) fn delete(conn: &Connection, ids: &[JobId], states: &[JobState]) -> Result<Vec<JobId>> {

@@ -27,4 +27,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0016_history_and_leases_without_rowid.sql"),
     include_str!("../../migrations/sqlite/0017_retired_leases.sql"),
     include_str!("../../migrations/sqlite/0018_fewer_job_indexes.sql"),
+    include_str!("../../migrations/sqlite/0019_no_foreign_keys.sql"),
 ];
