@@ -14,11 +14,14 @@ use crate::spec::{
 use crate::time::{Span, Timestamp};
 
 macro_rules! string_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+    (
+        $(#[$meta:meta])*
+        $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }
+    ) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
         #[serde(rename_all = "snake_case")]
-        pub enum $name { $($variant),+ }
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
 
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
@@ -591,13 +594,131 @@ impl Step {
 /// How much waiting one point of priority is worth (see [`Job::claim_rank`]).
 pub const PRIORITY_AGING: Span = Span::from_secs(1);
 
+string_enum! {
+    /// What an entry of a job's history records, stored and answered as its snake_case name.
+    #[derive(PartialOrd, Ord)]
+    EventKind {
+        /// The job was accepted: the first event of every job.
+        JobSubmitted => "job_submitted",
+        /// An operator moved the job's `run_at` or changed its priority.
+        JobRescheduled => "job_rescheduled",
+        /// The job started running: on admission, or once its `run_at` came and it headed its
+        /// ordering key.
+        JobStarted => "job_started",
+        /// A client asked for the job to be cancelled.
+        CancelRequested => "cancel_requested",
+        /// The job's deadline passed while it still wanted its work.
+        JobDeadlinePassed => "job_deadline_passed",
+        /// The job began undoing its succeeded steps (a step failed, a cancel, its deadline).
+        JobCompensating => "job_compensating",
+        /// A whole-job retry began its next round once the last one was undone.
+        JobRoundStarted => "job_round_started",
+        /// A failed step or a failed undo stopped the job until an operator acts.
+        JobBlocked => "job_blocked",
+        /// An operator's action left nothing failed: the blocked job runs or unwinds again.
+        JobUnblocked => "job_unblocked",
+        /// An operator resumed a blocked job: its failed steps and undos are retried.
+        JobResumed => "job_resumed",
+        /// A repair found the job not moved on as its steps called for, and moved it on.
+        JobRepaired => "job_repaired",
+        /// The finished job was rerun: recorded on it, naming the new job.
+        JobRerun => "job_rerun",
+        /// Every step succeeded or was skipped: the job succeeded.
+        JobSucceeded => "job_succeeded",
+        /// The job failed: a step failed for good, its deadline passed, or its unwind finished.
+        JobFailed => "job_failed",
+        /// The cancelled job finished stopping (and undoing, if it had anything to undo).
+        JobCancelled => "job_cancelled",
+        /// A rerun kept the step's result from the job it reruns, instead of running it again.
+        StepKept => "step_kept",
+        /// The step's dependencies are done: its work may be leased.
+        StepReady => "step_ready",
+        /// An attempt of the step's work was leased to a worker.
+        StepLeased => "step_leased",
+        /// A live lease on the step's work reported new progress (when the step records it).
+        StepProgress => "step_progress",
+        /// The step's work completed.
+        StepSucceeded => "step_succeeded",
+        /// An attempt of the step's work failed and another is scheduled.
+        StepRetryScheduled => "step_retry_scheduled",
+        /// The step's work failed for good: attempts exhausted or a fatal error.
+        StepFailed => "step_failed",
+        /// A lease on the step's work ended without a report or heartbeat.
+        StepLeaseExpired => "step_lease_expired",
+        /// An attempt of the step's work ran past its deadline.
+        StepDeadlineExceeded => "step_deadline_exceeded",
+        /// The step was cancelled: it was not running, or its attempt ended after its job stopped.
+        StepCancelled => "step_cancelled",
+        /// An operator retried the failed step, with a fresh attempt budget.
+        StepRetried => "step_retried",
+        /// An operator skipped the failed step: its dependants go on without it.
+        StepSkipped => "step_skipped",
+        /// A new round of a whole-job retry set the step back to waiting.
+        StepReset => "step_reset",
+        /// The step's undo completed.
+        StepCompensated => "step_compensated",
+        /// The step's undo may be leased: no step depending on it is running or being undone.
+        CompensationReady => "compensation_ready",
+        /// An attempt of the step's undo was leased to a worker.
+        CompensationLeased => "compensation_leased",
+        /// A live lease on the step's undo reported new progress (when the step records it).
+        CompensationProgress => "compensation_progress",
+        /// An attempt of the step's undo failed and another is scheduled.
+        CompensationRetryScheduled => "compensation_retry_scheduled",
+        /// The step's undo failed for good: attempts exhausted or a fatal error.
+        CompensationFailed => "compensation_failed",
+        /// A lease on the step's undo ended without a report or heartbeat.
+        CompensationLeaseExpired => "compensation_lease_expired",
+        /// An attempt of the step's undo ran past its deadline.
+        CompensationDeadlineExceeded => "compensation_deadline_exceeded",
+        /// An operator retried the step's failed undo, with a fresh attempt budget.
+        CompensationRetried => "compensation_retried",
+        /// An operator skipped the step's failed undo: the step counts as skipped.
+        CompensationSkipped => "compensation_skipped",
+    }
+}
+
+impl EventKind {
+    /// Whether the event is about the job as a whole: one of the `job_…` kinds
+    /// (`cancel_requested` is not one).
+    pub fn is_job_event(self) -> bool {
+        self.as_str().starts_with("job_")
+    }
+}
+
+/// A kind of event this build does not know, as a stored row or an answer may carry it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown event kind `{0}`")]
+pub struct UnknownEventKind(pub String);
+
+impl std::str::FromStr for EventKind {
+    type Err = UnknownEventKind;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EventKind::parse(s).ok_or_else(|| UnknownEventKind(s.to_string()))
+    }
+}
+
+string_enum! {
+    /// What raised an alert for a human. Sent to the alert webhook as its snake_case name.
+    AlertKind {
+        /// The job failed.
+        JobFailed => "job_failed",
+        /// The job is blocked: it waits for an operator.
+        JobBlocked => "job_blocked",
+        /// A step's work has failed [`POISON_FAILURES`](crate::machine::POISON_FAILURES) times,
+        /// and another attempt is scheduled.
+        StepPoisoned => "step_poisoned",
+    }
+}
+
 /// One entry of a job's history, as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     /// Position in the job's history, from 1.
     pub seq: i64,
     pub at: Timestamp,
-    pub kind: String,
+    pub kind: EventKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -610,8 +731,42 @@ pub struct Event {
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewEvent {
     pub at: Timestamp,
-    pub kind: &'static str,
+    pub kind: EventKind,
     pub step: Option<String>,
     pub attempt: Option<u32>,
     pub detail: Option<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves every event and alert kind is written, serialized, displayed and parsed as one and
+    // the same snake_case name, and that an unknown kind is refused with an error naming it.
+    #[test]
+    fn kinds_are_their_snake_case_names() {
+        for &kind in EventKind::ALL {
+            let text = kind.as_str();
+            assert_eq!(serde_json::to_value(kind).unwrap(), Value::from(text));
+            assert_eq!(
+                serde_json::from_value::<EventKind>(text.into()).ok(),
+                Some(kind)
+            );
+            assert_eq!(kind.to_string(), text);
+            assert_eq!(text.parse::<EventKind>(), Ok(kind));
+            assert_eq!(kind.is_job_event(), text.starts_with("job_"));
+        }
+        for &kind in AlertKind::ALL {
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                Value::from(kind.as_str())
+            );
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+        assert_eq!(EventKind::StepLeaseExpired.as_str(), "step_lease_expired");
+        assert_eq!(AlertKind::StepPoisoned.as_str(), "step_poisoned");
+        let unknown = "step_started".parse::<EventKind>().unwrap_err();
+        assert_eq!(unknown.to_string(), "unknown event kind `step_started`");
+        assert!(serde_json::from_value::<EventKind>("step_started".into()).is_err());
+    }
 }

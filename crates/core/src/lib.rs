@@ -21,7 +21,9 @@ pub mod waiting;
 pub mod wire;
 
 pub use id::{JobId, LeaseId};
-pub use job::{CompPhase, DesiredState, Event, Job, JobState, NewEvent, Step, StepState};
+pub use job::{
+    AlertKind, CompPhase, DesiredState, Event, EventKind, Job, JobState, NewEvent, Step, StepState,
+};
 pub use machine::{apply, Command, Effect, Rejection, Reply, RetiredLease, Transition};
 pub use spec::{JobSpec, Limits, SpecError, StepSpec};
 pub use time::{Span, Timestamp};

@@ -101,7 +101,9 @@ use serde_json::{json, Value};
 
 use crate::id::LeaseId;
 use crate::job::JobRetry;
-use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, StepState};
+use crate::job::{
+    AlertKind, CompPhase, DesiredState, EventKind, Job, JobState, NewEvent, StepState,
+};
 use crate::spec::{JobExhausted, OnFailure};
 use crate::time::{Span, Timestamp};
 
@@ -283,7 +285,7 @@ pub enum Effect {
     Due { at: Timestamp },
     /// Something needs a human's attention. Backends record it durably for delivery.
     Alert {
-        kind: &'static str,
+        kind: AlertKind,
         step: Option<String>,
         message: String,
     },
@@ -434,7 +436,7 @@ pub fn admit_rerun(
             s.state = StepState::Succeeded;
             s.result = from.result.clone();
             s.finished_at = Some(w.now);
-            w.event("step_kept", Some(i), None, Some(detail));
+            w.event(EventKind::StepKept, Some(i), None, Some(detail));
         }
     })
 }
@@ -450,7 +452,7 @@ pub fn link_rerun(
     crate::rerun::check(old)?;
     let mut w = Work::new(old.clone(), now);
     w.job.rerun_by = Some(rerun);
-    w.event("job_rerun", None, None, Some(detail));
+    w.event(EventKind::JobRerun, None, None, Some(detail));
     Ok(w.finish(old, Reply::Done))
 }
 
@@ -464,7 +466,7 @@ fn admit_with(
 ) -> Transition {
     let before = job.clone();
     let mut w = Work::new(job, now);
-    w.event("job_submitted", None, None, detail);
+    w.event(EventKind::JobSubmitted, None, None, detail);
     prepare(&mut w);
     // A job with an ordering key waits in `pending` until it heads its key; the store, which
     // can see the key's other jobs, activates it (in the same transaction when it is the head).
@@ -534,7 +536,7 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
                 s.result = Some(result);
                 s.finished_at = Some(now);
                 s.lease_expires_at = None;
-                w.event("step_succeeded", Some(step), Some(attempt), None);
+                w.event(EventKind::StepSucceeded, Some(step), Some(attempt), None);
                 w.promote();
                 w.settle();
                 Reply::Done
@@ -576,10 +578,10 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             // The history tells a deadline overrun from silence: one ran too long, the other
             // stopped heartbeating.
             let (kind, error) = match (s.is_compensating(), s.lease_ends_at_deadline()) {
-                (true, false) => ("compensation_lease_expired", lease_expired_error()),
-                (false, false) => ("step_lease_expired", lease_expired_error()),
-                (true, true) => ("compensation_deadline_exceeded", deadline_error(s)),
-                (false, true) => ("step_deadline_exceeded", deadline_error(s)),
+                (true, false) => (EventKind::CompensationLeaseExpired, lease_expired_error()),
+                (false, false) => (EventKind::StepLeaseExpired, lease_expired_error()),
+                (true, true) => (EventKind::CompensationDeadlineExceeded, deadline_error(s)),
+                (false, true) => (EventKind::StepDeadlineExceeded, deadline_error(s)),
             };
             w.event(kind, Some(step), Some(attempt), None);
             w.report_failure(
@@ -607,7 +609,7 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
                 return Ok(w.finish(job, Reply::Done));
             }
             w.job.desired_state = DesiredState::Cancelled;
-            w.event("cancel_requested", None, None, None);
+            w.event(EventKind::CancelRequested, None, None, None);
             if w.job.state == JobState::Pending {
                 w.cancel_unstarted("the job was cancelled");
                 w.finish_job(JobState::Cancelled, None);
@@ -645,9 +647,9 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             let unwinding = w.unwinding();
             let kind = if s.state == StepState::Failed {
                 w.check_work_wanted(step, false)?;
-                "step_skipped"
+                EventKind::StepSkipped
             } else if s.comp_phase == Some(CompPhase::Failed) {
-                "compensation_skipped"
+                EventKind::CompensationSkipped
             } else {
                 return Err(Rejection::NotAllowed {
                     reason: format!(
@@ -667,7 +669,7 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
         Command::Resume { by, reason } => {
             w.require_blocked("resume")?;
             let detail = json!({ "by": by, "reason": reason });
-            w.event("job_resumed", None, None, Some(detail.clone()));
+            w.event(EventKind::JobResumed, None, None, Some(detail.clone()));
             let unwinding = w.unwinding();
             // An unwinding or cancelled job has given its failed work up: only its undos resume.
             let retry_work = !unwinding && w.wants_work();
@@ -697,7 +699,7 @@ pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, 
             if w.events.len() > before {
                 let healed: Vec<Value> = w.events[before..].iter().map(|e| json!(e.kind)).collect();
                 w.event(
-                    "job_repaired",
+                    EventKind::JobRepaired,
                     None,
                     None,
                     Some(json!({ "applied": healed })),
@@ -741,7 +743,7 @@ impl Work {
 
     fn event(
         &mut self,
-        kind: &'static str,
+        kind: EventKind,
         step: Option<usize>,
         attempt: Option<u32>,
         detail: Option<Value>,
@@ -755,7 +757,7 @@ impl Work {
         });
     }
 
-    fn alert(&mut self, kind: &'static str, step: Option<usize>, message: String) {
+    fn alert(&mut self, kind: AlertKind, step: Option<usize>, message: String) {
         let step = step.map(|i| self.job.steps[i].name.clone());
         self.effects.push(Effect::Alert {
             kind,
@@ -866,9 +868,9 @@ impl Work {
         s.next_attempt_at = None;
         let (attempt, expires) = (s.attempt, s.lease_expires_at);
         let kind = if undo {
-            "compensation_leased"
+            EventKind::CompensationLeased
         } else {
-            "step_leased"
+            EventKind::StepLeased
         };
         self.event(
             kind,
@@ -883,7 +885,7 @@ impl Work {
     fn deadline_passed(&mut self) {
         let deadline = self.job.deadline;
         self.event(
-            "job_deadline_passed",
+            EventKind::JobDeadlinePassed,
             None,
             None,
             Some(json!({ "deadline": deadline })),
@@ -900,7 +902,7 @@ impl Work {
         self.cancel_unstarted("the job's deadline passed");
         if undoes && to_undo && self.job.state != JobState::Pending {
             self.event(
-                "job_compensating",
+                EventKind::JobCompensating,
                 None,
                 None,
                 Some(json!({ "cause": "deadline" })),
@@ -919,8 +921,8 @@ impl Work {
         let s = &mut self.job.steps[step];
         let changed = s.progress.as_ref() != Some(&progress);
         let kind = match s.is_compensating() {
-            true => "compensation_progress",
-            false => "step_progress",
+            true => EventKind::CompensationProgress,
+            false => EventKind::StepProgress,
         };
         let record = s.progress_events && changed;
         s.progress = Some(progress);
@@ -933,7 +935,7 @@ impl Work {
 
     fn start(&mut self) {
         self.job.state = JobState::Running;
-        self.event("job_started", None, None, None);
+        self.event(EventKind::JobStarted, None, None, None);
         self.promote();
         self.settle();
     }
@@ -968,7 +970,7 @@ impl Work {
             detail["priority"] = json!({ "from": self.job.priority, "to": p });
             self.job.priority = p;
         }
-        self.event("job_rescheduled", None, None, Some(detail));
+        self.event(EventKind::JobRescheduled, None, None, Some(detail));
         if let Some(t) = new_run_at {
             // A keyed job starts only when it heads its key, which the store decides: the
             // supervisor looks at the new time (at once when it has come).
@@ -1011,7 +1013,7 @@ impl Work {
             s.ready_at = Some(now);
             s.next_attempt_at = Some(now);
             let agent = s.agent.clone();
-            self.event("step_ready", Some(i), None, None);
+            self.event(EventKind::StepReady, Some(i), None, None);
             self.wake(agent);
         }
     }
@@ -1067,7 +1069,7 @@ impl Work {
             s.next_attempt_at = Some(at);
             let agent = s.agent.clone();
             self.event(
-                "step_retry_scheduled",
+                EventKind::StepRetryScheduled,
                 Some(step),
                 Some(attempt),
                 Some(json!({ "error": error, "delay": delay, "next_attempt_at": at })),
@@ -1076,7 +1078,7 @@ impl Work {
             if failures == POISON_FAILURES {
                 let name = self.job.steps[step].name.clone();
                 self.alert(
-                    "step_poisoned",
+                    AlertKind::StepPoisoned,
                     Some(step),
                     format!("step `{name}` has failed {failures} times; last error: {error}"),
                 );
@@ -1090,7 +1092,7 @@ impl Work {
                 "fatal error"
             };
             self.event(
-                "step_failed",
+                EventKind::StepFailed,
                 Some(step),
                 Some(attempt),
                 Some(json!({ "error": error, "reason": reason })),
@@ -1140,7 +1142,7 @@ impl Work {
                 if self.job.retry.is_some() {
                     detail["round"] = json!(self.job.round);
                 }
-                self.event("job_compensating", None, None, Some(detail));
+                self.event(EventKind::JobCompensating, None, None, Some(detail));
                 self.begin_unwind();
             }
         }
@@ -1148,9 +1150,14 @@ impl Work {
 
     fn block(&mut self, reason: String) {
         self.job.state = JobState::Blocked;
-        self.event("job_blocked", None, None, Some(json!({ "reason": reason })));
+        self.event(
+            EventKind::JobBlocked,
+            None,
+            None,
+            Some(json!({ "reason": reason })),
+        );
         self.alert(
-            "job_blocked",
+            AlertKind::JobBlocked,
             None,
             format!("job {} is blocked: {reason}", self.job.id),
         );
@@ -1180,7 +1187,7 @@ impl Work {
             JobState::Running
         };
         self.event(
-            "job_unblocked",
+            EventKind::JobUnblocked,
             None,
             None,
             Some(json!({ "state": self.job.state })),
@@ -1198,7 +1205,7 @@ impl Work {
         s.next_attempt_at = Some(now);
         s.finished_at = None;
         let agent = s.agent.clone();
-        self.event("step_retried", Some(step), None, Some(detail));
+        self.event(EventKind::StepRetried, Some(step), None, Some(detail));
         // A step whose dependencies are not all done goes back to waiting, not ready.
         let deps_done = {
             let s = &self.job.steps[step];
@@ -1225,7 +1232,12 @@ impl Work {
         s.comp_budget_from = s.comp_attempts;
         s.next_attempt_at = Some(now);
         let agent = s.compensate.as_ref().map(|c| c.agent.clone());
-        self.event("compensation_retried", Some(step), None, Some(detail));
+        self.event(
+            EventKind::CompensationRetried,
+            Some(step),
+            None,
+            Some(detail),
+        );
         if let Some(agent) = agent {
             self.wake(agent);
         }
@@ -1240,7 +1252,7 @@ impl Work {
         s.lease_expires_at = None;
         s.next_attempt_at = None;
         self.event(
-            "step_cancelled",
+            EventKind::StepCancelled,
             Some(step),
             attempt,
             Some(json!({ "reason": why })),
@@ -1319,7 +1331,7 @@ impl Work {
             s.next_attempt_at = Some(now);
             s.ready_at = Some(now);
             let agent = s.compensate.as_ref().map(|c| c.agent.clone());
-            self.event("compensation_ready", Some(i), None, None);
+            self.event(EventKind::CompensationReady, Some(i), None, None);
             if let Some(agent) = agent {
                 self.wake(agent);
             }
@@ -1384,13 +1396,18 @@ impl Work {
         self.job.state = JobState::Running;
         let at = self.now.plus(delay);
         self.event(
-            "job_round_started",
+            EventKind::JobRoundStarted,
             None,
             None,
             Some(json!({ "round": round, "undone": undone, "delay": delay, "at": at })),
         );
         for i in 0..self.job.steps.len() {
-            self.event("step_reset", Some(i), None, Some(json!({ "round": round })));
+            self.event(
+                EventKind::StepReset,
+                Some(i),
+                None,
+                Some(json!({ "round": round })),
+            );
         }
         let before = self.effects.len();
         self.promote();
@@ -1419,7 +1436,7 @@ impl Work {
         s.finished_at = Some(now);
         s.lease_expires_at = None;
         self.event(
-            "step_compensated",
+            EventKind::StepCompensated,
             Some(step),
             Some(attempt),
             Some(json!({ "result": result })),
@@ -1451,7 +1468,7 @@ impl Work {
                 .map(|c| c.agent.clone())
                 .unwrap_or_default();
             self.event(
-                "compensation_retry_scheduled",
+                EventKind::CompensationRetryScheduled,
                 Some(step),
                 Some(attempt),
                 Some(json!({ "error": error, "delay": delay, "next_attempt_at": at })),
@@ -1466,7 +1483,7 @@ impl Work {
                 "fatal error"
             };
             self.event(
-                "compensation_failed",
+                EventKind::CompensationFailed,
                 Some(step),
                 Some(attempt),
                 Some(json!({ "error": error, "reason": reason })),
@@ -1480,15 +1497,15 @@ impl Work {
         self.job.finished_at = Some(self.now);
         self.job.blocked_reason = None;
         let kind = match state {
-            JobState::Succeeded => "job_succeeded",
-            JobState::Failed => "job_failed",
-            _ => "job_cancelled",
+            JobState::Succeeded => EventKind::JobSucceeded,
+            JobState::Failed => EventKind::JobFailed,
+            _ => EventKind::JobCancelled,
         };
         self.event(kind, None, None, detail);
         self.effects.push(Effect::Finished { state });
         if state == JobState::Failed {
             let id = self.job.id;
-            self.alert("job_failed", None, format!("job {id} failed"));
+            self.alert(AlertKind::JobFailed, None, format!("job {id} failed"));
         }
         if self.job.callback_url.is_some() {
             self.effects.push(Effect::Callback { state });
@@ -1519,7 +1536,7 @@ impl Work {
                             .any(|s| s.state == StepState::Succeeded && s.compensate.is_some());
                         if to_undo {
                             self.event(
-                                "job_compensating",
+                                EventKind::JobCompensating,
                                 None,
                                 None,
                                 Some(json!({ "cause": "cancel" })),

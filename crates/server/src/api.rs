@@ -16,7 +16,9 @@ use overseer_core::wire::{
     Problem, ReportBatch, ReportBatchResponse, ReportResult, RerunRequest, RescheduleRequest,
     StatsView, SubmittedJob, WorkerView,
 };
-use overseer_core::{Command, Job, JobId, JobState, LeaseId, Span, Timestamp, Transition};
+use overseer_core::{
+    Command, EventKind, Job, JobId, JobState, LeaseId, Span, Timestamp, Transition,
+};
 use overseer_store::{
     AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
     ReportApplied, RerunJob, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate,
@@ -1439,7 +1441,7 @@ async fn rerun_job(
         .created
         .events
         .iter()
-        .filter(|e| e.kind == "step_kept");
+        .filter(|e| e.kind == EventKind::StepKept);
     tracing::info!(job = %id, rerun = %new.id, kept = kept.count(), "job rerun");
     app.metrics().jobs_submitted.inc();
     app.committed(&reran.link);

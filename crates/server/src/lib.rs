@@ -365,7 +365,7 @@ impl App {
                     step,
                     message,
                 } => {
-                    tracing::error!(alert = kind, job = %job.id, step = step.as_deref(), "{message}");
+                    tracing::error!(alert = kind.as_str(), job = %job.id, step = step.as_deref(), "{message}");
                     self.metrics()
                         .alerts
                         .get_or_create(&metrics::KindLabel {

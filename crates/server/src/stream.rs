@@ -47,7 +47,7 @@ impl Change {
         Change {
             job: Some(t.job.id),
             state: Some(t.job.state),
-            kinds: t.events.iter().map(|e| e.kind).collect(),
+            kinds: t.events.iter().map(|e| e.kind.as_str()).collect(),
             steps,
             submitted_by: t.job.submitted_by.clone(),
         }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use overseer_core::wire::{JobView, Lease, LeaseKind};
-use overseer_core::{Event, JobId, JobState, LeaseId, StepState, Timestamp};
+use overseer_core::{Event, EventKind, JobId, JobState, LeaseId, StepState, Timestamp};
 use serde_json::Value;
 
 /// A violated invariant, in words.
@@ -907,15 +907,18 @@ impl Model {
                 check_step_history(&stag, i, m, events)?;
                 // Every counted failure left its mark in the history, and nothing else counted
                 // (a refused report changes nothing).
-                let count = |kinds: [&str; 2]| {
+                let count = |kinds: [EventKind; 2]| {
                     events
                         .iter()
                         .filter(|e| e.step.as_deref() == Some(sm.name.as_str()))
-                        .filter(|e| kinds.contains(&e.kind.as_str()))
+                        .filter(|e| kinds.contains(&e.kind))
                         .count()
                 };
-                let failures = count(["step_retry_scheduled", "step_failed"]);
-                let undo_failures = count(["compensation_retry_scheduled", "compensation_failed"]);
+                let failures = count([EventKind::StepRetryScheduled, EventKind::StepFailed]);
+                let undo_failures = count([
+                    EventKind::CompensationRetryScheduled,
+                    EventKind::CompensationFailed,
+                ]);
                 if sv.failures as usize != failures || sv.comp_failures as usize != undo_failures {
                     return Err(format!(
                         "{stag}: failures {} and undo failures {}, but the history records {failures} and {undo_failures}",
@@ -996,7 +999,7 @@ impl Model {
         if full_history {
             check_start_history(&tag, events)?;
         }
-        if let Some(e) = events.iter().find(|e| e.kind == "job_repaired") {
+        if let Some(e) = events.iter().find(|e| e.kind == EventKind::JobRepaired) {
             return Err(format!(
                 "{tag}: the supervisor had to repair the job (event {}, {:?}): a transition left it inconsistent",
                 e.seq, e.detail
@@ -1004,7 +1007,10 @@ impl Model {
         }
         if full_history {
             if let Some(at) = m.cancel_at {
-                if let Some(e) = events.iter().find(|e| e.kind == "step_leased" && e.at > at) {
+                if let Some(e) = events
+                    .iter()
+                    .find(|e| e.kind == EventKind::StepLeased && e.at > at)
+                {
                     return Err(format!(
                         "{tag}: step {:?} leased at {} after the cancel acknowledged at {at}",
                         e.step, e.at
@@ -1031,8 +1037,8 @@ impl Model {
 fn check_round_history(tag: &str, m: &JobModel, events: &[Event]) -> Check {
     let mut not_before: Option<(Timestamp, i64)> = None;
     for e in events {
-        match e.kind.as_str() {
-            "job_round_started" => {
+        match e.kind {
+            EventKind::JobRoundStarted => {
                 let detail = e.detail.clone().unwrap_or(Value::Null);
                 let round = detail["round"].as_u64().unwrap_or(0) as usize;
                 let listed: BTreeSet<String> = detail["undone"]
@@ -1052,7 +1058,7 @@ fn check_round_history(tag: &str, m: &JobModel, events: &[Event]) -> Check {
                 let at = serde_json::from_value::<Timestamp>(detail["at"].clone()).ok();
                 not_before = at.map(|t| (t, e.seq));
             }
-            "step_leased" => {
+            EventKind::StepLeased => {
                 if let Some((t, seq)) = not_before.filter(|(t, _)| e.at < *t) {
                     return Err(format!(
                         "{tag}: {:?} leased at {} (event {}) before the round's backoff ended at {t} (event {seq})",
@@ -1147,11 +1153,11 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
     let leased: Vec<Recorded> = events
         .iter()
         .filter(mine)
-        .filter(|e| e.kind == "step_leased" || e.kind == "compensation_leased")
+        .filter(|e| e.kind == EventKind::StepLeased || e.kind == EventKind::CompensationLeased)
         .map(|e| {
             let detail = e.detail.clone().unwrap_or(Value::Null);
             (
-                e.kind == "compensation_leased",
+                e.kind == EventKind::CompensationLeased,
                 e.attempt,
                 serde_json::from_value(detail["lease_expires_at"].clone()).ok(),
                 detail["worker"].as_str().map(str::to_string),
@@ -1184,30 +1190,32 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
             .detail
             .as_ref()
             .is_some_and(|d| d["reason"] == "attempts exhausted");
-        let (count, max, what) = match e.kind.as_str() {
-            "step_leased" => {
+        let (count, max, what) = match e.kind {
+            EventKind::StepLeased => {
                 used += 1;
                 continue;
             }
-            "compensation_leased" => {
+            EventKind::CompensationLeased => {
                 used_undo += 1;
                 continue;
             }
-            "step_retried" => {
+            EventKind::StepRetried => {
                 used = 0;
                 continue;
             }
-            "compensation_retried" => {
+            EventKind::CompensationRetried => {
                 used_undo = 0;
                 continue;
             }
             // A new round of a whole-job retry: fresh budgets for the work and the undo.
-            "step_reset" => {
+            EventKind::StepReset => {
                 (used, used_undo) = (0, 0);
                 continue;
             }
-            "step_failed" | "step_retry_scheduled" => (used, sm.max_attempts, "attempts"),
-            "compensation_failed" | "compensation_retry_scheduled" => {
+            EventKind::StepFailed | EventKind::StepRetryScheduled => {
+                (used, sm.max_attempts, "attempts")
+            }
+            EventKind::CompensationFailed | EventKind::CompensationRetryScheduled => {
                 (used_undo, sm.undo_max_attempts, "undo attempts")
             }
             _ => continue,
@@ -1215,7 +1223,11 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
         if max == 0 {
             continue;
         }
-        let wrong = if e.kind.ends_with("retry_scheduled") {
+        let retry = matches!(
+            e.kind,
+            EventKind::StepRetryScheduled | EventKind::CompensationRetryScheduled
+        );
+        let wrong = if retry {
             count >= max
         } else {
             exhausted && count != max
@@ -1232,20 +1244,23 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
     let mut not_before: Option<(Timestamp, i64)> = None;
     for e in events {
         let own = e.step.as_deref() == Some(sm.name.as_str());
-        match e.kind.as_str() {
-            "step_retry_scheduled" | "compensation_retry_scheduled" if own => {
+        match e.kind {
+            EventKind::StepRetryScheduled | EventKind::CompensationRetryScheduled if own => {
                 let at = e.detail.as_ref().and_then(|d| {
                     serde_json::from_value::<Timestamp>(d["next_attempt_at"].clone()).ok()
                 });
                 not_before = at.map(|t| (t, e.seq));
             }
-            "step_retried" | "compensation_retried" | "step_ready" | "compensation_ready"
+            EventKind::StepRetried
+            | EventKind::CompensationRetried
+            | EventKind::StepReady
+            | EventKind::CompensationReady
                 if own =>
             {
                 not_before = None
             }
-            "job_unblocked" | "job_round_started" => not_before = None,
-            "step_leased" | "compensation_leased" if own => {
+            EventKind::JobUnblocked | EventKind::JobRoundStarted => not_before = None,
+            EventKind::StepLeased | EventKind::CompensationLeased if own => {
                 if let Some((t, seq)) = not_before.take() {
                     if e.at < t {
                         return Err(format!(
@@ -1261,12 +1276,12 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
     for e in events
         .iter()
         .filter(mine)
-        .filter(|e| e.kind == "step_leased")
+        .filter(|e| e.kind == EventKind::StepLeased)
     {
         // In the lease's own round: a dependency's success in an earlier round does not count.
         let round_start = events
             .iter()
-            .filter(|x| x.seq < e.seq && x.kind == "job_round_started")
+            .filter(|x| x.seq < e.seq && x.kind == EventKind::JobRoundStarted)
             .map(|x| x.seq)
             .max()
             .unwrap_or(0);
@@ -1277,8 +1292,8 @@ fn check_step_history(tag: &str, step: usize, m: &JobModel, events: &[Event]) ->
                     && x.seq > round_start
                     && x.step.as_deref() == Some(dep.as_str())
                     && matches!(
-                        x.kind.as_str(),
-                        "step_succeeded" | "step_skipped" | "step_kept"
+                        x.kind,
+                        EventKind::StepSucceeded | EventKind::StepSkipped | EventKind::StepKept
                     )
             });
             if !done {
@@ -1304,14 +1319,14 @@ fn check_start_history(tag: &str, events: &[Event]) -> Check {
     };
     let mut run_at: Option<(Timestamp, i64)> = None;
     for e in events {
-        match e.kind.as_str() {
-            "job_submitted" => run_at = run_at_of(e, &["run_at"]).map(|t| (t, e.seq)),
-            "job_rescheduled" => {
+        match e.kind {
+            EventKind::JobSubmitted => run_at = run_at_of(e, &["run_at"]).map(|t| (t, e.seq)),
+            EventKind::JobRescheduled => {
                 if let Some(t) = run_at_of(e, &["run_at", "to"]) {
                     run_at = Some((t, e.seq));
                 }
             }
-            "job_started" => {
+            EventKind::JobStarted => {
                 if let Some((t, seq)) = run_at {
                     if e.at < t {
                         return Err(format!(
@@ -1327,13 +1342,25 @@ fn check_start_history(tag: &str, events: &[Event]) -> Check {
     Ok(())
 }
 
+/// The event that records a job ending in `state`; `None` for a state that is not final.
+fn end_event(state: JobState) -> Option<EventKind> {
+    match state {
+        JobState::Succeeded => Some(EventKind::JobSucceeded),
+        JobState::Failed => Some(EventKind::JobFailed),
+        JobState::Cancelled => Some(EventKind::JobCancelled),
+        _ => None,
+    }
+}
+
 /// A finished job's history ends with its `job_<state>` event; after it only the settling of
 /// steps that were still running may follow (their late report, expiry or deadline cancels them),
 /// and at most one `job_rerun`.
 fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check {
-    let kind = format!("job_{state}");
+    let Some(kind) = end_event(state) else {
+        return Err(format!("{tag}: {state} is not a final state"));
+    };
     // `job_rerun` records a rerun of the finished job: the one job event that may follow its end.
-    let job_event = |e: &&Event| e.kind.starts_with("job_") && e.kind != "job_rerun";
+    let job_event = |e: &&Event| e.kind.is_job_event() && e.kind != EventKind::JobRerun;
     let Some(pos) = events.iter().rposition(|e| job_event(&e)) else {
         return Err(format!("{tag}: {state} without any job event"));
     };
@@ -1348,7 +1375,7 @@ fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check
     }
     let reruns = events[pos + 1..]
         .iter()
-        .filter(|e| e.kind == "job_rerun")
+        .filter(|e| e.kind == EventKind::JobRerun)
         .count();
     if reruns > 1 {
         return Err(format!("{tag}: rerun {reruns} times (once at most)"));
@@ -1356,10 +1383,12 @@ fn check_terminal_history(tag: &str, state: JobState, events: &[Event]) -> Check
     if let Some(e) = events[pos + 1..].iter().find(|e| {
         let settling = e.step.is_some()
             && matches!(
-                e.kind.as_str(),
-                "step_lease_expired" | "step_deadline_exceeded" | "step_cancelled"
+                e.kind,
+                EventKind::StepLeaseExpired
+                    | EventKind::StepDeadlineExceeded
+                    | EventKind::StepCancelled
             );
-        !settling && e.kind != "job_rerun"
+        !settling && e.kind != EventKind::JobRerun
     }) {
         return Err(format!(
             "{tag}: event {} ({}) recorded after {kind}",

@@ -527,7 +527,7 @@ fn apply_command(
 
 #[cfg(test)]
 mod tests {
-    use overseer_core::{JobState, StepState};
+    use overseer_core::{EventKind, JobState, StepState};
     use rusqlite::params;
 
     use super::*;
@@ -605,8 +605,8 @@ mod tests {
              INSERT INTO leases (lease_id, job_id, step, attempt, worker, leased_at) \
              VALUES ('00000000-0000-0000-0000-00000000000b', '{JOB}', 1, 1, 'w-0', {T0}); \
              INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
-             VALUES ('{JOB}', 1, {T0}, 'submitted', NULL, NULL, NULL), \
-                    ('{JOB}', 2, {T0}, 'step_started', 'b', 1, NULL); \
+             VALUES ('{JOB}', 1, {T0}, 'job_submitted', NULL, NULL, NULL), \
+                    ('{JOB}', 2, {T0}, 'step_leased', 'b', 1, NULL); \
              UPDATE jobs SET last_event_seq = 2;"
         ))
         .expect("labels, lease and history");
@@ -779,8 +779,8 @@ mod tests {
             .await
             .expect("history");
         assert_eq!(
-            history.iter().map(|e| e.seq).collect::<Vec<_>>(),
-            vec![1, 2]
+            history.iter().map(|e| (e.seq, e.kind)).collect::<Vec<_>>(),
+            vec![(1, EventKind::JobSubmitted), (2, EventKind::StepLeased)]
         );
         let b_lease = LeaseId(uuid::Uuid::from_u128(0xb));
         let found = store

@@ -11,7 +11,7 @@
 //! removed when the first test starts, so a run that fails or stops early leaves none).
 
 use overseer_store::prelude::*;
-use overseer_store::{ActivePage, Apply, Due, LeaderBid};
+use overseer_store::{ActivePage, Apply, Due, EventPage, LeaderBid};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -592,6 +592,46 @@ async fn text_with_nul_is_stored_not_refused() {
         .await
         .expect("list");
     assert_eq!(found.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+}
+
+// Proves the history holds each event kind's name, and that a name this build does not know is
+// reported as corrupt rather than panicking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn event_kinds_are_stored_as_their_names() {
+    let _ticket = suite::Ticket::new();
+    let (store, db) = fresh().await;
+    submit_ok(&store, 1).await;
+    let raw = overseer_store::pgtest::connect(db.url())
+        .await
+        .expect("connect");
+    let id = job_id(1);
+    let stored: Vec<String> = raw
+        .query(
+            "SELECT kind FROM events WHERE job_id = $1 ORDER BY seq",
+            &[&id.0],
+        )
+        .await
+        .expect("kinds")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(stored, ["job_submitted", "job_started", "step_ready"]);
+    raw.execute(
+        "UPDATE events SET kind = 'step_exploded' WHERE job_id = $1 AND seq = 2",
+        &[&id.0],
+    )
+    .await
+    .expect("vandalise");
+    let page = EventPage {
+        job: id,
+        after_seq: 0,
+        limit: 10,
+    };
+    let events = store.job_events(page).await;
+    assert!(
+        matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
+        "{events:?}"
+    );
 }
 
 /// Connections to `db` from Overseer stores (their `application_name`), and how many of them

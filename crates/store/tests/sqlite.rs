@@ -338,8 +338,8 @@ async fn durability_pragmas_are_in_force() {
     );
 }
 
-// Proves a row that does not decode is reported as corrupt rather than panicking, and a file
-// from a newer schema is refused rather than misread.
+// Proves a row that does not decode (a step's state, an event's kind) is reported as corrupt
+// rather than panicking, and a file from a newer schema is refused rather than misread.
 #[tokio::test]
 async fn bad_rows_are_corrupt_not_panics() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -366,6 +366,32 @@ async fn bad_rows_are_corrupt_not_panics() {
         .await
         .expect("submit after");
 
+    // The history holds each kind's name; a name this build does not know is corrupt too.
+    let id = job_id(2).to_string();
+    let stored: Vec<String> = raw
+        .prepare("SELECT kind FROM events WHERE job_id = ?1 ORDER BY seq")
+        .expect("prepare")
+        .query_map([&id], |r| r.get(0))
+        .expect("query")
+        .collect::<rusqlite::Result<_>>()
+        .expect("kinds");
+    assert_eq!(stored, ["job_submitted", "job_started", "step_ready"]);
+    raw.execute(
+        "UPDATE events SET kind = 'step_exploded' WHERE job_id = ?1 AND seq = 2",
+        [&id],
+    )
+    .expect("vandalise");
+    let page = EventPage {
+        job: job_id(2),
+        after_seq: 0,
+        limit: 10,
+    };
+    let events = store.job_events(page).await;
+    assert!(
+        matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
+        "{events:?}"
+    );
+
     raw.pragma_update(None, "user_version", 999)
         .expect("bump version");
     drop(raw);
@@ -381,7 +407,7 @@ async fn bad_rows_are_corrupt_not_panics() {
 mod crash_after_step_result {
     use std::os::unix::process::ExitStatusExt;
 
-    use overseer_core::{Command, JobState, StepState};
+    use overseer_core::{Command, EventKind, JobState, StepState};
     use overseer_store::conformance::{lease_id, spec};
     use overseer_store::Claim;
 
@@ -459,7 +485,7 @@ mod crash_after_step_result {
         assert_eq!(job.steps[0].result, Some(json!("A")));
         assert_eq!(job.steps[1].state, StepState::Waiting);
         assert_eq!(job.state, JobState::Running);
-        let kinds: Vec<String> = store
+        let kinds: Vec<EventKind> = store
             .job_events(EventPage {
                 job: job_id(1),
                 after_seq: 0,
@@ -470,7 +496,7 @@ mod crash_after_step_result {
             .into_iter()
             .map(|e| e.kind)
             .collect();
-        assert_eq!(kinds.last().map(String::as_str), Some("step_leased"));
+        assert_eq!(kinds.last(), Some(&EventKind::StepLeased));
 
         let repaired = store
             .job_apply(Apply::new(job_id(1), Command::Repair, at(30)))

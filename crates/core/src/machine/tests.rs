@@ -18,7 +18,9 @@ use super::{
 };
 use crate::backoff::{Backoff, Formula};
 use crate::id::{JobId, LeaseId};
-use crate::job::{CompPhase, DesiredState, Job, JobState, NewEvent, Step, StepState};
+use crate::job::{
+    AlertKind, CompPhase, DesiredState, EventKind, Job, JobState, NewEvent, Step, StepState,
+};
 use crate::spec::{CompensateSpec, JobExhausted, JobSpec, Limits, OnFailure, StepSpec};
 use crate::time::{Span, Timestamp};
 
@@ -260,7 +262,7 @@ fn effect_words(effects: &[Effect]) -> Vec<String> {
 }
 
 /// The detail of the first event of this kind in the transition.
-fn detail(tr: &Transition, kind: &str) -> Option<Value> {
+fn detail(tr: &Transition, kind: EventKind) -> Option<Value> {
     tr.events
         .iter()
         .find(|e| e.kind == kind)
@@ -294,7 +296,10 @@ impl Sim {
     /// A `Sim` of the job `fresh` as its admission `tr` at `now` left it, after checking that
     /// admission.
     fn admitted(fresh: &Job, tr: &Transition, now: Timestamp) -> Sim {
-        assert_eq!(tr.events.first().map(|e| e.kind), Some("job_submitted"));
+        assert_eq!(
+            tr.events.first().map(|e| e.kind),
+            Some(EventKind::JobSubmitted)
+        );
         assert!(tr.events.iter().all(|e| e.at == now));
         assert_eq!(tr.job.updated_at, now);
         let changed: Vec<usize> = (0..fresh.steps.len())
@@ -338,7 +343,10 @@ impl Sim {
             if tr.job.state != self.job.state {
                 taken.push(("job", self.job.state.as_str(), tr.job.state.as_str()));
             }
-            let new_round = tr.events.iter().any(|e| e.kind == "job_round_started");
+            let new_round = tr
+                .events
+                .iter()
+                .any(|e| e.kind == EventKind::JobRoundStarted);
             for (i, (b, a)) in self.job.steps.iter().zip(&tr.job.steps).enumerate() {
                 if new_round {
                     // Every step went back to waiting (an undo that completed in this very
@@ -346,7 +354,8 @@ impl Sim {
                     let mut from = b.state.as_str();
                     if b.state == StepState::Compensating {
                         let skipped = tr.events.iter().any(|e| {
-                            e.kind == "compensation_skipped" && e.step.as_deref() == Some(&b.name)
+                            e.kind == EventKind::CompensationSkipped
+                                && e.step.as_deref() == Some(&b.name)
                         });
                         from = if skipped { "skipped" } else { "compensated" };
                         taken.push(("step", "compensating", from));
@@ -370,7 +379,7 @@ impl Sim {
                 self.record(machine, from, to);
             }
             // No lease on a step's work is granted unless the job is running.
-            if tr.events.iter().any(|e| e.kind == "step_leased") {
+            if tr.events.iter().any(|e| e.kind == EventKind::StepLeased) {
                 assert_eq!(self.job.state, JobState::Running, "{command:?}");
             }
             self.history.extend(tr.events.iter().cloned());
@@ -387,7 +396,7 @@ impl Sim {
     fn check_history(&self) {
         // Leases count over the whole history (attempts never restart); the rest over the
         // current round of a whole-job retry.
-        let mut leases: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        let mut leases: BTreeMap<(EventKind, &str), u32> = BTreeMap::new();
         for e in &self.history {
             if let Some(step) = &e.step {
                 *leases.entry((e.kind, step.as_str())).or_default() += 1;
@@ -397,39 +406,40 @@ impl Sim {
         let round_start = self
             .history
             .iter()
-            .rposition(|e| e.kind == "job_round_started")
+            .rposition(|e| e.kind == EventKind::JobRoundStarted)
             .unwrap_or(0);
-        let mut count: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        let mut count: BTreeMap<(EventKind, &str), u32> = BTreeMap::new();
         for e in &self.history[round_start..] {
             if let Some(step) = &e.step {
                 *count.entry((e.kind, step.as_str())).or_default() += 1;
             }
         }
-        let n =
-            |kind: &str, step: &Step| count.get(&(kind, step.name.as_str())).copied().unwrap_or(0);
+        let n = |kind: EventKind, step: &Step| {
+            count.get(&(kind, step.name.as_str())).copied().unwrap_or(0)
+        };
         for s in &self.job.steps {
             let ctx = || format!("step {}: {}", s.name, states(&self.job));
-            let all = |kind: &str| leases.get(&(kind, s.name.as_str())).copied().unwrap_or(0);
-            let work = all("step_leased");
-            let undo = all("compensation_leased");
+            let all = |kind: EventKind| leases.get(&(kind, s.name.as_str())).copied().unwrap_or(0);
+            let work = all(EventKind::StepLeased);
+            let undo = all(EventKind::CompensationLeased);
             assert_eq!(work + undo, s.attempt, "leases: {}", ctx());
             assert_eq!(undo, s.comp_attempts, "undo leases: {}", ctx());
             assert!(
-                n("step_compensated", s) <= 1,
+                n(EventKind::StepCompensated, s) <= 1,
                 "compensated twice: {}",
                 ctx()
             );
             if matches!(s.state, StepState::Compensating | StepState::Compensated)
-                || n("compensation_leased", s) > 0
+                || n(EventKind::CompensationLeased, s) > 0
             {
                 assert!(
-                    n("step_succeeded", s) + n("step_kept", s) == 1,
+                    n(EventKind::StepSucceeded, s) + n(EventKind::StepKept, s) == 1,
                     "undo of a step that never succeeded: {}",
                     ctx()
                 );
             }
             assert_eq!(
-                n("step_compensated", s),
+                n(EventKind::StepCompensated, s),
                 u32::from(s.state == StepState::Compensated),
                 "{}",
                 ctx()
@@ -443,25 +453,26 @@ impl Sim {
     fn check_rounds(&self) {
         let mut start = 0;
         for (i, e) in self.history.iter().enumerate() {
-            if e.kind != "job_round_started" {
+            if e.kind != EventKind::JobRoundStarted {
                 continue;
             }
             let round = &self.history[start..i];
-            let names = |kinds: &[&str]| -> BTreeSet<String> {
+            let names = |kinds: &[EventKind]| -> BTreeSet<String> {
                 round
                     .iter()
                     .filter(|e| kinds.contains(&e.kind))
                     .filter_map(|e| e.step.clone())
                     .collect()
             };
-            let undoable: BTreeSet<String> = names(&["step_succeeded", "step_kept"])
-                .into_iter()
-                .filter(|n| {
-                    let i = self.job.step_index(n).expect("a step of the job");
-                    self.job.steps[i].compensate.is_some()
-                })
-                .collect();
-            let undone = names(&["step_compensated", "compensation_skipped"]);
+            let undoable: BTreeSet<String> =
+                names(&[EventKind::StepSucceeded, EventKind::StepKept])
+                    .into_iter()
+                    .filter(|n| {
+                        let i = self.job.step_index(n).expect("a step of the job");
+                        self.job.steps[i].compensate.is_some()
+                    })
+                    .collect();
+            let undone = names(&[EventKind::StepCompensated, EventKind::CompensationSkipped]);
             assert_eq!(
                 undone, undoable,
                 "round ending at event {i}: {:?}",
@@ -907,7 +918,7 @@ fn check_progress(before: &Job, command: &Command, now: Timestamp, tr: &Transiti
     let recorded: Vec<&NewEvent> = tr
         .events
         .iter()
-        .filter(|e| e.kind == "step_progress" || e.kind == "compensation_progress")
+        .filter(|e| e.kind == EventKind::StepProgress || e.kind == EventKind::CompensationProgress)
         .collect();
     let Some(progress) = progress else {
         assert!(recorded.is_empty(), "{command:?}");
@@ -919,8 +930,8 @@ fn check_progress(before: &Job, command: &Command, now: Timestamp, tr: &Transiti
     assert_eq!(recorded.len(), usize::from(expected), "{command:?}");
     if let Some(e) = recorded.first() {
         let kind = match b.is_compensating() {
-            true => "compensation_progress",
-            false => "step_progress",
+            true => EventKind::CompensationProgress,
+            false => EventKind::StepProgress,
         };
         assert_eq!(e.kind, kind);
         assert_eq!(e.step.as_deref(), Some(b.name.as_str()));
@@ -1190,7 +1201,9 @@ fn check_transition(
             "{here}"
         );
         assert!(
-            tr.events.iter().any(|e| e.kind == "job_round_started"),
+            tr.events
+                .iter()
+                .any(|e| e.kind == EventKind::JobRoundStarted),
             "{here}"
         );
     }
@@ -1198,7 +1211,9 @@ fn check_transition(
     if after.priority != before.priority || after.run_at != before.run_at {
         assert!(matches!(command, Command::Reschedule { .. }), "{here}");
         assert!(
-            tr.events.iter().any(|e| e.kind == "job_rescheduled"),
+            tr.events
+                .iter()
+                .any(|e| e.kind == EventKind::JobRescheduled),
             "{here}"
         );
     }
@@ -1253,12 +1268,14 @@ fn check_transition(
         let named = tr.events.iter().any(|e| e.step.as_deref() == Some(name));
         let parked = after.state == JobState::Blocked
             && (a.state == StepState::Waiting || a.comp_phase == Some(CompPhase::Waiting))
-            && tr.events.iter().any(|e| e.kind == "job_blocked");
+            && tr.events.iter().any(|e| e.kind == EventKind::JobBlocked);
         if parked {
             // Blocking parks ready work and undos back to waiting; `job_blocked` announces it.
         } else if a.comp_phase == Some(CompPhase::Waiting) && b.state == StepState::Succeeded {
             assert!(
-                tr.events.iter().any(|e| e.kind == "job_compensating"),
+                tr.events
+                    .iter()
+                    .any(|e| e.kind == EventKind::JobCompensating),
                 "{here}"
             );
         } else if a.state != b.state || a.comp_phase != b.comp_phase {
@@ -1266,10 +1283,7 @@ fn check_transition(
         }
     }
     if after.state != before.state {
-        assert!(
-            tr.events.iter().any(|e| e.kind.starts_with("job_")),
-            "{here}"
-        );
+        assert!(tr.events.iter().any(|e| e.kind.is_job_event()), "{here}");
     }
     if tr.is_noop() {
         assert_eq!(after, before, "{here}");
@@ -1284,7 +1298,7 @@ fn check_transition(
         expected.push(finished(after.state));
         if after.state == JobState::Failed {
             expected.push(Effect::Alert {
-                kind: "job_failed",
+                kind: AlertKind::JobFailed,
                 step: None,
                 message: String::new(),
             });
@@ -1293,13 +1307,13 @@ fn check_transition(
             expected.push(Effect::Callback { state: after.state });
         }
     }
-    for e in tr.events.iter().filter(|e| e.kind == "job_blocked") {
+    for e in tr.events.iter().filter(|e| e.kind == EventKind::JobBlocked) {
         assert!(
             e.detail.as_ref().is_some_and(|d| d["reason"].is_string()),
             "{here}"
         );
         expected.push(Effect::Alert {
-            kind: "job_blocked",
+            kind: AlertKind::JobBlocked,
             step: None,
             message: String::new(),
         });
@@ -1311,7 +1325,7 @@ fn check_transition(
             matches!(a.state, StepState::Ready | StepState::Waiting) && after.round == before.round;
         if retrying && a.failures == POISON_FAILURES && b.failures == POISON_FAILURES - 1 {
             expected.push(Effect::Alert {
-                kind: "step_poisoned",
+                kind: AlertKind::StepPoisoned,
                 step: Some(a.name.clone()),
                 message: String::new(),
             });
@@ -1500,7 +1514,7 @@ fn reschedule_moves_run_at_of_a_pending_job() {
     let tr = sim.ok(reschedule(Some(5_000), None));
     assert_eq!(kinds(&tr.events), ["job_rescheduled"]);
     assert_eq!(
-        detail(&tr, "job_rescheduled"),
+        detail(&tr, EventKind::JobRescheduled),
         Some(json!({
             "by": "ops", "reason": "moved",
             "run_at": { "from": at(10_000), "to": at(5_000) },
@@ -1564,7 +1578,7 @@ fn reschedule_priority_and_what_is_refused() {
     assert_eq!(tr.job.priority, 7);
     assert_eq!(tr.changed_steps, [0, 1, 2]);
     assert_eq!(
-        detail(&tr, "job_rescheduled").expect("detail")["priority"],
+        detail(&tr, EventKind::JobRescheduled).expect("detail")["priority"],
         json!({ "from": 0, "to": 7 })
     );
     assert!(tr.effects.is_empty());
@@ -2171,7 +2185,7 @@ fn permanent_failure_fails_the_job_and_stops_siblings() {
                 "{what}"
             );
             assert_eq!(
-                detail(&tr, "job_failed"),
+                detail(&tr, EventKind::JobFailed),
                 Some(json!({ "step": "a", "error": "boom" })),
                 "{what}"
             );
@@ -2743,7 +2757,7 @@ fn hold_blocks_the_job_and_lets_running_siblings_finish() {
     let tr = sim.fail("a", false);
     assert_eq!(kinds(&tr.events), ["step_failed a#1", "job_blocked"]);
     assert_eq!(
-        detail(&tr, "job_blocked"),
+        detail(&tr, EventKind::JobBlocked),
         Some(json!({ "reason": "step `a` failed: boom" }))
     );
     assert_eq!(effect_words(&tr.effects), ["alert job_blocked"]);
@@ -2838,11 +2852,11 @@ fn hold_then_retry_finishes_succeeded() {
         ["step_retried a", "job_unblocked", "step_ready d"]
     );
     assert_eq!(
-        detail(&tr, "step_retried"),
+        detail(&tr, EventKind::StepRetried),
         Some(json!({ "by": "ops", "reason": "fixed it" }))
     );
     assert_eq!(
-        detail(&tr, "job_unblocked"),
+        detail(&tr, EventKind::JobUnblocked),
         Some(json!({ "state": "running" }))
     );
     assert_eq!(tr.effects, [ready("x"), ready("y")]);
@@ -2911,7 +2925,7 @@ fn skip_lets_dependants_run() {
         ]
     );
     assert_eq!(
-        detail(&tr, "step_skipped"),
+        detail(&tr, EventKind::StepSkipped),
         Some(json!({ "by": "ops", "reason": null }))
     );
     assert_eq!(tr.effects, [ready("y"), ready("x")]);
@@ -3254,7 +3268,7 @@ fn compensation_undoes_in_reverse_dependency_order() {
         ]
     );
     assert_eq!(
-        detail(&tr, "job_compensating"),
+        detail(&tr, EventKind::JobCompensating),
         Some(json!({ "step": "c", "error": "boom" }))
     );
     assert_eq!(tr.effects, [ready("u")]);
@@ -3312,7 +3326,7 @@ fn compensation_undoes_in_reverse_dependency_order() {
         ["step_compensated b#2", "compensation_ready a"]
     );
     assert_eq!(
-        detail(&tr, "step_compensated"),
+        detail(&tr, EventKind::StepCompensated),
         Some(json!({ "result": { "done": "b" } }))
     );
     assert_eq!(tr.effects, [ready("u")]);
@@ -3320,7 +3334,7 @@ fn compensation_undoes_in_reverse_dependency_order() {
     let tr = sim.complete("a");
     assert_eq!(kinds(&tr.events), ["step_compensated a#2", "job_failed"]);
     assert_eq!(
-        detail(&tr, "job_failed"),
+        detail(&tr, EventKind::JobFailed),
         Some(json!({ "compensated": ["b", "a"] }))
     );
     assert_eq!(
@@ -3504,7 +3518,7 @@ fn compensation_with_nothing_to_undo_fails_at_once() {
         ]
     );
     assert_eq!(
-        detail(&tr, "job_failed"),
+        detail(&tr, EventKind::JobFailed),
         Some(json!({ "compensated": [] }))
     );
     assert_eq!(tr.job.state, JobState::Failed);
@@ -3549,7 +3563,7 @@ fn cancel_during_a_running_step_unwinds_then_cancels() {
         ]
     );
     assert_eq!(
-        detail(&tr, "job_compensating"),
+        detail(&tr, EventKind::JobCompensating),
         Some(json!({ "cause": "cancel" }))
     );
     assert_eq!(tr.job.state, JobState::Compensating);
@@ -3564,7 +3578,7 @@ fn cancel_during_a_running_step_unwinds_then_cancels() {
     let tr = sim.complete("a");
     assert_eq!(kinds(&tr.events), ["step_compensated a#2", "job_cancelled"]);
     assert_eq!(
-        detail(&tr, "job_cancelled"),
+        detail(&tr, EventKind::JobCancelled),
         Some(json!({ "compensated": ["a"] }))
     );
     assert_eq!(
@@ -3680,7 +3694,7 @@ fn cancel_of_a_blocked_job() {
     let tr = sim.run("a");
     assert_eq!(tr.job.state, JobState::Cancelled);
     assert_eq!(
-        detail(&tr, "job_cancelled"),
+        detail(&tr, EventKind::JobCancelled),
         Some(json!({ "compensated": ["b", "a"] }))
     );
 }
@@ -3701,7 +3715,7 @@ fn failing_undo_blocks_until_retried() {
     assert_eq!(kinds(&tr.events), ["compensation_retry_scheduled a#2"]);
     let next = at(2_000);
     assert_eq!(
-        detail(&tr, "compensation_retry_scheduled"),
+        detail(&tr, EventKind::CompensationRetryScheduled),
         Some(json!({ "error": "boom", "delay": Span::from_secs(1), "next_attempt_at": next }))
     );
     assert_eq!(effect_words(&tr.effects), [format!("ready u at {next}")]);
@@ -3721,7 +3735,7 @@ fn failing_undo_blocks_until_retried() {
         ]
     );
     assert_eq!(
-        detail(&tr, "compensation_failed"),
+        detail(&tr, EventKind::CompensationFailed),
         Some(
             json!({ "error": "lease expired: no report before complete_by", "reason": "attempts exhausted" })
         )
@@ -3743,7 +3757,7 @@ fn failing_undo_blocks_until_retried() {
         ["compensation_retried a", "job_unblocked"]
     );
     assert_eq!(
-        detail(&tr, "job_unblocked"),
+        detail(&tr, EventKind::JobUnblocked),
         Some(json!({ "state": "compensating" }))
     );
     assert_eq!(tr.effects, [ready("u")]);
@@ -3751,7 +3765,7 @@ fn failing_undo_blocks_until_retried() {
     let tr = sim.run("a");
     assert_eq!(kinds(&tr.events), ["step_compensated a#4", "job_failed"]);
     assert_eq!(
-        detail(&tr, "job_failed"),
+        detail(&tr, EventKind::JobFailed),
         Some(json!({ "compensated": ["a"] }))
     );
 }
@@ -3799,7 +3813,7 @@ fn a_sibling_undo_finishes_while_blocked() {
         ["compensation_failed a#2", "job_blocked"]
     );
     assert_eq!(
-        detail(&tr, "compensation_failed"),
+        detail(&tr, EventKind::CompensationFailed),
         Some(json!({ "error": "boom", "reason": "fatal error" }))
     );
     let hb = sim.heartbeat("b");
@@ -3815,7 +3829,7 @@ fn a_sibling_undo_finishes_while_blocked() {
     assert_eq!(tr.job.state, JobState::Compensating);
     let tr = sim.run("a");
     assert_eq!(
-        detail(&tr, "job_failed"),
+        detail(&tr, EventKind::JobFailed),
         Some(json!({ "compensated": ["b", "a"] }))
     );
 }
@@ -3845,7 +3859,7 @@ fn skip_of_a_failed_undo_finishes_the_unwind() {
     );
     let tr = sim.run("a");
     assert_eq!(
-        detail(&tr, "job_failed"),
+        detail(&tr, EventKind::JobFailed),
         Some(json!({ "compensated": ["a"] }))
     );
     // The last undo skipped: the job is failed (or cancelled, after a cancel) at once.
@@ -3860,13 +3874,13 @@ fn skip_of_a_failed_undo_finishes_the_unwind() {
         }
         let tr = sim.skip("a");
         let (state, end) = if cancelled {
-            (JobState::Cancelled, "job_cancelled")
+            (JobState::Cancelled, EventKind::JobCancelled)
         } else {
-            (JobState::Failed, "job_failed")
+            (JobState::Failed, EventKind::JobFailed)
         };
         assert_eq!(
             kinds(&tr.events),
-            ["compensation_skipped a", "job_unblocked", end],
+            ["compensation_skipped a", "job_unblocked", end.as_str()],
             "cancelled: {cancelled}"
         );
         assert_eq!(tr.job.state, state);
@@ -4065,7 +4079,7 @@ fn repair_heals_only_inconsistent_jobs() {
             .map(|e| e.split(' ').next().unwrap())
             .collect();
         assert_eq!(
-            detail(&tr, "job_repaired"),
+            detail(&tr, EventKind::JobRepaired),
             Some(json!({ "applied": applied })),
             "{what}"
         );
@@ -4785,7 +4799,7 @@ fn random_plans_reach_every_end_of_a_whole_job_retry() {
             continue;
         }
         let (_, sim) = run(&plan);
-        let has = |kind: &str, text: &str| {
+        let has = |kind: EventKind, text: &str| {
             sim.history.iter().any(|e| {
                 e.kind == kind
                     && e.detail
@@ -4793,8 +4807,12 @@ fn random_plans_reach_every_end_of_a_whole_job_retry() {
                         .is_some_and(|d| d.to_string().contains(text))
             })
         };
-        restarted += usize::from(sim.history.iter().any(|e| e.kind == "job_round_started"));
-        held_last += usize::from(has("job_blocked", "in the last round"));
+        restarted += usize::from(
+            sim.history
+                .iter()
+                .any(|e| e.kind == EventKind::JobRoundStarted),
+        );
+        held_last += usize::from(has(EventKind::JobBlocked, "in the last round"));
         let rounds = sim.job.retry.map_or(0, |r| r.attempts);
         failed_last +=
             usize::from(sim.job.state == JobState::Failed && sim.job.round == rounds && rounds > 1);

@@ -39,7 +39,7 @@ pub async fn alerts_and_callbacks_are_recorded_for_delivery(f: &Fixture) {
     assert!(blocked.effects.iter().any(|e| matches!(
         e,
         Effect::Alert {
-            kind: "job_blocked",
+            kind: AlertKind::JobBlocked,
             ..
         }
     )));
@@ -129,7 +129,7 @@ pub async fn deliveries_are_recorded_once_per_idempotency_key(f: &Fixture) {
     new.transition.effects.push(succeeded.clone());
     new.transition.effects.push(succeeded);
     new.transition.effects.push(Effect::Alert {
-        kind: "test",
+        kind: AlertKind::JobFailed,
         step: None,
         message: "recorded with the submit".into(),
     });
@@ -147,7 +147,7 @@ pub async fn deliveries_are_recorded_once_per_idempotency_key(f: &Fixture) {
         "steps": [{"name": "s", "agent": "v"}]}));
     let mut first = admitted(job_id(2), &keyed, at(1));
     first.transition.effects.push(Effect::Alert {
-        kind: "test",
+        kind: AlertKind::JobFailed,
         step: None,
         message: "first".into(),
     });

@@ -433,10 +433,7 @@ pub async fn complete_promotes_dependants_and_finishes_job(f: &Fixture) {
     assert_eq!(stored.state, JobState::Succeeded);
     assert_eq!(stored.finished_at, Some(at(50)));
     let events = all_events(store, id).await;
-    assert_eq!(
-        events.last().map(|e| e.kind.as_str()),
-        Some("job_succeeded")
-    );
+    assert_eq!(events.last().map(|e| e.kind), Some(EventKind::JobSucceeded));
     assert!(store.agents_counts().await.expect("counts").is_empty());
 }
 
@@ -533,7 +530,7 @@ pub async fn history_keeps_the_newest_events(f: &Fixture) {
     let events = all_events(store, id).await;
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (3..=keep as i64 + 2).collect::<Vec<_>>());
-    assert!(events.iter().all(|e| e.kind == "step_ready"));
+    assert!(events.iter().all(|e| e.kind == EventKind::StepReady));
 
     claim(store, "h", 1, 1, at(10)).await;
     let events = all_events(store, id).await;
@@ -541,8 +538,8 @@ pub async fn history_keeps_the_newest_events(f: &Fixture) {
     assert_eq!(events.first().map(|e| e.seq), Some(4));
     let newest = events.last().expect("events");
     assert_eq!(
-        (newest.seq, newest.kind.as_str()),
-        (keep as i64 + 3, "step_leased")
+        (newest.seq, newest.kind),
+        (keep as i64 + 3, EventKind::StepLeased)
     );
 
     let page = store
@@ -662,16 +659,16 @@ pub async fn unknown_ids_and_event_paging(f: &Fixture) {
     )
     .await;
     let all = all_events(store, id).await;
-    let kinds: Vec<&str> = all.iter().map(|e| e.kind.as_str()).collect();
+    let kinds: Vec<EventKind> = all.iter().map(|e| e.kind).collect();
     assert_eq!(
         kinds,
         [
-            "job_submitted",
-            "job_started",
-            "step_ready",
-            "step_leased",
-            "step_succeeded",
-            "job_succeeded"
+            EventKind::JobSubmitted,
+            EventKind::JobStarted,
+            EventKind::StepReady,
+            EventKind::StepLeased,
+            EventKind::StepSucceeded,
+            EventKind::JobSucceeded
         ]
     );
     let mut paged = Vec::new();
@@ -843,7 +840,7 @@ pub async fn new_fields_round_trip_through_hold_retry_resume_skip(f: &Fixture) {
     let events = all_events(store, id).await;
     let retried_event = events
         .iter()
-        .find(|e| e.kind == "step_retried")
+        .find(|e| e.kind == EventKind::StepRetried)
         .expect("step_retried stored");
     assert_eq!(
         retried_event.detail,
@@ -863,7 +860,7 @@ pub async fn new_fields_round_trip_through_hold_retry_resume_skip(f: &Fixture) {
     assert!(all_events(store, id)
         .await
         .iter()
-        .any(|e| e.kind == "job_resumed"));
+        .any(|e| e.kind == EventKind::JobResumed));
 
     claim(store, "w", 1, 4, at(90)).await;
     apply(store, id, fatal(1, 3, "gone for good"), at(100)).await;
@@ -910,12 +907,12 @@ pub async fn repair_heals_an_inconsistent_job(f: &Fixture) {
     let stored = get(store, id).await;
     assert_eq!(stored, repaired.job);
     assert_eq!(stored.steps[1].state, StepState::Ready);
-    let kinds: Vec<String> = all_events(store, id)
+    let kinds: Vec<EventKind> = all_events(store, id)
         .await
         .into_iter()
         .map(|e| e.kind)
         .collect();
-    assert!(kinds.iter().any(|k| k == "job_repaired"), "{kinds:?}");
+    assert!(kinds.contains(&EventKind::JobRepaired), "{kinds:?}");
 
     let history = all_events(store, id).await;
     let noop = apply(store, id, Command::Repair, at(20)).await;
@@ -1246,7 +1243,7 @@ pub async fn reschedule_moves_run_at_and_priority(f: &Fixture) {
         vec![a]
     );
     let last = all_events(store, b).await.pop().expect("events");
-    assert_eq!(last.kind, "job_rescheduled");
+    assert_eq!(last.kind, EventKind::JobRescheduled);
     assert_eq!(
         last.detail.expect("detail")["run_at"],
         json!({"from": at(30_000), "to": at(90_000)})
@@ -1574,13 +1571,10 @@ pub async fn whole_job_retry_rounds_are_stored(f: &Fixture) {
         Err(Error::Rejected(Rejection::LeaseLost { .. })) => {}
         other => panic!("a report of round 1 was not refused: {other:?}"),
     }
-    let kinds: Vec<String> = all_events(store, id)
+    let kinds: Vec<EventKind> = all_events(store, id)
         .await
         .into_iter()
         .map(|e| e.kind)
         .collect();
-    assert!(
-        kinds.contains(&"job_round_started".to_string()),
-        "{kinds:?}"
-    );
+    assert!(kinds.contains(&EventKind::JobRoundStarted), "{kinds:?}");
 }

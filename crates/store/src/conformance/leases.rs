@@ -812,13 +812,13 @@ pub async fn step_deadline_caps_the_stored_lease(f: &Fixture) {
         at(10_000),
     )
     .await;
-    let kinds: Vec<String> = all_events(store, id)
+    let kinds: Vec<EventKind> = all_events(store, id)
         .await
         .into_iter()
         .map(|e| e.kind)
         .collect();
     assert!(
-        kinds.contains(&"step_deadline_exceeded".to_string()),
+        kinds.contains(&EventKind::StepDeadlineExceeded),
         "{kinds:?}"
     );
     let stored = get(store, id).await;
@@ -856,16 +856,18 @@ pub async fn heartbeat_progress_is_stored_fenced_and_cleared(f: &Fixture) {
     assert_eq!(stored.steps[0].progress_at, Some(at(20)));
     assert!(stored.steps[0].progress_events && !stored.steps[1].progress_events);
     assert_eq!(stored.steps[1].progress, Some(json!([1, 2.5, null])));
-    let recorded: Vec<(String, Option<String>)> = all_events(store, id)
+    let recorded: Vec<(EventKind, Option<String>)> = all_events(store, id)
         .await
         .into_iter()
-        .filter(|e| e.kind.ends_with("_progress"))
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::StepProgress | EventKind::CompensationProgress
+            )
+        })
         .map(|e| (e.kind, e.step))
         .collect();
-    assert_eq!(
-        recorded,
-        [("step_progress".to_string(), Some("a".to_string()))]
-    );
+    assert_eq!(recorded, [(EventKind::StepProgress, Some("a".to_string()))]);
 
     apply(
         store,

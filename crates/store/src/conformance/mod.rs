@@ -32,8 +32,8 @@ use overseer_core::machine::admit;
 use overseer_core::outbox::{self, DeliveryKind};
 use overseer_core::schedule::ScheduleSpec;
 use overseer_core::{
-    Command, CompPhase, Effect, Job, JobId, JobSpec, JobState, LeaseId, Rejection, Reply,
-    StepState, Timestamp, Transition,
+    AlertKind, Command, CompPhase, Effect, EventKind, Job, JobId, JobSpec, JobState, LeaseId,
+    Rejection, Reply, StepState, Timestamp, Transition,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;

@@ -66,7 +66,7 @@ pub async fn rerun_links_both_ways_and_keeps_what_succeeded(f: &Fixture) {
     assert_eq!(stored_old.steps, old.steps);
     let events = all_events(store, old_id).await;
     let last = events.last().expect("history");
-    assert_eq!(last.kind, "job_rerun");
+    assert_eq!(last.kind, EventKind::JobRerun);
     assert_eq!(
         last.detail.as_ref().map(|d| d["rerun_by"].clone()),
         Some(json!(new_id))
@@ -195,7 +195,7 @@ pub async fn concurrent_reruns_make_exactly_one_job(f: &Fixture) {
     let links = all_events(&*f.store, old.id)
         .await
         .iter()
-        .filter(|e| e.kind == "job_rerun")
+        .filter(|e| e.kind == EventKind::JobRerun)
         .count();
     assert_eq!(links, 1);
 }

@@ -329,7 +329,7 @@ async fn insert_events(tx: &Transaction<'_>, jobs: &[&NewJob], keep: usize) -> R
             job_id.push(new.transition.job.id.0);
             seq.push(first + i as i64);
             at.push(e.at.as_millis());
-            kind.push(e.kind);
+            kind.push(e.kind.as_str());
             step.push(e.step.as_deref());
             attempt.push(e.attempt.map(i64::from));
             detail.push(e.detail.as_ref().map(json_text));

@@ -418,12 +418,13 @@ pub(super) async fn load_events(
     .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
+        let kind: &str = get(row, 2, "events.kind")?;
         let attempt: Option<i64> = get(row, 4, "events.attempt")?;
         let detail: Option<String> = get(row, 5, "events.detail")?;
         out.push(Event {
             seq: get(row, 0, "events.seq")?,
             at: Timestamp::from_millis(get(row, 1, "events.at")?),
-            kind: get(row, 2, "events.kind")?,
+            kind: kind.parse().map_err(|e| corrupt("events.kind", e))?,
             step: get(row, 3, "events.step")?,
             attempt: attempt.map(|a| to_u32("events.attempt", a)).transpose()?,
             detail: detail

@@ -240,7 +240,7 @@ impl<'a> EventColumns<'a> {
             self.job_id.push(w.job.id.0);
             self.pos.push(pos as i64 + 1);
             self.at.push(e.at.as_millis());
-            self.kind.push(e.kind);
+            self.kind.push(e.kind.as_str());
             self.step.push(e.step.as_deref());
             self.attempt.push(e.attempt.map(i64::from));
             self.detail.push(e.detail.as_ref().map(json_text));

@@ -115,7 +115,7 @@ mod armed {
 #[cfg(test)]
 mod tests {
     use overseer_core::machine::admit;
-    use overseer_core::{JobId, JobSpec, JobState, LeaseId};
+    use overseer_core::{EventKind, JobId, JobSpec, JobState, LeaseId};
     use serde_json::json;
     use uuid::Uuid;
 
@@ -226,7 +226,10 @@ mod tests {
         let repaired = apply(&conn, id, Command::Repair, 30);
         assert_eq!(load(&conn, id), repaired.job);
         assert_eq!(repaired.job.steps[1].state, StepState::Ready);
-        assert!(repaired.events.iter().any(|e| e.kind == "job_repaired"));
+        assert!(repaired
+            .events
+            .iter()
+            .any(|e| e.kind == EventKind::JobRepaired));
         claim(&conn, id, 1, 40);
         let last = Command::Complete {
             step: 1,

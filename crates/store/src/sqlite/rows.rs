@@ -368,7 +368,7 @@ pub(super) fn insert_events(
                 id_text,
                 first + i as i64,
                 e.at.as_millis(),
-                e.kind,
+                e.kind.as_str(),
                 e.step,
                 e.attempt,
                 e.detail.as_ref().map(json_text),
@@ -408,12 +408,13 @@ pub(super) fn load_events(
         .db()?;
     let mut out = Vec::new();
     while let Some(row) = rows.next().db()? {
+        let kind: String = row.get(2).db()?;
         let attempt: Option<i64> = row.get(4).db()?;
         let detail: Option<String> = row.get(5).db()?;
         out.push(Event {
             seq: row.get(0).db()?,
             at: Timestamp::from_millis(row.get(1).db()?),
-            kind: row.get(2).db()?,
+            kind: kind.parse().map_err(|e| corrupt("events.kind", e))?,
             step: row.get(3).db()?,
             attempt: attempt.map(|a| to_u32("events.attempt", a)).transpose()?,
             detail: detail

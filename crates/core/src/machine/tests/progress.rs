@@ -32,7 +32,7 @@ fn progress_is_kept_and_recorded_only_when_asked() {
     let tr = sim.ok(beat(&sim, "b", 1, json!({"pct": 10})));
     assert_eq!(kinds(&tr.events), ["step_progress b#1"]);
     assert_eq!(
-        detail(&tr, "step_progress"),
+        detail(&tr, EventKind::StepProgress),
         Some(json!({"progress": {"pct": 10}}))
     );
     sim.advance(1_000);

@@ -62,7 +62,7 @@ fn check_rerun(old: &Job, r: &Rerun, from_failed: bool, now: Timestamp) {
     assert_eq!((job.round, job.created_at), (1, now));
     let mut kept_events = Vec::new();
     for e in &r.admission.events {
-        if e.kind == "step_kept" {
+        if e.kind == EventKind::StepKept {
             kept_events.push(e.step.clone().unwrap_or_default());
         }
     }
@@ -89,7 +89,7 @@ fn check_rerun(old: &Job, r: &Rerun, from_failed: bool, now: Timestamp) {
     }
     assert_eq!(kept_events, kept_names);
     let submitted = &r.admission.events[0];
-    assert_eq!(submitted.kind, "job_submitted");
+    assert_eq!(submitted.kind, EventKind::JobSubmitted);
     let detail = submitted.detail.clone().unwrap_or(Value::Null);
     assert_eq!(detail["rerun_of"], json!(old.id));
     assert_eq!(detail["kept"], json!(kept_names));
@@ -147,7 +147,7 @@ fn rerun_from_failure_keeps_what_succeeded() {
     assert!(sim
         .history
         .iter()
-        .all(|e| !(e.kind == "step_leased" && e.step.as_deref() == Some("a"))));
+        .all(|e| !(e.kind == EventKind::StepLeased && e.step.as_deref() == Some("a"))));
 }
 
 // Proves a plain rerun runs every step again, and that a rerun of a cancelled job works the
@@ -251,12 +251,12 @@ proptest! {
         let first_round = sim
             .history
             .iter()
-            .position(|e| e.kind == "job_round_started")
+            .position(|e| e.kind == EventKind::JobRoundStarted)
             .unwrap_or(sim.history.len());
         for e in &sim.history[..first_round] {
             let step = e.step.clone().unwrap_or_default();
             prop_assert!(
-                !(e.kind == "step_leased" && kept.contains(&step)),
+                !(e.kind == EventKind::StepLeased && kept.contains(&step)),
                 "kept step {step} was leased again (event {:?})", e
             );
         }
