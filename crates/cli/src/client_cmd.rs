@@ -237,7 +237,7 @@ async fn follow(client: &Client, id: JobId) -> anyhow::Result<JobView> {
 }
 
 pub fn event_line(e: &overseer_core::Event) -> String {
-    let mut line = format!("{}  {:<22}", e.at, e.kind.as_str());
+    let mut line = format!("{}  {:<22}", e.at, e.kind);
     if let Some(step) = &e.step {
         line.push_str(&format!(" step={step}"));
     }

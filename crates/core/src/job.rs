@@ -37,7 +37,8 @@ macro_rules! string_enum {
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
+                // `pad`, not `write_str`: a width or alignment (`{:<22}`) applies to the name.
+                f.pad(self.as_str())
             }
         }
     };
@@ -768,5 +769,13 @@ mod tests {
         let unknown = "step_started".parse::<EventKind>().unwrap_err();
         assert_eq!(unknown.to_string(), "unknown event kind `step_started`");
         assert!(serde_json::from_value::<EventKind>("step_started".into()).is_err());
+    }
+
+    // Proves a kind's name takes a width and alignment as a string does (the CLI's history lines
+    // line up on it).
+    #[test]
+    fn kinds_display_with_a_width() {
+        assert_eq!(format!("{:<12}|", EventKind::StepReady), "step_ready  |");
+        assert_eq!(format!("{:>12}|", AlertKind::JobFailed), "  job_failed|");
     }
 }
