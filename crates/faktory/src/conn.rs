@@ -386,12 +386,7 @@ impl Connection {
             let now = app.now();
             let mut throttled: Option<Timestamp> = None;
             for q in &queues {
-                let claim = Claim {
-                    agent: q.to_string(),
-                    worker: self.holder.clone(),
-                    lease_ids: vec![app.new_lease_id()],
-                    now,
-                };
+                let claim = Claim::of_worker(q, &self.holder, vec![app.new_lease_id()], now);
                 match app.store().steps_claim(claim).await {
                     Ok(result) => {
                         if let Some(c) = result.claimed.into_iter().next() {

@@ -20,7 +20,7 @@ use overseer_core::{
     Command, EventKind, Job, JobId, JobState, LeaseId, Span, Timestamp, Transition,
 };
 use overseer_store::{
-    AgentSettings, Apply, Claim, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
+    AgentSettings, Apply, DeliveryCounts, EventPage, JobQuery, LeaseReport, NewJob, Report,
     ReportApplied, RerunJob, Schedule, ScheduleCreated, SchedulePause, ScheduleUpdate,
     SettingsUpdate, Submitted,
 };
@@ -1009,26 +1009,27 @@ enum Looked {
     },
 }
 
-/// One claim of up to `max` steps for `agent`. The wake-up this long-poll may have taken is
-/// passed on when the claim was full (more may be ready) or failed.
+/// One claim of up to `max` steps for `agent`, merged with the agent's other requests on this
+/// node. The wake-up this long-poll may have taken is passed on when the claim was full (more may
+/// be ready) or failed.
 async fn look_for_leases(app: &App, agent: &str, worker: &str, max: usize) -> Result<Looked> {
-    let now = app.now();
-    app.worker_seen(agent, worker, now);
-    let claim = Claim {
-        agent: agent.to_string(),
+    app.worker_seen(agent, worker, app.now());
+    let ask = crate::coalesce::LeaseAsk {
         worker: worker.to_string(),
         lease_ids: (0..max).map(|_| app.new_lease_id()).collect(),
-        now,
     };
-    let result = match app.store().steps_claim(claim).await {
-        Ok(result) => result,
+    let granted = match app.claim_leases(agent, ask).await {
+        Ok(granted) => granted,
         Err(e) => {
             app.notifier().wake_agent(agent);
             return Err(e.into());
         }
     };
+    let (result, now) = (granted.result, granted.now);
+    if granted.claim_was_full {
+        app.notifier().wake_agent(agent);
+    }
     let claimed = result.claimed;
-    app.notifier().claimed(agent, claimed.len(), max);
     let label = crate::metrics::AgentLabel {
         agent: agent.to_string(),
     };

@@ -71,14 +71,6 @@ impl Notifier {
         }
     }
 
-    /// After a claim of `agent` that asked for `asked` steps and leased `leased`: a full claim
-    /// may have left more ready work behind, so another long-poll looks.
-    pub fn claimed(&self, agent: &str, leased: usize, asked: usize) {
-        if leased >= asked {
-            self.wake_agent(agent);
-        }
-    }
-
     pub fn subscribe_finished(&self) -> broadcast::Receiver<JobId> {
         self.finished.subscribe()
     }

@@ -200,12 +200,12 @@ impl Pusher {
         // The deadline of every lease counts from here, before the claim is sent.
         let sent = Instant::now();
         let now = self.app.now();
-        let claim = Claim {
-            agent: agent.to_string(),
-            worker: format!("{}/http", self.app.node()),
-            lease_ids: (0..max).map(|_| self.app.new_lease_id()).collect(),
+        let claim = Claim::of_worker(
+            agent,
+            &format!("{}/http", self.app.node()),
+            (0..max).map(|_| self.app.new_lease_id()).collect(),
             now,
-        };
+        );
         let claimed = self.app.store().steps_claim(claim).await?.claimed;
         self.breaker(agent, |b, _| b.claimed(claimed.len()));
         self.app

@@ -518,6 +518,45 @@ async fn long_poll_is_woken_and_takes_many() {
     );
 }
 
+// Proves lease requests of one agent arriving together, which a node merges into shared claims,
+// each get leases of their own: 24 workers ask for two leases each at once while 40 steps are
+// ready. Every step is leased once, to the worker whose request answered it (the step's recorded
+// worker), and no request gets more than it asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_lease_requests_each_get_their_own_leases() {
+    let h = Arc::new(harness());
+    for _ in 0..40 {
+        h.submit(json!({"steps": [{"name": "s", "agent": "m"}]}))
+            .await;
+    }
+    let mut calls = Vec::new();
+    for i in 0..24 {
+        let h = h.clone();
+        let body = json!({"worker": format!("w{i}"), "max": 2, "wait": "0s"});
+        calls.push(tokio::spawn(async move {
+            let (status, body) = h.call("POST", "/v1/agents/m/leases", Some(body)).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            (i, body["leases"].as_array().unwrap().clone())
+        }));
+    }
+    let mut leased = std::collections::HashSet::new();
+    for call in calls {
+        let (i, leases) = call.await.unwrap();
+        assert!(leases.len() <= 2, "request {i} got {leases:?}");
+        for lease in leases {
+            let job = h.job(lease["job_id"].as_str().unwrap()).await;
+            let s = step(&job, "s");
+            assert_eq!(s["worker"], format!("w{i}"), "{job}");
+            assert_eq!(s["state"], "running", "{job}");
+            assert!(
+                leased.insert(lease["job_id"].clone()),
+                "leased twice: {lease}"
+            );
+        }
+    }
+    assert_eq!(leased.len(), 40, "every ready step is leased once");
+}
+
 /// A long-poll of `agent` for up to two leases, waiting up to 30 s.
 fn spawn_long_poll(h: &Harness, agent: &str, worker: usize) -> tokio::task::JoinHandle<Value> {
     let router = h.router.clone();

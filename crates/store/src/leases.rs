@@ -7,14 +7,45 @@ use overseer_core::{Command, JobId, LeaseId, Timestamp, Transition};
 use crate::jobs::{Apply, Due, Jobs};
 use crate::{Error, Result};
 
-/// A claim for up to `lease_ids.len()` ready steps of one agent name.
+/// A claim for up to `offers.len()` ready steps of one agent name, on behalf of one worker or of
+/// several whose requests a node merged into one claim.
 #[derive(Clone, Debug)]
 pub struct Claim {
     pub agent: String,
-    pub worker: String,
-    /// One fresh id for each lease that may be handed out; its length is the claim's maximum.
-    pub lease_ids: Vec<LeaseId>,
+    /// The leases that may be handed out, in order: the n-th step leased takes the n-th offer.
+    /// Its length is the claim's maximum.
+    pub offers: Vec<Offer>,
     pub now: Timestamp,
+}
+
+/// One lease a claim may hand out: a fresh id, and the worker that will hold it.
+#[derive(Clone, Debug)]
+pub struct Offer {
+    pub lease_id: LeaseId,
+    pub worker: String,
+}
+
+impl Claim {
+    /// A claim of one worker for up to `lease_ids.len()` steps.
+    pub fn of_worker(agent: &str, worker: &str, lease_ids: Vec<LeaseId>, now: Timestamp) -> Claim {
+        let offers = lease_ids
+            .into_iter()
+            .map(|lease_id| Offer {
+                lease_id,
+                worker: worker.to_string(),
+            })
+            .collect();
+        Claim {
+            agent: agent.to_string(),
+            offers,
+            now,
+        }
+    }
+
+    /// The most steps this claim may lease.
+    pub fn max(&self) -> usize {
+        self.offers.len()
+    }
 }
 
 /// A step that was leased by a claim: its index and the committed transition (whose `job` is
@@ -107,7 +138,7 @@ pub type Reported = Result<ReportApplied>;
 /// Steps handed out under leases.
 #[async_trait]
 pub trait Leases: Send + Sync {
-    /// Leases up to `claim.lease_ids.len()` claimable steps of `claim.agent` (steps whose
+    /// Leases up to `claim.max()` claimable steps of `claim.agent` (steps whose
     /// `Step::claim_agent()` is that agent: ready work, or a ready undo whose compensate agent it
     /// is) whose `next_attempt_at` has come, higher job priority first, then oldest ready first.
     /// Each claim bumps the step's attempt; no step is handed out twice, however many callers
@@ -119,6 +150,14 @@ pub trait Leases: Send + Sync {
     /// Order: by `next_attempt_at - priority × PRIORITY_AGING` ascending (the core's
     /// `Job::claim_rank`), so higher priority goes first but a waiting step is never starved.
     async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult>;
+
+    /// Whether claims of one agent sent at the same time contend in this store, so that a node
+    /// does better to merge them into fewer, larger claims. PostgreSQL: yes, each is a
+    /// transaction reading the head of the same claim index. SQLite: no, its single writer
+    /// applies them one after another, in shared commits, already.
+    fn claims_contend(&self) -> bool {
+        false
+    }
 
     async fn lease_find(&self, lease_id: LeaseId) -> Result<Option<LeaseRef>>;
 

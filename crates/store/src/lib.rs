@@ -43,8 +43,8 @@ pub use jobs::{
 };
 pub use leader::{Fence, Leader, LeaderBid, Leadership};
 pub use leases::{
-    Claim, ClaimResult, Claimed, LeaseRef, LeaseReport, Leases, Report, ReportApplied, Reported,
-    Reports,
+    Claim, ClaimResult, Claimed, LeaseRef, LeaseReport, Leases, Offer, Report, ReportApplied,
+    Reported, Reports,
 };
 pub use maintenance::{Maintenance, Prune, Pruned, Signal};
 pub use postgres::PgStore;

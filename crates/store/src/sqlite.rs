@@ -801,12 +801,12 @@ mod tests {
 
         let lease_id = LeaseId(uuid::Uuid::from_u128(7));
         let claimed = store
-            .steps_claim(Claim {
-                agent: "w".into(),
-                worker: "w-1".into(),
-                lease_ids: vec![lease_id],
-                now: Timestamp(T0 + 10),
-            })
+            .steps_claim(Claim::of_worker(
+                "w",
+                "w-1",
+                vec![lease_id],
+                Timestamp(T0 + 10),
+            ))
             .await
             .expect("claim")
             .claimed;

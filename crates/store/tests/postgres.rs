@@ -130,12 +130,12 @@ async fn eight_nodes_lease_each_step_exactly_once() {
             for round in 0u128.. {
                 let first = ((node as u128) << 64) | (round << 8);
                 let got = store
-                    .steps_claim(Claim {
-                        agent: "race".into(),
-                        worker: format!("node-{node}"),
-                        lease_ids: (first..first + 4).map(lease_id).collect(),
-                        now: at(1_000),
-                    })
+                    .steps_claim(Claim::of_worker(
+                        "race",
+                        &format!("node-{node}"),
+                        (first..first + 4).map(lease_id).collect(),
+                        at(1_000),
+                    ))
                     .await
                     .expect("claim")
                     .claimed;
@@ -281,12 +281,7 @@ async fn a_claim_announces_the_siblings_it_left() {
     while on_a.try_recv().is_ok() {}
     while on_b.try_recv().is_ok() {}
 
-    let claim = |n| Claim {
-        agent: "fan".into(),
-        worker: "w".into(),
-        lease_ids: vec![lease_id(n)],
-        now: at(10),
-    };
+    let claim = |n| Claim::of_worker("fan", "w", vec![lease_id(n)], at(10));
     let first = a.steps_claim(claim(1)).await.expect("claim").claimed;
     assert_eq!(first.len(), 1);
     for (node, signals) in [("A", &mut on_a), ("B", &mut on_b)] {
@@ -329,12 +324,7 @@ async fn signals_cross_nodes_only_when_committed() {
     .await;
 
     let claimed = b
-        .steps_claim(Claim {
-            agent: "billing".into(),
-            worker: "w".into(),
-            lease_ids: vec![lease_id(1)],
-            now: at(10),
-        })
+        .steps_claim(Claim::of_worker("billing", "w", vec![lease_id(1)], at(10)))
         .await
         .expect("claim")
         .claimed;
@@ -555,12 +545,12 @@ async fn text_with_nul_is_stored_not_refused() {
         .await
         .expect("submit with NUL in a label value");
     let claimed = store
-        .steps_claim(Claim {
-            agent: "w".into(),
-            worker: "worker\u{0}1".into(),
-            lease_ids: vec![lease_id(1)],
-            now: at(10),
-        })
+        .steps_claim(Claim::of_worker(
+            "w",
+            "worker\u{0}1",
+            vec![lease_id(1)],
+            at(10),
+        ))
         .await
         .expect("claim by a worker with NUL in its name")
         .claimed;

@@ -117,12 +117,12 @@ async fn data_survives_close_and_reopen() {
         .await
         .expect("submit");
     let claimed = store
-        .steps_claim(overseer_store::Claim {
-            agent: "w".into(),
-            worker: "w-1".into(),
-            lease_ids: vec![conformance::lease_id(1)],
-            now: at(10),
-        })
+        .steps_claim(overseer_store::Claim::of_worker(
+            "w",
+            "w-1",
+            vec![conformance::lease_id(1)],
+            at(10),
+        ))
         .await
         .expect("claim")
         .claimed;
@@ -189,11 +189,8 @@ async fn run_with_a_retry(store: &SqliteStore, n: u64, agent: &str) {
         .jobs_submit(vec![admitted(job_id(n), &spec, at(0))])
         .await
         .expect("submit");
-    let claim = |lease: u128, now: i64| Claim {
-        agent: agent.to_string(),
-        worker: "w".into(),
-        lease_ids: vec![conformance::lease_id(lease)],
-        now: at(now),
+    let claim = |lease: u128, now: i64| {
+        Claim::of_worker(agent, "w", vec![conformance::lease_id(lease)], at(now))
     };
     let first = u128::from(n) * 10;
     let claimed = store.steps_claim(claim(first, 1)).await.expect("claim");
@@ -434,12 +431,7 @@ mod crash_after_step_result {
             .jobs_submit(vec![admitted(job_id(1), &chain(), at(0))])
             .await
             .expect("submit");
-        let claim = Claim {
-            agent: "w".into(),
-            worker: "w-1".into(),
-            lease_ids: vec![lease_id(1)],
-            now: at(10),
-        };
+        let claim = Claim::of_worker("w", "w-1", vec![lease_id(1)], at(10));
         assert_eq!(
             store.steps_claim(claim).await.expect("claim").claimed.len(),
             1

@@ -243,12 +243,12 @@ async fn claim(
     now: Timestamp,
 ) -> Vec<Claimed> {
     store
-        .steps_claim(Claim {
-            agent: agent.to_string(),
-            worker: format!("{agent}-worker"),
-            lease_ids: (first_lease..first_lease + max).map(lease_id).collect(),
+        .steps_claim(Claim::of_worker(
+            agent,
+            &format!("{agent}-worker"),
+            (first_lease..first_lease + max).map(lease_id).collect(),
             now,
-        })
+        ))
         .await
         .expect("claim")
         .claimed
@@ -370,12 +370,12 @@ async fn claim_full(
     now: Timestamp,
 ) -> ClaimResult {
     store
-        .steps_claim(Claim {
-            agent: agent.to_string(),
-            worker: format!("{agent}-worker"),
-            lease_ids: (first_lease..first_lease + max).map(lease_id).collect(),
+        .steps_claim(Claim::of_worker(
+            agent,
+            &format!("{agent}-worker"),
+            (first_lease..first_lease + max).map(lease_id).collect(),
             now,
-        })
+        ))
         .await
         .expect("claim")
 }

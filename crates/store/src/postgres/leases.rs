@@ -81,7 +81,7 @@ impl Granted {
     }
 }
 
-/// Leases up to `claim.lease_ids.len()` claimable steps (see [`crate::Leases::steps_claim`]):
+/// Leases up to `claim.max()` claimable steps (see [`crate::Leases::steps_claim`]):
 /// finds and locks candidates, lets the core decide each claim in memory, then writes every
 /// claim of the batch together.
 ///
@@ -94,7 +94,7 @@ async fn claim(
     claim: &Claim,
     history_per_job: usize,
 ) -> Res<(ClaimResult, Vec<String>)> {
-    let asked = claim.lease_ids.len();
+    let asked = claim.max();
     let mut round = ClaimRound::default();
     let (limits, (), first) = futures::try_join!(
         claim_limits(tx, &claim.agent, asked, claim.now),
@@ -251,7 +251,7 @@ impl ClaimRound {
 
     /// Asks the core to lease step `idx` of `job` (loaded and locked) with the next lease id.
     fn take_one(&mut self, claim: &Claim, job_uuid: Uuid, idx: i32) -> Res<()> {
-        let Some(&lease_id) = claim.lease_ids.get(self.claimed.len()) else {
+        let Some(offer) = claim.offers.get(self.claimed.len()) else {
             return Ok(());
         };
         self.excluded.add(job_uuid, idx);
@@ -264,8 +264,8 @@ impl ClaimRound {
         };
         let command = Command::Claim {
             step,
-            lease_id,
-            worker: claim.worker.clone(),
+            lease_id: offer.lease_id,
+            worker: offer.worker.clone(),
         };
         // The core has the last word on claimability; a refused candidate changes nothing.
         let Ok(transition) = overseer_core::apply(job, command, claim.now) else {
@@ -404,8 +404,12 @@ async fn report_leases(
 
 #[async_trait::async_trait]
 impl Leases for PgStore {
+    fn claims_contend(&self) -> bool {
+        true
+    }
+
     async fn steps_claim(&self, c: Claim) -> Result<ClaimResult> {
-        if c.lease_ids.is_empty() {
+        if c.offers.is_empty() {
             return Ok(ClaimResult::default());
         }
         // Most claims of an idle agent find nothing (a worker polls again as soon as it has its
@@ -426,7 +430,7 @@ impl Leases for PgStore {
         let (result, siblings) = self
             .write(move |tx, _| Box::pin(claim(tx, c, history)))
             .await?;
-        let full = result.claimed.len() == c.lease_ids.len();
+        let full = result.claimed.len() == c.max();
         self.inner.busy.set(&c.agent, full);
         let granted = result.claimed.iter().filter_map(|c| {
             let job = &c.transition.job;
@@ -580,12 +584,8 @@ mod tests {
         let mut round = ClaimRound::default();
         round.loaded.insert(job.id.0, job.clone());
         round.passed.push(job.id.0);
-        let claim = |agent: &str| Claim {
-            agent: agent.to_string(),
-            worker: "w".to_string(),
-            lease_ids: vec![crate::conformance::lease_id(1)],
-            now,
-        };
+        let claim =
+            |agent: &str| Claim::of_worker(agent, "w", vec![crate::conformance::lease_id(1)], now);
         assert_eq!(round.sibling_agents(&claim("a")), vec!["b".to_string()]);
         assert_eq!(round.sibling_agents(&claim("b")), vec!["a".to_string()]);
         assert!(ClaimRound::default().sibling_agents(&claim("a")).is_empty());
@@ -598,13 +598,15 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_agent_with_a_backlog_claims_without_the_look() {
         let (db, store) = crate::pgtest::store_with_ready_steps(3).await;
-        let claim = |first: u128, n: u128| Claim {
-            agent: "a".to_string(),
-            worker: "w".to_string(),
-            lease_ids: (first..first + n)
-                .map(crate::conformance::lease_id)
-                .collect(),
-            now: at(1_000),
+        let claim = |first: u128, n: u128| {
+            Claim::of_worker(
+                "a",
+                "w",
+                (first..first + n)
+                    .map(crate::conformance::lease_id)
+                    .collect(),
+                at(1_000),
+            )
         };
         let busy = |store: &PgStore| store.inner.busy.is_busy("a");
         assert!(!busy(&store), "a fresh store knows no busy agent");

@@ -36,7 +36,7 @@ fn in_flight(conn: &Connection, agent: &str) -> Result<u64> {
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// Leases up to `claim.lease_ids.len()` claimable steps of the agent within its limits.
+/// Leases up to `claim.max()` claimable steps of the agent within its limits.
 pub(super) fn claim_steps(
     conn: &Connection,
     claim: Claim,
@@ -48,7 +48,7 @@ pub(super) fn claim_steps(
     } else {
         None
     };
-    let limits = ClaimLimits::of(&stored, claim.lease_ids.len(), in_flight, claim.now);
+    let limits = ClaimLimits::of(&stored, claim.max(), in_flight, claim.now);
     let mut skipped: HashSet<(String, i64)> = HashSet::new();
     let claimed = lease_candidates(conn, &claim, limits.want, &mut skipped, history_per_job)?;
     if let Some((left, counted_at)) = limits.spend(claimed.len()) {
@@ -122,7 +122,7 @@ fn lease_candidates(
             if out.len() >= want {
                 break;
             }
-            let Some(&lease_id) = claim.lease_ids.get(out.len()) else {
+            let Some(offer) = claim.offers.get(out.len()) else {
                 break;
             };
             let job_id: JobId = candidate
@@ -133,8 +133,8 @@ fn lease_candidates(
                 .map_err(|_| Error::Corrupt(format!("steps.idx {} is negative", candidate.1)))?;
             let command = Command::Claim {
                 step,
-                lease_id,
-                worker: claim.worker.clone(),
+                lease_id: offer.lease_id,
+                worker: offer.worker.clone(),
             };
             match apply_command(conn, job_id, command, claim.now, history_per_job) {
                 Ok(transition) => out.push(Claimed { step, transition }),
@@ -160,7 +160,7 @@ fn lease_candidates(
 #[async_trait::async_trait]
 impl Leases for SqliteStore {
     async fn steps_claim(&self, claim: Claim) -> Result<ClaimResult> {
-        if claim.lease_ids.is_empty() {
+        if claim.offers.is_empty() {
             return Ok(ClaimResult::default());
         }
         let history = self.inner.history_per_job;
