@@ -250,21 +250,23 @@ impl Claims {
     }
 }
 
-/// Claims for one request, in a store whose claims do not contend.
+/// Claims for one request alone, in a store whose claims do not contend: the same claim and
+/// answer as a merged claim of one request.
 async fn claim_alone(
     store: &Arc<dyn Store>,
     agent: &str,
     ask: LeaseAsk,
     now: Timestamp,
 ) -> Result<Granted, Error> {
-    let claim = Claim::of_worker(agent, &ask.worker, ask.lease_ids, now);
-    let offered = claim.max();
-    let result = store.steps_claim(claim).await?;
-    Ok(Granted {
-        claim_was_full: result.claimed.len() >= offered,
-        result,
-        now,
-    })
+    let (answer, granted) = oneshot::channel();
+    commit_claims(
+        store.clone(),
+        agent.to_string(),
+        vec![(ask, answer)],
+        || now,
+    )
+    .await;
+    granted.await.unwrap_or_else(|_| Err(lost()))
 }
 
 /// Sends one claim for every request still waiting and hands each its own leases.
