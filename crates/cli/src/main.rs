@@ -253,6 +253,20 @@ enum Cmd {
     Reap,
 }
 
+/// Turns transparent huge pages off for this process, before any thread starts; the server and
+/// the benchmark call it, never a command that runs other programs (children inherit it).
+///
+/// mimalloc asks for huge pages on its arenas, and large buffers (a batch's request body, the
+/// column arrays of a PostgreSQL statement) come and go: each first touch of an area mimalloc
+/// had returned to the system then faulted in and zeroed a whole 2 MiB page. In a profile of
+/// batch submits on PostgreSQL that zeroing took a fifth of the machine, and switching huge pages
+/// off made batch submits about 30 % faster (BENCHMARKS.md, twenty-first session). Failing to
+/// switch them off (an old kernel, a sandbox) only forgoes that, so the error is not reported.
+fn without_huge_pages() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
+}
+
 /// mimalloc instead of the system allocator: the server's many small short-lived allocations
 /// (request bodies, JSON values, rows) are cheaper, and memory freed after a burst of large
 /// requests goes back to the OS instead of staying in the process's arenas.
@@ -261,6 +275,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Cmd::Server(_) | Cmd::Bench(_)) {
+        without_huge_pages();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
