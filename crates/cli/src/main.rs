@@ -259,8 +259,8 @@ enum Cmd {
 /// mimalloc asks for huge pages on its arenas, and large buffers (a batch's request body, the
 /// column arrays of a PostgreSQL statement) come and go: each first touch of an area mimalloc
 /// had returned to the system then faulted in and zeroed a whole 2 MiB page. In a profile of
-/// batch submits on PostgreSQL that zeroing took a fifth of the machine, and switching huge pages
-/// off made batch submits about 30 % faster (BENCHMARKS.md, twenty-first session). Failing to
+/// batch submits on PostgreSQL that zeroing took a quarter of the machine, and switching huge
+/// pages off made them 38 % faster (BENCHMARKS.md, twenty-first session). Failing to
 /// switch them off (an old kernel, a sandbox) only forgoes that, so the error is not reported.
 fn without_huge_pages() {
     #[cfg(target_os = "linux")]

@@ -26,10 +26,9 @@
 //! to the n-th lease offered, so requests are served in arrival order, and a request whose client
 //! went away before its claim was sent is left out of it.
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-
-use std::collections::{HashMap, HashSet};
 
 use overseer_core::{LeaseId, Timestamp};
 use overseer_store::prelude::*;
