@@ -66,7 +66,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use overseer_core::{Command, Job, JobId, Timestamp, Transition};
-use rusqlite::{config::DbConfig, Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use tokio::sync::{mpsc, Semaphore};
 
 use self::rows::DbResult;
@@ -163,24 +163,12 @@ impl Drop for Inner {
     }
 }
 
+/// A few read-only connections, handed out one per blocking read.
 /// Prepared statements kept per connection. rusqlite keeps 16 by default, fewer than a claim and
 /// a report use between them, so statements were parsed again and again; the writer's
 /// changed-columns updates (`rows::set_items`) add a few shapes more.
 const STATEMENT_CACHE: usize = 256;
 
-/// Sets up a connection's prepared statements: a cache big enough for every shape, and plans
-/// that do not depend on the values bound. Without the query planner stability guarantee,
-/// SQLite 3.50 and later (not 3.46) prepares a statement again whenever a new value is bound to
-/// its `LIMIT ?`: every claim of a different size was parsed and planned again, and a drain
-/// lost a third of its rate. The plan tests below check plans without bound values anyway.
-fn prepare_statements(conn: &Connection) -> Result<()> {
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
-        .db()?;
-    Ok(())
-}
-
-/// A few read-only connections, handed out one per blocking read.
 struct Readers {
     path: PathBuf,
     busy_timeout: Duration,
@@ -194,7 +182,7 @@ impl Readers {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&self.path, flags).db()?;
         conn.busy_timeout(self.busy_timeout).db()?;
-        prepare_statements(&conn)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(conn)
     }
 
@@ -284,7 +272,7 @@ impl SqliteStore {
         conn.pragma_update(None, "wal_autocheckpoint", 0).db()?;
         conn.pragma_update(None, "journal_size_limit", checkpoint::WAL_SIZE_LIMIT)
             .db()?;
-        prepare_statements(&conn)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&mut conn)?;
 
         let read_connections = options.read_connections.max(1);
@@ -683,27 +671,6 @@ mod tests {
             counts[0],
             "SEARCH jobs USING COVERING INDEX jobs_finished (state=? AND finished_at>? AND finished_at<?)"
         );
-    }
-
-    // Proves a claim's statement is prepared once however its limit changes: without the
-    // planner's stability guarantee, SQLite prepares a statement again for each new `LIMIT ?`.
-    #[test]
-    fn a_new_limit_does_not_prepare_the_claim_again() {
-        use rusqlite::StatementStatus;
-        let mut conn = Connection::open_in_memory().expect("open");
-        prepare_statements(&conn).expect("statements");
-        migrate(&mut conn).expect("migrate");
-        let mut stmt = conn
-            .prepare_cached(leases::CANDIDATES_SQL)
-            .expect("prepare");
-        let n = stmt.parameter_count();
-        for limit in 1..=4_i64 {
-            let mut args: Vec<rusqlite::types::Value> = vec!["agent".to_string().into(); n];
-            args[n - 1] = limit.into();
-            let mut rows = stmt.query(params_from_iter(args)).expect("query");
-            while rows.next().expect("row").is_some() {}
-        }
-        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
     }
 
     // Proves a file from before ordering keys gets a submission order: its keyed job heads the

@@ -175,9 +175,7 @@ fn job_values(job: &Job) -> Result<Vec<SqlValue>> {
 fn sql_value(v: impl rusqlite::ToSql) -> Result<SqlValue> {
     use rusqlite::types::ToSqlOutput;
     match v.to_sql().db()? {
-        ToSqlOutput::Borrowed(r) => {
-            SqlValue::try_from(r).map_err(|e| corrupt("a row value", e.to_string()))
-        }
+        ToSqlOutput::Borrowed(r) => Ok(r.into()),
         ToSqlOutput::Owned(v) => Ok(v),
         other => Err(corrupt(
             "a row value",

@@ -174,7 +174,7 @@ where
 /// With fault injection compiled in, `abort_after_commit` is the flag a write raises to have the
 /// process abort as soon as its batch is committed, before any caller hears back.
 pub(super) fn run(
-    mut conn: Connection,
+    conn: Connection,
     mut queue: mpsc::Receiver<Box<dyn WriteOp>>,
     log: Log,
     max_batch: usize,
