@@ -240,40 +240,52 @@ fn lock_file(path: &std::path::Path) -> Result<std::fs::File> {
     }
 }
 
+/// The writer's connection: write-ahead logging and the pragmas below, on a file whose schema
+/// is up to date.
+fn writer_connection(options: &SqliteOptions) -> Result<Connection> {
+    let conn = Connection::open(&options.path).db()?;
+    conn.busy_timeout(options.busy_timeout).db()?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .db()?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::Unavailable(format!(
+            "{} cannot use write-ahead logging (journal mode is {mode})",
+            options.path.display()
+        )));
+    }
+    // Commits are not synced by SQLite itself but by the log syncer, beside the writer, and
+    // no write is answered (and no read shows a commit) before that sync (see `syncer`).
+    conn.pragma_update(None, "synchronous", "NORMAL").db()?;
+    // No table has foreign keys (migration 0019): a job's rows are removed with it
+    // explicitly (`removal::delete_rows_of`).
+    // Every write runs in its own savepoint inside the group commit; SQLite journals the
+    // pages a savepoint touches so it can roll them back. In memory that costs a copy; in a
+    // temp file it cost a pwrite per page (14% of the writer's time in a drain profile).
+    // It is never needed after a crash: the WAL alone makes the commit atomic.
+    conn.pragma_update(None, "temp_store", "MEMORY").db()?;
+    // 16 MiB of page cache (negative = KiB) keeps the hot indexes in memory.
+    conn.pragma_update(None, "cache_size", -16_384).db()?;
+    // The writer never checkpoints itself: copying the WAL into the file and fsyncing it
+    // would stall every write queued behind it. The checkpointer thread does it instead.
+    conn.pragma_update(None, "wal_autocheckpoint", 0).db()?;
+    conn.pragma_update(None, "journal_size_limit", checkpoint::WAL_SIZE_LIMIT)
+        .db()?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // The schema is brought up to date on a connection of its own, closed before the writer's
+    // first write. A migration that renames a table opens SQLite's `temp` database on its
+    // connection (the rename rewrites `sqlite_temp_schema` too), and a connection with `temp`
+    // open begins, commits and truncates it in every later transaction: the writer commits
+    // thousands a second.
+    migrate(&mut Connection::open(&options.path).db()?)?;
+    Ok(conn)
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the file, brings its schema up to date, and starts the writer.
     pub fn open(options: SqliteOptions) -> Result<SqliteStore> {
         let lock = lock_file(&options.path)?;
-        let mut conn = Connection::open(&options.path).db()?;
-        conn.busy_timeout(options.busy_timeout).db()?;
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .db()?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::Unavailable(format!(
-                "{} cannot use write-ahead logging (journal mode is {mode})",
-                options.path.display()
-            )));
-        }
-        // Commits are not synced by SQLite itself but by the log syncer, beside the writer, and
-        // no write is answered (and no read shows a commit) before that sync (see `syncer`).
-        conn.pragma_update(None, "synchronous", "NORMAL").db()?;
-        // No table has foreign keys (migration 0019): a job's rows are removed with it
-        // explicitly (`removal::delete_rows_of`).
-        // Every write runs in its own savepoint inside the group commit; SQLite journals the
-        // pages a savepoint touches so it can roll them back. In memory that costs a copy; in a
-        // temp file it cost a pwrite per page (14% of the writer's time in a drain profile).
-        // It is never needed after a crash: the WAL alone makes the commit atomic.
-        conn.pragma_update(None, "temp_store", "MEMORY").db()?;
-        // 16 MiB of page cache (negative = KiB) keeps the hot indexes in memory.
-        conn.pragma_update(None, "cache_size", -16_384).db()?;
-        // The writer never checkpoints itself: copying the WAL into the file and fsyncing it
-        // would stall every write queued behind it. The checkpointer thread does it instead.
-        conn.pragma_update(None, "wal_autocheckpoint", 0).db()?;
-        conn.pragma_update(None, "journal_size_limit", checkpoint::WAL_SIZE_LIMIT)
-            .db()?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        migrate(&mut conn)?;
+        let conn = writer_connection(&options)?;
 
         let read_connections = options.read_connections.max(1);
         let readers = Arc::new(Readers {
@@ -961,6 +973,43 @@ mod tests {
             store.read(|conn| setting_exists(conn, "a")).await.is_err(),
             "a later read"
         );
+    }
+
+    // Proves the writer's connection has the main database alone once the schema is migrated
+    // (a fresh file takes every migration, table renames included) and a prune has run, so its
+    // commits do not begin, commit and truncate a `temp` database too.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn the_writer_has_no_temporary_database() {
+        use crate::conformance::{at, job_id, maintenance::end_job};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
+        end_job(&store, 1, JobState::Succeeded, None, 1_000).await;
+        end_job(&store, 2, JobState::Cancelled, None, 1_000).await;
+        let day = overseer_core::Span::from_secs(86_400);
+        let pruned = store
+            .jobs_prune(crate::Prune {
+                now: at(86_400_000 + 1_000),
+                retention: overseer_core::retention::Retention {
+                    succeeded: day,
+                    failed: day,
+                    cancelled: day,
+                },
+                limit: 10,
+            })
+            .await
+            .expect("prune");
+        assert_eq!(pruned.ids.len(), 2, "both jobs are past their retention");
+        assert!(store.job_get(job_id(1)).await.expect("get").is_none());
+        let databases: Vec<String> = store
+            .write(|conn| {
+                let mut list = conn.prepare("PRAGMA database_list").db()?;
+                let names = list.query_map([], |r| r.get::<_, String>(1)).db()?;
+                names.collect::<rusqlite::Result<_>>().db()
+            })
+            .await
+            .expect("databases");
+        assert_eq!(databases, vec!["main".to_string()]);
     }
 
     // Proves upkeep yields to other writes: a background write sees a write queued behind it and

@@ -115,7 +115,7 @@ pub async fn next_due_at_includes_schedules(f: &Fixture) {
 /// Submits a one-step job (agent `p{n}`, so claims never mix) at `at(0)` and ends it at
 /// `at(end_ms)`: `Succeeded` by completing it, `Failed` by a fatal failure, `Cancelled` by a
 /// cancel before it started.
-async fn end_job(store: &dyn Store, n: u64, how: JobState, own: Option<&str>, end_ms: i64) {
+pub async fn end_job(store: &dyn Store, n: u64, how: JobState, own: Option<&str>, end_ms: i64) {
     let agent = format!("p{n}");
     let mut body = json!({"idempotency_key": format!("key-{n}"),
                           "steps": [{"name": "s", "agent": agent}]});
