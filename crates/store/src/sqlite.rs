@@ -163,12 +163,12 @@ impl Drop for Inner {
     }
 }
 
-/// A few read-only connections, handed out one per blocking read.
 /// Prepared statements kept per connection. rusqlite keeps 16 by default, fewer than a claim and
 /// a report use between them, so statements were parsed again and again; the writer's
 /// changed-columns updates (`rows::set_items`) add a few shapes more.
 const STATEMENT_CACHE: usize = 256;
 
+/// A few read-only connections, handed out one per blocking read.
 struct Readers {
     path: PathBuf,
     busy_timeout: Duration,
