@@ -46,7 +46,13 @@ mod jobs;
 mod leader;
 mod leases;
 mod maintenance;
+// FFI: SQLite's allocator methods are C callbacks.
+#[allow(unsafe_code)]
+mod malloc;
 mod ordering;
+// FFI: SQLite's page-cache methods are C callbacks.
+#[allow(unsafe_code)]
+mod pcache;
 mod removal;
 mod rerun;
 mod row_writes;
@@ -284,6 +290,14 @@ fn writer_connection(options: &SqliteOptions) -> Result<Connection> {
 impl SqliteStore {
     /// Opens (creating if needed) the file, brings its schema up to date, and starts the writer.
     pub fn open(options: SqliteOptions) -> Result<SqliteStore> {
+        if !malloc::install() {
+            tracing::debug!("SQLite was initialised before the store opened: it keeps malloc");
+        }
+        if !pcache::install() {
+            tracing::debug!(
+                "SQLite was initialised before the store opened: its default page cache stays"
+            );
+        }
         let lock = lock_file(&options.path)?;
         let conn = writer_connection(&options)?;
 
@@ -359,6 +373,19 @@ impl SqliteStore {
 
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Commits that did not walk the whole page cache after a B-tree balance swapped two page
+    /// numbers, in this process, on every connection (see `sqlite/pcache.rs`).
+    #[cfg(feature = "testing")]
+    pub fn page_cache_scans_avoided() -> u64 {
+        pcache::SCANS_AVOIDED.load(Ordering::Relaxed)
+    }
+
+    /// Whether SQLite allocates from mimalloc in this process (see `sqlite/malloc.rs`).
+    #[cfg(feature = "testing")]
+    pub fn sqlite_allocates_from_mimalloc() -> bool {
+        malloc::in_use()
     }
 
     /// Transactions committed by the writer since open; far fewer than writes under load.
