@@ -14,6 +14,7 @@ extern "C" {
     // In mimalloc's extended API, linked with `libmimalloc-sys`.
     fn mi_usable_size(p: *const c_void) -> usize;
     fn mi_good_size(size: usize) -> usize;
+    #[cfg(feature = "testing")]
     fn mi_is_in_heap_region(p: *const c_void) -> bool;
 }
 

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use overseer_core::backoff::Formula;
 use overseer_core::job::PRIORITY_AGING;
 use overseer_core::{CompPhase, Job, JobId};
-use rusqlite::types::Value as SqlValue;
+use rusqlite::types::{ToSqlOutput, Value as SqlValue};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::rows::{corrupt, job_id_text, ms, DbResult};
@@ -304,10 +304,10 @@ pub(super) fn count_events(conn: &Connection, id: JobId, last_event_seq: i64) ->
 
 /// Inserts or overwrites one step row from the job as it now stands.
 pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()> {
-    conn.prepare_cached(step_upsert_sql())
-        .db()?
-        .execute(rusqlite::params_from_iter(step_values(job, idx)?))
-        .db()?;
+    let mut insert = conn.prepare_cached(step_upsert_sql()).db()?;
+    with_step_values(job, idx, &Same::NONE, |values| {
+        insert.execute(rusqlite::params_from_iter(values)).db()
+    })?;
     Ok(())
 }
 
@@ -319,8 +319,26 @@ pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usiz
         return write_step(conn, job, idx);
     }
     let same = Same::of(before, job, idx);
-    let new = step_values_with(job, idx, &same)?;
-    let changed = changed_positions(&step_values_with(before, idx, &same)?, &new);
+    let updated = with_step_values(before, idx, &same, |old| {
+        with_step_values(job, idx, &same, |new| update_step(conn, job, idx, old, new))
+    })?;
+    if !updated {
+        write_step(conn, job, idx)?;
+    }
+    Ok(())
+}
+
+/// The `UPDATE` of [`rewrite_step`], given both versions' values (borrowed, compared in place:
+/// only what changed is bound). False when the row is missing.
+fn update_step(
+    conn: &Connection,
+    job: &Job,
+    idx: usize,
+    old: &[ToSqlOutput<'_>],
+    new: &[ToSqlOutput<'_>],
+) -> Result<bool> {
+    debug_assert_eq!(old.len(), new.len());
+    let changed: Vec<usize> = (0..new.len()).filter(|&i| old[i] != new[i]).collect();
     debug_assert!(
         !changed
             .iter()
@@ -328,7 +346,7 @@ pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usiz
         "a step's key never changes"
     );
     if changed.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     let sql = update_sql(UpdateOf::Step, &changed, || {
         format!(
@@ -337,8 +355,8 @@ pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usiz
         )
     });
     let key = [
-        SqlValue::Text(job_id_text(job.id)),
-        SqlValue::Integer(idx as i64),
+        ToSqlOutput::Owned(SqlValue::Text(job_id_text(job.id))),
+        ToSqlOutput::Owned(SqlValue::Integer(idx as i64)),
     ];
     let updated = conn
         .prepare_cached(&sql)
@@ -347,15 +365,25 @@ pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usiz
             key.iter().chain(changed.iter().map(|&c| &new[c])),
         ))
         .db()?;
-    if updated == 0 {
-        write_step(conn, job, idx)?;
-    }
-    Ok(())
+    Ok(updated > 0)
 }
 
-/// The values of [`STEP_WRITE_COLUMNS`] for step `idx` of `job`.
+/// The values of [`STEP_WRITE_COLUMNS`] for step `idx` of `job`, owned.
 pub(super) fn step_values(job: &Job, idx: usize) -> Result<Vec<SqlValue>> {
-    step_values_with(job, idx, &Same::NONE)
+    with_step_values(job, idx, &Same::NONE, |values| {
+        Ok(values.iter().map(owned).collect())
+    })
+}
+
+/// A value as SQLite would store it, owned.
+fn owned(v: &ToSqlOutput<'_>) -> SqlValue {
+    match v {
+        ToSqlOutput::Borrowed(r) => (*r).into(),
+        ToSqlOutput::Owned(v) => v.clone(),
+        // Step columns are plain values (see `with_step_values`); anything else would be a
+        // zero-filled blob or a pointer, which no column holds.
+        _ => SqlValue::Null,
+    }
 }
 
 /// Which of a step row's costly columns (its key's text and the JSON texts) two versions of a
@@ -417,9 +445,16 @@ fn json_unless<T: serde::Serialize>(
         .map_err(|e| corrupt(column, e))
 }
 
-/// [`step_values`], with NULL in place of the costly columns `same` marks as shared: for
-/// comparing two versions of a step, never for writing a whole row.
-fn step_values_with(job: &Job, idx: usize, same: &Same) -> Result<Vec<SqlValue>> {
+/// Calls `f` with the values of [`STEP_WRITE_COLUMNS`] for step `idx` of `job`, borrowed from
+/// the job where they can be (building them owned for every column, twice per rewrite, was the
+/// writer's second-largest symbol in a drain profile). NULL stands in for the costly columns
+/// `same` marks as shared: for comparing two versions of a step, never for writing a whole row.
+fn with_step_values<T>(
+    job: &Job,
+    idx: usize,
+    same: &Same,
+    f: impl FnOnce(&[ToSqlOutput<'_>]) -> Result<T>,
+) -> Result<T> {
     let Some(s) = job.steps.get(idx) else {
         return Err(corrupt(
             "transition",
@@ -476,7 +511,12 @@ fn step_values_with(job: &Job, idx: usize, same: &Same) -> Result<Vec<SqlValue>>
         ms(s.progress_at),
         s.progress_events,
     ];
-    values.iter().map(sql_value).collect()
+    let values = values
+        .iter()
+        .map(|v| v.to_sql())
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .db()?;
+    f(&values)
 }
 
 #[cfg(test)]
