@@ -12,9 +12,9 @@
 use std::sync::OnceLock;
 
 use overseer_core::{Job, NewEvent};
-use rusqlite::{params, params_from_iter, CachedStatement, Connection};
+use rusqlite::{params, CachedStatement, Connection};
 
-use super::row_writes::{insert_step_sql, placeholders, step_values, update_then_read};
+use super::row_writes::{insert_step, insert_step_sql, placeholders, update_then_read};
 use super::rows::{
     corrupt, insert_events, job_id_text, ms, retry_text, trim_events, DbResult, INSERT_EVENT_SQL,
     JOB_COLUMNS,
@@ -89,8 +89,7 @@ impl<'c> NewRows<'c> {
             self.label.execute(params![id, k, v]).db()?;
         }
         for idx in 0..job.steps.len() {
-            let values = step_values(job, idx)?;
-            self.step.execute(params_from_iter(values)).db()?;
+            insert_step(&mut self.step, job, idx)?;
         }
         insert_events(&mut self.event, &id, 1, events)?;
         trim_events(self.conn, &id, counted, keep)

@@ -22,9 +22,9 @@ use std::sync::OnceLock;
 
 use rusqlite::ffi;
 
-/// A table of page-cache methods. Only its `pArg` is a pointer, null for the default cache and
-/// the wrapper (neither has shared state behind it), and the table is never changed after it is
-/// set, so any thread may read it.
+/// SQLite's table of the default cache's methods (SQLite copies what it is given). Only its
+/// `pArg` is a pointer, null for the default cache (no shared state behind it), and the table
+/// is never changed after it is set, so any thread may read it.
 struct Methods(ffi::sqlite3_pcache_methods2);
 // SAFETY: see above; SQLite itself reads these tables from every thread.
 unsafe impl Sync for Methods {}
@@ -59,6 +59,21 @@ struct Cache {
 pub(super) fn install() -> bool {
     static INSTALLED: OnceLock<bool> = OnceLock::new();
     *INSTALLED.get_or_init(|| {
+        let wrapper = ffi::sqlite3_pcache_methods2 {
+            iVersion: 1,
+            pArg: std::ptr::null_mut(),
+            xInit: Some(init),
+            xShutdown: Some(shutdown),
+            xCreate: Some(create),
+            xCachesize: Some(cachesize),
+            xPagecount: Some(pagecount),
+            xFetch: Some(fetch),
+            xUnpin: Some(unpin),
+            xRekey: Some(rekey),
+            xTruncate: Some(truncate),
+            xDestroy: Some(destroy),
+            xShrink: Some(shrink),
+        };
         let mut default = std::mem::MaybeUninit::<ffi::sqlite3_pcache_methods2>::zeroed();
         // SAFETY: GETPCACHE2 writes one `sqlite3_pcache_methods2` (installing the default cache
         // first when none is set); both calls only change configuration and fail with
@@ -71,26 +86,10 @@ pub(super) fn install() -> bool {
             if default.xFetch.is_none() || INNER.set(Methods(default)).is_err() {
                 return false;
             }
-            ffi::sqlite3_config(ffi::SQLITE_CONFIG_PCACHE2, &WRAPPER.0) == ffi::SQLITE_OK
+            ffi::sqlite3_config(ffi::SQLITE_CONFIG_PCACHE2, &wrapper) == ffi::SQLITE_OK
         }
     })
 }
-
-static WRAPPER: Methods = Methods(ffi::sqlite3_pcache_methods2 {
-    iVersion: 1,
-    pArg: std::ptr::null_mut(),
-    xInit: Some(init),
-    xShutdown: Some(shutdown),
-    xCreate: Some(create),
-    xCachesize: Some(cachesize),
-    xPagecount: Some(pagecount),
-    xFetch: Some(fetch),
-    xUnpin: Some(unpin),
-    xRekey: Some(rekey),
-    xTruncate: Some(truncate),
-    xDestroy: Some(destroy),
-    xShrink: Some(shrink),
-});
 
 fn inner() -> &'static ffi::sqlite3_pcache_methods2 {
     &INNER

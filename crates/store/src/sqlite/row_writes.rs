@@ -234,7 +234,7 @@ fn set_items(columns: &[&str], changed: &[usize], first: usize) -> Vec<String> {
 }
 
 /// Positions where `new` differs from `old`.
-fn changed_positions(old: &[SqlValue], new: &[SqlValue]) -> Vec<usize> {
+fn changed_positions<T: PartialEq>(old: &[T], new: &[T]) -> Vec<usize> {
     debug_assert_eq!(old.len(), new.len());
     (0..new.len()).filter(|&i| old[i] != new[i]).collect()
 }
@@ -304,7 +304,16 @@ pub(super) fn count_events(conn: &Connection, id: JobId, last_event_seq: i64) ->
 
 /// Inserts or overwrites one step row from the job as it now stands.
 pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()> {
-    let mut insert = conn.prepare_cached(step_upsert_sql()).db()?;
+    let mut upsert = conn.prepare_cached(step_upsert_sql()).db()?;
+    insert_step(&mut upsert, job, idx)
+}
+
+/// Runs `insert` (a statement of [`STEP_WRITE_COLUMNS`]' placeholders) for step `idx` of `job`.
+pub(super) fn insert_step(
+    insert: &mut rusqlite::Statement<'_>,
+    job: &Job,
+    idx: usize,
+) -> Result<()> {
     with_step_values(job, idx, &Same::NONE, |values| {
         insert.execute(rusqlite::params_from_iter(values)).db()
     })?;
@@ -337,8 +346,7 @@ fn update_step(
     old: &[ToSqlOutput<'_>],
     new: &[ToSqlOutput<'_>],
 ) -> Result<bool> {
-    debug_assert_eq!(old.len(), new.len());
-    let changed: Vec<usize> = (0..new.len()).filter(|&i| old[i] != new[i]).collect();
+    let changed = changed_positions(old, new);
     debug_assert!(
         !changed
             .iter()
@@ -366,24 +374,6 @@ fn update_step(
         ))
         .db()?;
     Ok(updated > 0)
-}
-
-/// The values of [`STEP_WRITE_COLUMNS`] for step `idx` of `job`, owned.
-pub(super) fn step_values(job: &Job, idx: usize) -> Result<Vec<SqlValue>> {
-    with_step_values(job, idx, &Same::NONE, |values| {
-        Ok(values.iter().map(owned).collect())
-    })
-}
-
-/// A value as SQLite would store it, owned.
-fn owned(v: &ToSqlOutput<'_>) -> SqlValue {
-    match v {
-        ToSqlOutput::Borrowed(r) => (*r).into(),
-        ToSqlOutput::Owned(v) => v.clone(),
-        // Step columns are plain values (see `with_step_values`); anything else would be a
-        // zero-filled blob or a pointer, which no column holds.
-        _ => SqlValue::Null,
-    }
 }
 
 /// Which of a step row's costly columns (its key's text and the JSON texts) two versions of a
