@@ -21,7 +21,6 @@
 //! stays within about [`RESTART_FRAMES`], and `journal_size_limit` (set on the writer) cuts a WAL
 //! that once grew larger back down when it restarts.
 
-use std::cell::Cell;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,29 +42,6 @@ const RESTART_LEFT: i64 = 256;
 const CATCH_UP_ROUNDS: usize = 8;
 /// The longest a restart waits for the write lock and for readers of old frames.
 const RESTART_WAIT: Duration = Duration::from_millis(10);
-/// How often a waiting restart looks at the locks again.
-const RESTART_STEP: Duration = Duration::from_micros(100);
-
-thread_local! {
-    /// How long a restart waits on this thread (at most [`RESTART_WAIT`]); set by [`run`].
-    static WAIT_FOR: Cell<Duration> = const { Cell::new(RESTART_WAIT) };
-}
-
-/// The checkpointer's busy handler: looks again every [`RESTART_STEP`] until its wait is over.
-/// SQLite's own handler sleeps 1, 2 and 5 ms between looks, so under a steady load a restart
-/// often looked only while the writer held its lock, and gave up; or, holding the write lock,
-/// slept out a reader that had finished long before. Measured in `steady` at 2,000 jobs/s while
-/// removing: 21 and 25 of about 195 restarts in 3 minutes gave up, and those that went through
-/// held on for 2.8 ms at the median and 13 ms at p90; polling, none gave up, and 1.9–2.1 ms and
-/// 8.2–10.8 ms.
-fn restart_busy(retries: i32) -> bool {
-    let waited = RESTART_STEP * u32::try_from(retries).unwrap_or(u32::MAX);
-    if waited >= WAIT_FOR.get() {
-        return false;
-    }
-    std::thread::sleep(RESTART_STEP);
-    true
-}
 /// What the writer's WAL is cut back to when it restarts after having grown past that.
 pub(super) const WAL_SIZE_LIMIT: i64 = 96 * 1024 * 1024;
 
@@ -84,8 +60,13 @@ impl Checkpointer {
         let conn = Connection::open(path).db()?;
         // Only a restart ever waits (a passive checkpoint never does), and it should not wait
         // long: while it holds the write lock the writer queues behind it. Gone past this, it
-        // gives up and tries again on a later round, between other commits.
-        conn.busy_handler(Some(restart_busy)).db()?;
+        // gives up and tries again on a later round, between other commits. It looks at the
+        // locks as often as the writer does: with SQLite's own handler (sleeps of 1, 2 and 5 ms)
+        // a restart under a steady load often looked only while the writer held its lock, and
+        // gave up, or, holding the write lock, slept out a reader long gone. Measured in
+        // `steady` at 2,000 jobs/s while removing: 21 and 25 of about 195 restarts in 3 minutes
+        // gave up, and the others held on for 2.8 ms at the median and 13 ms at p90; polling,
+        // none gave up, and 1.9–2.1 ms and 8.2–10.8 ms.
         let wait = busy_timeout.min(RESTART_WAIT);
         // The checkpoint's own fsync of the database file follows this connection's setting.
         conn.pragma_update(None, "synchronous", "FULL").db()?;
@@ -94,7 +75,9 @@ impl Checkpointer {
         let handle = std::thread::Builder::new()
             .name("overseer-sqlite-checkpoint".into())
             .spawn(move || {
-                WAIT_FOR.set(wait);
+                if let Err(e) = super::writer::poll_locks(&conn, wait) {
+                    tracing::warn!(error = %e, "cannot set the checkpointer's busy handler");
+                }
                 run(conn, &flag, &commits)
             })
             .map_err(|e| Error::Unavailable(format!("cannot start the checkpoint thread: {e}")))?;
@@ -206,9 +189,7 @@ mod tests {
             .busy_timeout(Duration::from_secs(5))
             .expect("timeout");
         let checkpointer = Connection::open(&path).expect("open");
-        checkpointer
-            .busy_handler(Some(restart_busy))
-            .expect("busy handler");
+        crate::sqlite::writer::poll_locks(&checkpointer, RESTART_WAIT).expect("busy handler");
         let stop = Arc::new(AtomicBool::new(false));
         let writing = std::thread::spawn({
             let stop = stop.clone();

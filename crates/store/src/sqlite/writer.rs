@@ -33,14 +33,17 @@ use crate::{Error, Result};
 const BUSY_STEP: Duration = Duration::from_micros(100);
 
 thread_local! {
-    /// How long the writer keeps looking (the store's busy timeout); set by [`run`].
+    /// How long this thread's connection keeps looking at a lock (the store's busy timeout on
+    /// the writer, the restart's wait on the checkpointer); set by [`poll_locks`].
     static BUSY_FOR: Cell<Duration> = const { Cell::new(Duration::from_secs(5)) };
 }
 
-/// The writer's busy handler: looks again every [`BUSY_STEP`] until the busy timeout. SQLite's
-/// own handler sleeps 1, 2, 5, 10, 15, 20 ms … between looks, so a lock the checkpointer held
-/// for a millisecond or two (a WAL restart) cost a `BEGIN` 3, 8, 18, 33 or 53 ms: measured in
-/// the `steady` benchmark while a backlog was removed, once a second, the whole tail of claims.
+/// The busy handler of the writer and the checkpointer: looks again every [`BUSY_STEP`] until
+/// the thread's wait is over. SQLite's own handler sleeps 1, 2, 5, 10, 15, 20 ms … between
+/// looks, so a lock the checkpointer held for a millisecond or two (a WAL restart) cost a
+/// `BEGIN` 3, 8, 18, 33 or 53 ms: measured in the `steady` benchmark while a backlog was
+/// removed, once a second, the whole tail of claims. (For the checkpointer, see
+/// `checkpoint::Checkpointer::start`.)
 fn busy(retries: i32) -> bool {
     let waited = BUSY_STEP * u32::try_from(retries).unwrap_or(u32::MAX);
     if waited >= BUSY_FOR.get() {
@@ -53,6 +56,13 @@ fn busy(retries: i32) -> bool {
 /// How long the writer waits for a lock another connection holds (on the writer's thread).
 pub(super) fn busy_timeout() -> Duration {
     BUSY_FOR.get()
+}
+
+/// Makes `conn`, used on this thread, look at a lock another connection holds every
+/// [`BUSY_STEP`] for up to `wait`.
+pub(super) fn poll_locks(conn: &Connection, wait: Duration) -> rusqlite::Result<()> {
+    BUSY_FOR.set(wait);
+    conn.busy_handler(Some(busy))
 }
 
 /// One queued write, type-erased so writes with different answers share a queue.
@@ -183,9 +193,8 @@ pub(super) fn run(
         Arc<std::sync::atomic::AtomicBool>,
     >,
 ) {
-    BUSY_FOR.set(busy_timeout);
     super::written::enable();
-    if let Err(e) = conn.busy_handler(Some(busy)) {
+    if let Err(e) = poll_locks(&conn, busy_timeout) {
         tracing::warn!(error = %e, "cannot set the writer's busy handler; SQLite's own is used");
     }
     let mut batch: Vec<Box<dyn WriteOp>> = Vec::with_capacity(max_batch);
