@@ -1,0 +1,7 @@
+#!/bin/bash
+# run.sh label retention [bin]: steady 2000/s 3 min with timeline logs
+l=$1; ret=$2; b=${3:-/tmp/bin/xp}; t=$(date +%H%M%S)
+d=/tmp/s26/$l-$ret-$t; mkdir -p $d
+XP_WRITER_LOG=$d/writer.log XP_MARKS_LOG=$d/marks.log $b bench --scenario steady --steady-rate 2000 --duration 3m --sample-every 20s --retention $ret --output json > $d/steady.json 2>$d/err.txt
+python3 /work/main/bench-results/2026-11-27/s14/steadysum.py $d/steady.json "$l $ret" | cut -c1-60
+python3 /tmp/s26/tl.py $d/writer.log $d/marks.log
