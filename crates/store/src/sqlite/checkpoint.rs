@@ -16,10 +16,8 @@
 //! lock between two group commits, copies the frames the last passive round left, fsyncs the
 //! file, and makes the next commit start the WAL over. The writer waits for all of that, so the
 //! checkpointer first runs passive rounds back to back until fewer than [`RESTART_LEFT`] frames
-//! are left to copy, as long as each round halves what is left: a restart that followed one
-//! passive round of a busy WAL held the writer 4–38 ms (measured while a backlog was removed),
-//! the tail of every claim behind it. It also flushes the database file first, outside any lock
-//! ([`flush`]), so the restart's own fsync has little left to write. The file
+//! are left to copy, as long as each round halves what is left: a restart that followed one passive round of a busy WAL held the writer
+//! 4–38 ms (measured while a backlog was removed), the tail of every claim behind it. The file
 //! stays within about [`RESTART_FRAMES`], and `journal_size_limit` (set on the writer) cuts a WAL
 //! that once grew larger back down when it restarts.
 
@@ -74,14 +72,13 @@ impl Checkpointer {
         conn.pragma_update(None, "synchronous", "FULL").db()?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let db = path.to_path_buf();
         let handle = std::thread::Builder::new()
             .name("overseer-sqlite-checkpoint".into())
             .spawn(move || {
                 if let Err(e) = super::writer::poll_locks(&conn, wait) {
                     tracing::warn!(error = %e, "cannot set the checkpointer's busy handler");
                 }
-                run(conn, &db, &flag, &commits)
+                run(conn, &flag, &commits)
             })
             .map_err(|e| Error::Unavailable(format!("cannot start the checkpoint thread: {e}")))?;
         Ok(Checkpointer {
@@ -103,7 +100,7 @@ impl Drop for Checkpointer {
     }
 }
 
-fn run(conn: Connection, db: &Path, stop: &AtomicBool, commits: &AtomicU64) {
+fn run(conn: Connection, stop: &AtomicBool, commits: &AtomicU64) {
     let mut seen = commits.load(Ordering::Relaxed);
     while !stop.load(Ordering::SeqCst) {
         std::thread::park_timeout(INTERVAL);
@@ -112,7 +109,7 @@ fn run(conn: Connection, db: &Path, stop: &AtomicBool, commits: &AtomicU64) {
             continue;
         }
         seen = now;
-        if let Err(e) = round(&conn, db, RESTART_FRAMES) {
+        if let Err(e) = round(&conn, RESTART_FRAMES) {
             tracing::warn!(error = %e, "a WAL checkpoint failed; trying again later");
         }
     }
@@ -122,8 +119,8 @@ fn run(conn: Connection, db: &Path, stop: &AtomicBool, commits: &AtomicU64) {
 }
 
 /// One round: a passive checkpoint, and once the WAL holds more than `restart_frames`, more
-/// passive ones until little is left to copy, the database file flushed, then a restart.
-fn round(conn: &Connection, db: &Path, restart_frames: i64) -> rusqlite::Result<()> {
+/// passive ones until little is left to copy, then a restart.
+fn round(conn: &Connection, restart_frames: i64) -> rusqlite::Result<()> {
     let mut wal = checkpoint(conn, "PASSIVE")?;
     if wal.frames <= restart_frames {
         return Ok(());
@@ -141,24 +138,7 @@ fn round(conn: &Connection, db: &Path, restart_frames: i64) -> rusqlite::Result<
             break;
         }
     }
-    flush(db);
     checkpoint(conn, "RESTART").map(drop)
-}
-
-/// Flushes the database file to disk without holding any lock of SQLite's.
-///
-/// A passive checkpoint fsyncs the database file only when it has copied the whole WAL, which a
-/// checkpoint beside a busy writer never does: new frames arrive while it copies. So every page
-/// the passive rounds copied since the last restart stayed unflushed, and the restart's own
-/// fsync, taken while it holds the write lock, flushed them all: about a second of copies. In
-/// the `steady` benchmark at 2,000 jobs/s while removing, the writer's waits for a restart
-/// reached 10.6–15.4 ms at p99 (of waits over 0.1 ms) and 13–39 ms at most; flushed here first,
-/// 3.1–3.3 ms and under 5 ms. The restart's fsync is left only the pages it copies itself. A
-/// failure is only logged: the restart's own fsync still runs and answers for durability.
-fn flush(db: &Path) {
-    if let Err(e) = std::fs::File::open(db).and_then(|file| file.sync_data()) {
-        tracing::warn!(error = %e, "cannot flush the database file before a WAL restart");
-    }
 }
 
 /// What a checkpoint reports of the WAL.
@@ -227,7 +207,7 @@ mod tests {
         });
         for _ in 0..100 {
             std::thread::sleep(Duration::from_millis(10));
-            round(&checkpointer, &path, 64).expect("a round");
+            round(&checkpointer, 64).expect("a round");
         }
         stop.store(true, Ordering::SeqCst);
         let pages = writing.join().expect("the writer");
