@@ -109,8 +109,12 @@ fn run(conn: Connection, stop: &AtomicBool, commits: &AtomicU64) {
             continue;
         }
         seen = now;
-        if let Err(e) = round(&conn, RESTART_FRAMES) {
-            tracing::warn!(error = %e, "a WAL checkpoint failed; trying again later");
+        match round(&conn, RESTART_FRAMES) {
+            Ok(Round::RestartGaveUp) => {
+                tracing::debug!("a WAL restart gave up; trying again later")
+            }
+            Ok(Round::Copied | Round::Restarted) => {}
+            Err(e) => tracing::warn!(error = %e, "a WAL checkpoint failed; trying again later"),
         }
     }
     if let Err((_, e)) = conn.close() {
@@ -118,12 +122,23 @@ fn run(conn: Connection, stop: &AtomicBool, commits: &AtomicU64) {
     }
 }
 
+/// What one round did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Passive checkpoints only: the WAL was small enough.
+    Copied,
+    /// The WAL was restarted: the next commit writes from its start.
+    Restarted,
+    /// A restart was asked for, but the writer or a reader kept it busy past its wait.
+    RestartGaveUp,
+}
+
 /// One round: a passive checkpoint, and once the WAL holds more than `restart_frames`, more
 /// passive ones until little is left to copy, then a restart.
-fn round(conn: &Connection, restart_frames: i64) -> rusqlite::Result<()> {
+fn round(conn: &Connection, restart_frames: i64) -> rusqlite::Result<Round> {
     let mut wal = checkpoint(conn, "PASSIVE")?;
     if wal.frames <= restart_frames {
-        return Ok(());
+        return Ok(Round::Copied);
     }
     for _ in 0..CATCH_UP_ROUNDS {
         if wal.left() < RESTART_LEFT {
@@ -138,11 +153,16 @@ fn round(conn: &Connection, restart_frames: i64) -> rusqlite::Result<()> {
             break;
         }
     }
-    checkpoint(conn, "RESTART").map(drop)
+    Ok(match checkpoint(conn, "RESTART")?.busy {
+        false => Round::Restarted,
+        true => Round::RestartGaveUp,
+    })
 }
 
 /// What a checkpoint reports of the WAL.
 struct Wal {
+    /// Whether the checkpoint gave up waiting for a lock before it was done.
+    busy: bool,
     /// Frames in the WAL.
     frames: i64,
     /// Frames copied back into the database file.
@@ -161,6 +181,7 @@ impl Wal {
 fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<Wal> {
     conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
         Ok(Wal {
+            busy: r.get::<_, i64>(0)? != 0,
             frames: r.get(1)?,
             copied: r.get(2)?,
         })
@@ -170,12 +191,16 @@ fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<Wal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
-    // Proves the WAL stays bounded under a writer that never stops: passive checkpoints alone
-    // never let it start over (each copies what was there when it began, and more has come by
-    // then), so without the restart the file would hold every page written.
+    // Proves the checkpointer starts the WAL over beside a writer that never stops, which is
+    // what bounds it: passive checkpoints alone do not, in general (each copies what was there
+    // when it began, and more has come by then; in a release build this writer never lets one
+    // finish). It counts the rounds' own restarts, and sees each take effect as the WAL's frame
+    // count going down, rather than timing them: a slow or loaded machine only makes it run
+    // longer.
     #[test]
-    fn a_wal_under_a_steady_writer_stays_bounded() {
+    fn a_wal_under_a_steady_writer_starts_over() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("c.db");
         let writer = Connection::open(&path).expect("open");
@@ -194,31 +219,33 @@ mod tests {
         let writing = std::thread::spawn({
             let stop = stop.clone();
             move || {
-                let mut pages = 0u64;
                 while !stop.load(Ordering::SeqCst) {
                     writer
                         .execute("INSERT INTO t VALUES (zeroblob(3000))", [])
                         .expect("insert");
-                    pages += 1;
-                    std::thread::sleep(Duration::from_micros(100));
                 }
-                pages
             }
         });
-        for _ in 0..100 {
+        let (mut restarts, mut gave_up, mut started_over, mut last) = (0, 0, 0, 0);
+        let start = Instant::now();
+        while (restarts < 5 || started_over < 5) && start.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(10));
-            round(&checkpointer, 64).expect("a round");
+            match round(&checkpointer, 64).expect("a round") {
+                Round::Copied => {}
+                Round::Restarted => restarts += 1,
+                Round::RestartGaveUp => gave_up += 1,
+            }
+            let frames = checkpoint(&checkpointer, "PASSIVE").expect("a look").frames;
+            if frames < last {
+                started_over += 1;
+            }
+            last = frames;
         }
         stop.store(true, Ordering::SeqCst);
-        let pages = writing.join().expect("the writer");
-        let frames = std::fs::metadata(crate::sqlite::wal_path(&path))
-            .expect("the WAL")
-            .len()
-            / 4096;
-        assert!(pages > 1_000, "the writer wrote only {pages} pages");
+        writing.join().expect("the writer");
         assert!(
-            frames < pages / 4,
-            "the WAL holds {frames} frames after {pages} pages were written"
+            restarts >= 5 && started_over >= 5,
+            "in 60 s: {restarts} restarts ({gave_up} gave up), the WAL started over {started_over} times"
         );
     }
 }
