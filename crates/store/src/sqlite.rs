@@ -1039,6 +1039,109 @@ mod tests {
         assert_eq!(databases, vec!["main".to_string()]);
     }
 
+    // Proves a prune takes every row of the jobs it removes and nothing of any other job: with
+    // no foreign keys, a statement that missed a table would leave rows behind unnoticed. Each
+    // job has a step, history, a retired lease, a label and two deliveries (one settled, one
+    // still due); the still-due delivery is the one row of a removed job that stays.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn a_prune_takes_every_row_of_its_jobs_and_no_other() {
+        use crate::conformance::{at, job_id, maintenance::end_job};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
+        for n in 1..=3 {
+            end_job(
+                &store,
+                n,
+                JobState::Succeeded,
+                None,
+                1_000 * i64::try_from(n).expect("n"),
+            )
+            .await;
+        }
+        let ids: Vec<String> = (1..=3).map(|n| rows::job_id_text(job_id(n))).collect();
+        let extra = ids.clone();
+        store
+            .write(move |conn| {
+                for (n, id) in extra.iter().enumerate() {
+                    conn.execute(
+                        "INSERT INTO job_labels (job_id, key, value) VALUES (?1, 'team', 'blue')",
+                        [id],
+                    )
+                    .db()?;
+                    conn.execute(
+                        "INSERT INTO leases (lease_id, job_id, step, attempt) \
+                         VALUES (?1, ?2, 0, 1)",
+                        [format!("retired-{n}"), id.clone()],
+                    )
+                    .db()?;
+                    for (what, delivered) in [("settled", Some(5)), ("due", None)] {
+                        conn.execute(
+                            "INSERT INTO deliveries (kind, job_id, idempotency_key, body, \
+                             created_at, next_attempt_at, delivered_at) \
+                             VALUES ('callback', ?1, ?2, '{}', 0, 0, ?3)",
+                            rusqlite::params![id, format!("{what}-{n}"), delivered],
+                        )
+                        .db()?;
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .expect("labels and deliveries");
+        let rows_of = |id: String| {
+            store.read(move |conn| {
+                let mut counts = Vec::new();
+                for table in [
+                    "jobs",
+                    "steps",
+                    "leases",
+                    "events",
+                    "job_labels",
+                    "deliveries",
+                ] {
+                    let column = if table == "jobs" { "id" } else { "job_id" };
+                    let sql = format!("SELECT COUNT(*) FROM {table} WHERE {column} = ?1");
+                    counts.push(conn.query_row(&sql, [&id], |r| r.get::<_, i64>(0)).db()?);
+                }
+                Ok(counts)
+            })
+        };
+        for id in &ids {
+            let counts = rows_of(id.clone()).await.expect("rows");
+            assert!(
+                counts.iter().all(|&c| c > 0),
+                "{id} has a row in each table: {counts:?}"
+            );
+        }
+        let rows_of_kept_before = rows_of(ids[2].clone()).await.expect("rows");
+        let day = overseer_core::Span::from_secs(86_400);
+        let pruned = store
+            .jobs_prune(crate::Prune {
+                now: at(86_400_000 + 2_000),
+                retention: overseer_core::retention::Retention {
+                    succeeded: day,
+                    failed: day,
+                    cancelled: day,
+                },
+                limit: 10,
+            })
+            .await
+            .expect("prune");
+        assert_eq!(pruned.ids.len(), 2, "jobs 1 and 2 are past their retention");
+        for id in &ids[..2] {
+            let counts = rows_of(id.clone()).await.expect("rows");
+            assert_eq!(
+                counts,
+                vec![0, 0, 0, 0, 0, 1],
+                "{id}: only its due delivery stays"
+            );
+        }
+        let kept = rows_of(ids[2].clone()).await.expect("rows");
+        let before = rows_of_kept_before;
+        assert_eq!(kept, before, "job 3 keeps every row");
+    }
+
     // Proves upkeep yields to other writes: a background write sees a write queued behind it and
     // stops; both are committed, each in its own transaction.
     #[tokio::test]
