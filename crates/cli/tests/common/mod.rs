@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,9 +18,37 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_overseer");
 /// Generous bound for anything a test waits for: a busy 2-core machine is slow, never this slow.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
+/// A free port on loopback for a server a test starts (or for nothing to listen on), taken from
+/// below the kernel's ephemeral range. A port the kernel handed out for `bind(:0)` was free only
+/// until the listener was dropped: any outgoing connection of a test running beside it could
+/// take it as its local port before the server bound it ("Address already in use", seen in CI).
+/// Below the ephemeral range the kernel gives out no port by itself, so a port found free here
+/// stays free for the server. Each test binary starts at an offset of its own and counts up,
+/// passing over ports in use.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().unwrap().port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const SPAN: u32 = 10_000;
+    let Some(below) = ephemeral_low().checked_sub(SPAN) else {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        return l.local_addr().unwrap().port();
+    };
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..SPAN {
+        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+        let port = u16::try_from(below + n % SPAN).expect("a port");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {below}..{}", below + SPAN);
+}
+
+/// The lowest port of the kernel's ephemeral range (`ip_local_port_range`; 32768 by default).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// A server process on its own SQLite file.
