@@ -1002,21 +1002,13 @@ mod tests {
         );
     }
 
-    // Proves the writer's connection has the main database alone once the schema is migrated
-    // (a fresh file takes every migration, table renames included) and a prune has run, so its
-    // commits do not begin, commit and truncate a `temp` database too.
+    /// Prunes up to 10 jobs with a retention of a day for every state, at `ms` past a day.
     #[cfg(feature = "testing")]
-    #[tokio::test]
-    async fn the_writer_has_no_temporary_database() {
-        use crate::conformance::{at, job_id, maintenance::end_job};
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
-        end_job(&store, 1, JobState::Succeeded, None, 1_000).await;
-        end_job(&store, 2, JobState::Cancelled, None, 1_000).await;
+    async fn prune_a_day_after(store: &SqliteStore, ms: i64) -> crate::Pruned {
         let day = overseer_core::Span::from_secs(86_400);
-        let pruned = store
+        store
             .jobs_prune(crate::Prune {
-                now: at(86_400_000 + 1_000),
+                now: crate::conformance::at(86_400_000 + ms),
                 retention: overseer_core::retention::Retention {
                     succeeded: day,
                     failed: day,
@@ -1025,7 +1017,21 @@ mod tests {
                 limit: 10,
             })
             .await
-            .expect("prune");
+            .expect("prune")
+    }
+
+    // Proves the writer's connection has the main database alone once the schema is migrated
+    // (a fresh file takes every migration, table renames included) and a prune has run, so its
+    // commits do not begin, commit and truncate a `temp` database too.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn the_writer_has_no_temporary_database() {
+        use crate::conformance::{job_id, maintenance::end_job};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
+        end_job(&store, 1, JobState::Succeeded, None, 1_000).await;
+        end_job(&store, 2, JobState::Cancelled, None, 1_000).await;
+        let pruned = prune_a_day_after(&store, 1_000).await;
         assert_eq!(pruned.ids.len(), 2, "both jobs are past their retention");
         assert!(store.job_get(job_id(1)).await.expect("get").is_none());
         let databases: Vec<String> = store
@@ -1046,7 +1052,7 @@ mod tests {
     #[cfg(feature = "testing")]
     #[tokio::test]
     async fn a_prune_takes_every_row_of_its_jobs_and_no_other() {
-        use crate::conformance::{at, job_id, maintenance::end_job};
+        use crate::conformance::{job_id, maintenance::end_job};
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
         for n in 1..=3 {
@@ -1115,19 +1121,7 @@ mod tests {
             );
         }
         let rows_of_kept_before = rows_of(ids[2].clone()).await.expect("rows");
-        let day = overseer_core::Span::from_secs(86_400);
-        let pruned = store
-            .jobs_prune(crate::Prune {
-                now: at(86_400_000 + 2_000),
-                retention: overseer_core::retention::Retention {
-                    succeeded: day,
-                    failed: day,
-                    cancelled: day,
-                },
-                limit: 10,
-            })
-            .await
-            .expect("prune");
+        let pruned = prune_a_day_after(&store, 2_000).await;
         assert_eq!(pruned.ids.len(), 2, "jobs 1 and 2 are past their retention");
         for id in &ids[..2] {
             let counts = rows_of(id.clone()).await.expect("rows");
