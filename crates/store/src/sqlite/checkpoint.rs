@@ -157,9 +157,11 @@ fn round(conn: &Connection, db: &Path, restart_frames: i64) -> rusqlite::Result<
         }
     }
     flush(db);
-    Ok(match checkpoint(conn, "RESTART")?.busy {
-        false => Round::Restarted,
-        true => Round::RestartGaveUp,
+    let restart = checkpoint(conn, "RESTART")?;
+    Ok(if restart.busy {
+        Round::RestartGaveUp
+    } else {
+        Round::Restarted
     })
 }
 
