@@ -1,7 +1,7 @@
 // Starts what the browser tests need: a real `overseer server` on a temp SQLite file, real
 // command agents, and Debian's Chromium through playwright-core. Everything on 127.0.0.1.
 import { spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync, chmodSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync, chmodSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -11,12 +11,40 @@ import { chromium } from "playwright-core";
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const BIN = process.env.OVERSEER_BIN || join(ROOT, "target/debug/overseer");
 
-function freePort() {
-  return new Promise((res, rej) => {
+const PORT_SPAN = 10000;
+let nextPort = 0;
+
+// The lowest port of the kernel's ephemeral range (`ip_local_port_range`).
+function ephemeralLow() {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    return Number.isInteger(low) ? low : 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+function bindable(port) {
+  return new Promise((res) => {
     const s = createServer();
-    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); });
-    s.on("error", rej);
+    s.once("error", () => res(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => res(true)));
   });
+}
+
+// A free loopback port from below the ephemeral range. A port the kernel handed out for
+// `listen(0)` and that was then closed can be handed out again at once, to any outgoing
+// connection, before the server started on it binds it; ports below the ephemeral range are
+// never handed out that way. The pid spreads concurrent test processes over the span.
+async function freePort() {
+  const below = ephemeralLow() - PORT_SPAN;
+  if (below < 1024) throw new Error("the ephemeral range starts too low to pick ports below it");
+  const start = process.pid * 7919;
+  for (let i = 0; i < PORT_SPAN; i++) {
+    const port = below + ((start + nextPort++) % PORT_SPAN);
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free port in ${below}..${below + PORT_SPAN}`);
 }
 
 // Polls `fn` until it returns a truthy value; fails after `ms` with `what`.

@@ -3,6 +3,7 @@ worker sends over HTTP."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -21,10 +22,42 @@ from overseer import Client, Worker
 REPO = Path(__file__).resolve().parents[3]
 
 
+_PORT_SPAN = 10_000
+_next_port = itertools.count()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (`ip_local_port_range`)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port from below the ephemeral range.
+
+    A port the kernel handed out for `bind(0)` and that was then closed can be handed out
+    again at once, to any outgoing connection, before the server started on it binds it.
+    Ports below the ephemeral range are never handed out that way; the pid spreads
+    concurrent test processes over the span.
+    """
+    below = _ephemeral_low() - _PORT_SPAN
+    if below < 1024:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    start = os.getpid() * 7_919
+    for _ in range(_PORT_SPAN):
+        port = below + (start + next(_next_port)) % _PORT_SPAN
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {below}..{below + _PORT_SPAN}")
 
 
 class Server:

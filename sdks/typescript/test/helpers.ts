@@ -2,7 +2,7 @@
 // SQLite store, and a fetch that records what the SDK sends.
 
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,15 +12,42 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+const PORT_SPAN = 10_000;
+let nextPort = 0;
+
+/** The lowest port of the kernel's ephemeral range (`ip_local_port_range`). */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    return Number.isInteger(low) ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
   });
+}
+
+/**
+ * A free loopback port from below the ephemeral range. A port the kernel handed out for
+ * `listen(0)` and that was then closed can be handed out again at once, to any outgoing
+ * connection, before the server started on it binds it; ports below the ephemeral range are
+ * never handed out that way. The pid spreads concurrent test processes over the span.
+ */
+export async function freePort(): Promise<number> {
+  const below = ephemeralLow() - PORT_SPAN;
+  if (below < 1024) throw new Error(`the ephemeral range starts too low to pick ports below it`);
+  const start = process.pid * 7_919;
+  for (let i = 0; i < PORT_SPAN; i++) {
+    const port = below + ((start + nextPort++) % PORT_SPAN);
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free port in ${below}..${below + PORT_SPAN}`);
 }
 
 /** Starts the binary named by OVERSEER_BIN and waits until `/readyz` answers. */
