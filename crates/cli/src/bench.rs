@@ -30,10 +30,12 @@
 //!   memory, the jobs removed and marker latency every `--sample-every`. It is long (30 minutes by
 //!   default), so it runs only when named.
 
+mod latency;
 mod memory;
 mod overload;
 mod scenarios;
 mod steady;
+mod timers;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -19,10 +19,9 @@ use overseer_server::config::StoreUrl;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::latency::{Markers, Stream, LATENCY_PACE};
 use super::memory::ServerProcess;
-use super::scenarios::{
-    one_step, submit_jobs, Agents, Markers, Stream, LATENCY_PACE, PRELOAD_BATCH,
-};
+use super::scenarios::{one_step, submit_jobs, Agents, PRELOAD_BATCH};
 use super::{rate, Countdown, Ctx, Row};
 
 /// The share of each reading's window that its marker jobs span (one every 5 ms), leaving the
