@@ -97,19 +97,18 @@
 //! ran out of attempts (the job is then `blocked`). While the job is blocked nothing can be
 //! claimed: ready work and ready undos are parked back to `waiting` until it is unblocked.
 //!
-//! [`apply`] dispatches each command here; the steps of a transition live beside it, one
-//! module per concern: `work` (history, effects, the checks a command must pass), `running`
-//! (claims, progress, promotion), `failure` (retries, blocking), `unwind` (cancels,
+//! [`apply`] hands each command to its method in `commands`; the steps those take live beside
+//! it, one module per concern: `work` (history, effects, the checks a command must pass),
+//! `running` (claims, progress, promotion), `failure` (retries, blocking), `unwind` (cancels,
 //! compensation, whole-job rounds) and `settle` (the job's final state and the finished
 //! transition).
 
 use serde_json::{json, Value};
 
 use crate::id::LeaseId;
-use crate::job::{
-    AlertKind, CompPhase, DesiredState, EventKind, Job, JobState, NewEvent, StepState,
-};
+use crate::job::{AlertKind, EventKind, Job, JobState, NewEvent, StepState};
 use crate::time::{Span, Timestamp};
+use commands::operator_detail;
 
 /// A step that has failed this many times raises a "poisoned" alert, even if it may retry more.
 pub const POISON_FAILURES: u32 = 3;
@@ -484,233 +483,56 @@ fn admit_with(
 pub fn apply(job: &Job, command: Command, now: Timestamp) -> Result<Transition, Rejection> {
     let mut w = Work::new(job.clone(), now);
     let reply = match command {
-        Command::Activate => {
-            if w.job.state != JobState::Pending || w.job.run_at.is_some_and(|t| t > now) {
-                return Err(Rejection::NotDue);
-            }
-            w.start();
-            Reply::Done
-        }
+        Command::Activate => w.activate()?,
         Command::Claim {
             step,
             lease_id,
             worker,
-        } => {
-            w.claim(step, lease_id, worker)?;
-            Reply::Done
-        }
+        } => w.claim(step, lease_id, worker).map(|()| Reply::Done)?,
         Command::Heartbeat {
             step,
             attempt,
             progress,
-        } => {
-            w.check_live(step, attempt)?;
-            // An undo is never told to stop: it is how a stopping job cleans up.
-            let cancel = !w.job.steps[step].is_compensating() && !w.wants_work();
-            if let Some(progress) = progress {
-                w.progress(step, attempt, progress);
-            }
-            let s = &mut w.job.steps[step];
-            let expires = s.lease_end(now);
-            s.lease_expires_at = Some(expires);
-            Reply::Heartbeat {
-                lease_expires_at: expires,
-                cancel,
-            }
-        }
+        } => w.heartbeat(step, attempt, progress)?,
         Command::Complete {
             step,
             attempt,
             result,
-        } => {
-            w.check_live(step, attempt)?;
-            if w.job.steps[step].is_compensating() {
-                w.undo_done(step, attempt, result);
-                w.settle();
-                Reply::Done
-            } else if !w.wants_work() {
-                w.cancel_step(step, "its result arrived after the job stopped");
-                w.settle();
-                Reply::Refused(Rejection::LeaseLost {
-                    reason: format!("the job is {} and no longer takes results", w.stop_reason()),
-                })
-            } else {
-                let s = &mut w.job.steps[step];
-                s.state = StepState::Succeeded;
-                s.result = Some(result);
-                s.finished_at = Some(now);
-                s.lease_expires_at = None;
-                w.event(EventKind::StepSucceeded, Some(step), Some(attempt), None);
-                w.promote();
-                w.settle();
-                Reply::Done
-            }
-        }
+        } => w.complete(step, attempt, result)?,
         Command::Fail {
             step,
             attempt,
             error,
             retryable,
             jitter,
-        } => {
-            w.check_live(step, attempt)?;
-            w.report_failure(step, attempt, &error, retryable, Delay::Backoff(jitter), "");
-            Reply::Done
-        }
+        } => w.fail(step, attempt, &error, retryable, Delay::Backoff(jitter))?,
         Command::FailRetryAfter {
             step,
             attempt,
             error,
             retry_after,
-        } => {
-            w.check_live(step, attempt)?;
-            w.report_failure(step, attempt, &error, true, Delay::After(retry_after), "");
-            Reply::Done
-        }
+        } => w.fail(step, attempt, &error, true, Delay::After(retry_after))?,
         Command::Expire {
             step,
             attempt,
             jitter,
-        } => {
-            let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
-            let expired = s.is_leased()
-                && s.attempt == attempt
-                && s.lease_expires_at.is_some_and(|t| t <= now);
-            if !expired {
-                return Err(Rejection::NotExpired);
-            }
-            // The history tells a deadline overrun from silence: one ran too long, the other
-            // stopped heartbeating.
-            let (kind, error) = match (s.is_compensating(), s.lease_ends_at_deadline()) {
-                (true, false) => (EventKind::CompensationLeaseExpired, lease_expired_error()),
-                (false, false) => (EventKind::StepLeaseExpired, lease_expired_error()),
-                (true, true) => (EventKind::CompensationDeadlineExceeded, deadline_error(s)),
-                (false, true) => (EventKind::StepDeadlineExceeded, deadline_error(s)),
-            };
-            w.event(kind, Some(step), Some(attempt), None);
-            w.report_failure(
-                step,
-                attempt,
-                &error,
-                true,
-                Delay::Backoff(jitter),
-                "expired",
-            );
-            Reply::Done
-        }
-        Command::Deadline => {
-            if w.job.deadline_due().is_none_or(|t| t > now) {
-                return Err(Rejection::NotDue);
-            }
-            w.deadline_passed();
-            Reply::Done
-        }
-        Command::Cancel => {
-            if w.job.state.is_terminal() {
-                return Err(Rejection::JobTerminal { state: w.job.state });
-            }
-            if w.job.desired_state == DesiredState::Cancelled {
-                return Ok(w.finish(job, Reply::Done));
-            }
-            w.job.desired_state = DesiredState::Cancelled;
-            w.event(EventKind::CancelRequested, None, None, None);
-            if w.job.state == JobState::Pending {
-                w.cancel_unstarted("the job was cancelled");
-                w.finish_job(JobState::Cancelled, None);
-            } else if w.job.state != JobState::Compensating {
-                w.cancel_unstarted("the job was cancelled");
-                w.settle();
-            }
-            Reply::Done
-        }
-        Command::Retry { step, by, reason } => {
-            w.require_blocked("retry a step")?;
-            let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
-            let detail = json!({ "by": by, "reason": reason });
-            let unwinding = w.unwinding();
-            if s.state == StepState::Failed {
-                w.check_work_wanted(step, true)?;
-                w.retry_step(step, detail);
-            } else if s.comp_phase == Some(CompPhase::Failed) {
-                w.retry_undo(step, detail);
-            } else {
-                return Err(Rejection::NotAllowed {
-                    reason: format!(
-                        "step `{}` is {}; only a failed step or a failed undo can be retried",
-                        s.name, s.state
-                    ),
-                });
-            }
-            w.unblock(unwinding);
-            Reply::Done
-        }
-        Command::Skip { step, by, reason } => {
-            w.require_blocked("skip a step")?;
-            let s = w.job.steps.get(step).ok_or(Rejection::UnknownStep)?;
-            let detail = json!({ "by": by, "reason": reason });
-            let unwinding = w.unwinding();
-            let kind = if s.state == StepState::Failed {
-                w.check_work_wanted(step, false)?;
-                EventKind::StepSkipped
-            } else if s.comp_phase == Some(CompPhase::Failed) {
-                EventKind::CompensationSkipped
-            } else {
-                return Err(Rejection::NotAllowed {
-                    reason: format!(
-                        "step `{}` is {}; only a failed step or a failed undo can be skipped",
-                        s.name, s.state
-                    ),
-                });
-            };
-            let s = &mut w.job.steps[step];
-            s.state = StepState::Skipped;
-            s.comp_phase = None;
-            s.finished_at = Some(now);
-            w.event(kind, Some(step), None, Some(detail));
-            w.unblock(unwinding);
-            Reply::Done
-        }
-        Command::Resume { by, reason } => {
-            w.require_blocked("resume")?;
-            let detail = json!({ "by": by, "reason": reason });
-            w.event(EventKind::JobResumed, None, None, Some(detail.clone()));
-            let unwinding = w.unwinding();
-            // An unwinding or cancelled job has given its failed work up: only its undos resume.
-            let retry_work = !unwinding && w.wants_work();
-            for i in 0..w.job.steps.len() {
-                if w.job.steps[i].state == StepState::Failed && retry_work {
-                    w.retry_step(i, detail.clone());
-                } else if w.job.steps[i].comp_phase == Some(CompPhase::Failed) {
-                    w.retry_undo(i, detail.clone());
-                }
-            }
-            w.unblock(unwinding);
-            Reply::Done
-        }
+        } => w.expire(step, attempt, jitter)?,
+        Command::Deadline => w.deadline()?,
+        Command::Cancel => w.cancel()?,
+        Command::Retry { step, by, reason } => w.retry(step, operator_detail(by, reason))?,
+        Command::Skip { step, by, reason } => w.skip(step, operator_detail(by, reason))?,
+        Command::Resume { by, reason } => w.resume(operator_detail(by, reason))?,
         Command::Reschedule {
             run_at,
             priority,
             by,
             reason,
         } => {
-            w.reschedule(run_at, priority, json!({ "by": by, "reason": reason }))?;
-            Reply::Done
+            let detail = operator_detail(by, reason);
+            w.reschedule(run_at, priority, detail)
+                .map(|()| Reply::Done)?
         }
-        Command::Repair => {
-            let before = w.events.len();
-            w.promote();
-            w.settle();
-            if w.events.len() > before {
-                let healed: Vec<Value> = w.events[before..].iter().map(|e| json!(e.kind)).collect();
-                w.event(
-                    EventKind::JobRepaired,
-                    None,
-                    None,
-                    Some(json!({ "applied": healed })),
-                );
-            }
-            Reply::Done
-        }
+        Command::Repair => w.repair()?,
     };
     Ok(w.finish(job, reply))
 }
@@ -735,6 +557,7 @@ struct Work {
     effects: Vec<Effect>,
 }
 
+mod commands;
 mod failure;
 mod running;
 mod settle;
