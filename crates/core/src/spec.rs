@@ -423,56 +423,16 @@ impl JobSpec {
         hex::encode(Sha256::digest(bytes))
     }
 
-    /// Checks everything that can be checked without the store. `now` is only used to report
-    /// nothing about the past: a `run_at` in the past is allowed and means "now".
+    /// Checks everything that can be checked without the store, naming the first field at
+    /// fault. A `run_at` in the past is allowed and means "now".
     pub fn validate(&self, limits: &Limits) -> Result<(), SpecError> {
         if let Some(key) = &self.idempotency_key {
             check_name("idempotency_key", key, limits)?;
         }
-        if self.labels.len() > limits.labels_per_job {
-            return Err(SpecError::new(
-                "labels",
-                format!("at most {} labels per job", limits.labels_per_job),
-            ));
-        }
-        for (k, v) in &self.labels {
-            check_name(&format!("labels.{k}"), k, limits)?;
-            if k.contains(':') {
-                return Err(SpecError::new(
-                    format!("labels.{k}"),
-                    "label keys cannot contain ':'",
-                ));
-            }
-            if v.len() > limits.name_bytes {
-                return Err(SpecError::new(
-                    format!("labels.{k}"),
-                    format!("label values are at most {} bytes", limits.name_bytes),
-                ));
-            }
-            // Stores differ on what they keep of them (PostgreSQL refuses NUL, SQLite keeps
-            // it), and a label is for people and filters: refuse them in every store alike.
-            if v.chars().any(char::is_control) {
-                return Err(SpecError::new(
-                    format!("labels.{k}"),
-                    "label values must not contain control characters",
-                ));
-            }
-        }
-        if let Some(run_at) = self.run_at {
-            if !(RUN_AT_MIN..=RUN_AT_MAX).contains(&run_at) {
-                return Err(SpecError::new(
-                    "run_at",
-                    "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
-                ));
-            }
-        }
+        self.validate_labels(limits)?;
+        check_instant("run_at", self.run_at)?;
         if let Some(JobDeadline::At(t)) = self.deadline {
-            if !(RUN_AT_MIN..=RUN_AT_MAX).contains(&t) {
-                return Err(SpecError::new(
-                    "deadline",
-                    "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
-                ));
-            }
+            check_instant("deadline", Some(t))?;
         }
         self.validate_job_retry()?;
         if let Some(key) = &self.ordering_key {
@@ -496,6 +456,46 @@ impl JobSpec {
                 ));
             }
         }
+        let index = self.validate_steps(limits)?;
+        self.validate_dependencies(&index)
+    }
+
+    /// At most `labels_per_job` labels; keys are names without `:`, values bounded and free of
+    /// control characters.
+    fn validate_labels(&self, limits: &Limits) -> Result<(), SpecError> {
+        if self.labels.len() > limits.labels_per_job {
+            return Err(SpecError::new(
+                "labels",
+                format!("at most {} labels per job", limits.labels_per_job),
+            ));
+        }
+        for (k, v) in &self.labels {
+            let field = format!("labels.{k}");
+            check_name(&field, k, limits)?;
+            if k.contains(':') {
+                return Err(SpecError::new(field, "label keys cannot contain ':'"));
+            }
+            if v.len() > limits.name_bytes {
+                return Err(SpecError::new(
+                    field,
+                    format!("label values are at most {} bytes", limits.name_bytes),
+                ));
+            }
+            // Stores differ on what they keep of them (PostgreSQL refuses NUL, SQLite keeps
+            // it), and a label is for people and filters: refuse them in every store alike.
+            if v.chars().any(char::is_control) {
+                return Err(SpecError::new(
+                    field,
+                    "label values must not contain control characters",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// One to `steps_per_job` steps, each valid on its own, with unique names: answers each
+    /// name's position.
+    fn validate_steps(&self, limits: &Limits) -> Result<HashMap<&str, usize>, SpecError> {
         if self.steps.is_empty() {
             return Err(SpecError::new("steps", "a job needs at least one step"));
         }
@@ -507,118 +507,22 @@ impl JobSpec {
         }
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (i, step) in self.steps.iter().enumerate() {
-            let at = |f: &str| format!("steps[{i}].{f}");
-            check_name(&at("name"), &step.name, limits)?;
+            let at = format!("steps[{i}].");
+            check_name(&format!("{at}name"), &step.name, limits)?;
             if index.insert(step.name.as_str(), i).is_some() {
                 return Err(SpecError::new(
-                    at("name"),
+                    format!("{at}name"),
                     format!("duplicate step name `{}`", step.name),
                 ));
             }
-            check_runner(
-                &at(""),
-                &step.agent,
-                step.http.as_ref(),
-                step.timeout,
-                limits,
-            )?;
-            let payload_len = serde_json::to_vec(&step.payload)
-                .map(|v| v.len())
-                .unwrap_or(0);
-            if payload_len > limits.payload_bytes {
-                return Err(SpecError::new(
-                    at("payload"),
-                    format!(
-                        "payload is {payload_len} bytes, more than the limit of {}",
-                        limits.payload_bytes
-                    ),
-                ));
-            }
-            if let Some(t) = step.timeout {
-                if t < MIN_TIMEOUT || t > limits.timeout_max {
-                    return Err(SpecError::new(
-                        at("timeout"),
-                        format!(
-                            "timeout must be between {MIN_TIMEOUT} and {}",
-                            limits.timeout_max
-                        ),
-                    ));
-                }
-            }
-            check_deadline(&at("deadline"), step.deadline, limits)?;
-            if let Some(n) = step.max_attempts {
-                if n > limits.max_attempts {
-                    return Err(SpecError::new(
-                        at("max_attempts"),
-                        format!(
-                            "max_attempts must be at most {} (0 means no limit)",
-                            limits.max_attempts
-                        ),
-                    ));
-                }
-            }
-            if step.backoff.is_some() && step.backoff_formula == Some(Formula::Faktory) {
-                return Err(SpecError::new(
-                    at("backoff"),
-                    "backoff parameters apply only to the exponential formula, not to faktory",
-                ));
-            }
-            if let Some(b) = &step.backoff {
-                if !(b.factor.is_finite() && (1.0..=100.0).contains(&b.factor)) {
-                    return Err(SpecError::new(
-                        at("backoff.factor"),
-                        "factor must be between 1 and 100",
-                    ));
-                }
-                if b.max < b.initial {
-                    return Err(SpecError::new(
-                        at("backoff.max"),
-                        "max must not be below initial",
-                    ));
-                }
-            }
-            if let Some(c) = &step.compensate {
-                // An undo's lease is its own `timeout`, else its target's, else the step's.
-                check_runner(
-                    &at("compensate."),
-                    &c.agent,
-                    c.http.as_ref(),
-                    c.timeout,
-                    limits,
-                )?;
-                let len = serde_json::to_vec(&c.payload).map(|v| v.len()).unwrap_or(0);
-                if len > limits.payload_bytes {
-                    return Err(SpecError::new(
-                        at("compensate.payload"),
-                        format!(
-                            "payload is {len} bytes, more than the limit of {}",
-                            limits.payload_bytes
-                        ),
-                    ));
-                }
-                if let Some(t) = c.timeout {
-                    if t < MIN_TIMEOUT || t > limits.timeout_max {
-                        return Err(SpecError::new(
-                            at("compensate.timeout"),
-                            format!(
-                                "timeout must be between {MIN_TIMEOUT} and {}",
-                                limits.timeout_max
-                            ),
-                        ));
-                    }
-                }
-                check_deadline(&at("compensate.deadline"), c.deadline, limits)?;
-                if c.max_attempts.is_some_and(|n| n > limits.max_attempts) {
-                    return Err(SpecError::new(
-                        at("compensate.max_attempts"),
-                        format!(
-                            "max_attempts must be at most {} (0 means no limit)",
-                            limits.max_attempts
-                        ),
-                    ));
-                }
-            }
+            step.validate(&at, limits)?;
         }
+        Ok(index)
+    }
+
+    /// Every dependency names another step, once, and no chain of them comes back to where it
+    /// started.
+    fn validate_dependencies(&self, index: &HashMap<&str, usize>) -> Result<(), SpecError> {
         for (i, step) in self.steps.iter().enumerate() {
             let mut seen = HashSet::new();
             for (j, dep) in step.depends_on.iter().enumerate() {
@@ -637,7 +541,7 @@ impl JobSpec {
                 }
             }
         }
-        if let Some(cycle) = find_cycle(&self.steps, &index) {
+        if let Some(cycle) = find_cycle(&self.steps, index) {
             let i = index[cycle[0].as_str()];
             return Err(SpecError::new(
                 format!("steps[{i}].depends_on"),
@@ -645,6 +549,113 @@ impl JobSpec {
             ));
         }
         Ok(())
+    }
+}
+
+impl StepSpec {
+    /// The step's own fields and its undo's (`at` is its field prefix, `steps[0].`); names and
+    /// dependencies are the job's to check.
+    fn validate(&self, at: &str, limits: &Limits) -> Result<(), SpecError> {
+        check_runner(at, &self.agent, self.http.as_ref(), self.timeout, limits)?;
+        let work = Work {
+            payload: &self.payload,
+            timeout: self.timeout,
+            deadline: self.deadline,
+            max_attempts: self.max_attempts,
+        };
+        work.validate(at, limits)?;
+        if self.backoff.is_some() && self.backoff_formula == Some(Formula::Faktory) {
+            return Err(SpecError::new(
+                format!("{at}backoff"),
+                "backoff parameters apply only to the exponential formula, not to faktory",
+            ));
+        }
+        if let Some(b) = &self.backoff {
+            if !(b.factor.is_finite() && (1.0..=100.0).contains(&b.factor)) {
+                return Err(SpecError::new(
+                    format!("{at}backoff.factor"),
+                    "factor must be between 1 and 100",
+                ));
+            }
+            if b.max < b.initial {
+                return Err(SpecError::new(
+                    format!("{at}backoff.max"),
+                    "max must not be below initial",
+                ));
+            }
+        }
+        if let Some(c) = &self.compensate {
+            let at = format!("{at}compensate.");
+            // An undo's lease is its own `timeout`, else its target's, else the step's.
+            check_runner(&at, &c.agent, c.http.as_ref(), c.timeout, limits)?;
+            let work = Work {
+                payload: &c.payload,
+                timeout: c.timeout,
+                deadline: c.deadline,
+                max_attempts: c.max_attempts,
+            };
+            work.validate(&at, limits)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a step and its undo both bound the same way.
+struct Work<'a> {
+    payload: &'a Value,
+    timeout: Option<Span>,
+    deadline: Option<Span>,
+    max_attempts: Option<u32>,
+}
+
+impl Work<'_> {
+    /// `at` is the field prefix (`steps[0].` or `steps[0].compensate.`).
+    fn validate(&self, at: &str, limits: &Limits) -> Result<(), SpecError> {
+        let payload_len = serde_json::to_vec(self.payload)
+            .map(|v| v.len())
+            .unwrap_or(0);
+        if payload_len > limits.payload_bytes {
+            return Err(SpecError::new(
+                format!("{at}payload"),
+                format!(
+                    "payload is {payload_len} bytes, more than the limit of {}",
+                    limits.payload_bytes
+                ),
+            ));
+        }
+        if let Some(t) = self.timeout {
+            if t < MIN_TIMEOUT || t > limits.timeout_max {
+                return Err(SpecError::new(
+                    format!("{at}timeout"),
+                    format!(
+                        "timeout must be between {MIN_TIMEOUT} and {}",
+                        limits.timeout_max
+                    ),
+                ));
+            }
+        }
+        check_deadline(&format!("{at}deadline"), self.deadline, limits)?;
+        if self.max_attempts.is_some_and(|n| n > limits.max_attempts) {
+            return Err(SpecError::new(
+                format!("{at}max_attempts"),
+                format!(
+                    "max_attempts must be at most {} (0 means no limit)",
+                    limits.max_attempts
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An instant a job names (`run_at`, an absolute `deadline`) is one a timestamp can hold.
+fn check_instant(field: &str, at: Option<Timestamp>) -> Result<(), SpecError> {
+    match at {
+        Some(t) if !(RUN_AT_MIN..=RUN_AT_MAX).contains(&t) => Err(SpecError::new(
+            field,
+            "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
+        )),
+        _ => Ok(()),
     }
 }
 
