@@ -460,7 +460,7 @@ impl Pool {
                                 let attempt = Attempt {
                                     shared: self.shared.clone(),
                                     handler: self.handler.clone(),
-                                    lease,
+                                    lease: Arc::new(lease),
                                     sent_at,
                                     abandon: abandon.clone(),
                                     reporting: reporting.clone(),
@@ -570,7 +570,7 @@ enum Ending {
 struct Attempt {
     shared: Arc<Shared>,
     handler: Arc<dyn Handler>,
-    lease: Lease,
+    lease: Arc<Lease>,
     sent_at: Instant,
     abandon: CancellationToken,
     /// Reports of this pool waiting for their answer, at most [`REPORTS_PER_SLOT`] per slot
@@ -580,171 +580,14 @@ struct Attempt {
 
 impl Attempt {
     async fn run(self, slot: OwnedSemaphorePermit) {
-        let client = self.shared.client.clone();
-        let lease_id = self.lease.lease_id;
-        let lease_ms = self.lease.lease_ms;
-        let interval = heartbeat_interval(&self.lease);
-        let mut deadline = local_deadline(self.sent_at, lease_ms);
-
-        // The long-poll's wait counts against the lease (it is measured from the send). If
-        // that ate more than half of it, confirm the lease with a heartbeat before starting:
-        // the renewal is counted from now, and a lease already lost is never started.
-        let now = Instant::now();
-        if deadline.saturating_duration_since(now) < Duration::from_millis(lease_ms) / 2 {
-            let sent = Instant::now();
-            let answer = tokio::select! {
-                biased;
-                _ = self.abandon.cancelled() => return,
-                answer = client.heartbeat(lease_id, None) => answer,
-            };
-            match answer {
-                Ok(hb) if hb.cancel => {
-                    let deadline = local_deadline(sent, hb.lease_ms);
-                    let report = Report::Fail {
-                        error: "cancelled".into(),
-                        retryable: false,
-                    };
-                    send_report(&client, lease_id, report, deadline, &self.abandon).await;
-                    return;
-                }
-                Ok(hb) => deadline = local_deadline(sent, hb.lease_ms),
-                Err(client::Error::LeaseLost(p)) => {
-                    info!(detail = %p.detail, "lease lost before it started; not running it");
-                    return;
-                }
-                Err(e) if deadline <= Instant::now() => {
-                    warn!(error = %e, "cannot confirm a lease that arrived late; leaving it to expire");
-                    return;
-                }
-                Err(e) => {
-                    warn!(error = %e, "cannot confirm a lease that arrived late; running it anyway")
-                }
-            }
-        }
-
-        let cancel = CancellationToken::new();
-        let progress: Arc<Mutex<Option<Value>>> = Arc::default();
-        let (deadline_tx, deadline_rx) = watch::channel(deadline);
-        let ctx = StepContext {
-            lease: Arc::new(self.lease),
-            worker: self.shared.worker_id.clone(),
-            cancel: cancel.clone(),
-            deadline: deadline_rx,
-            progress: progress.clone(),
+        let deadline = local_deadline(self.sent_at, self.lease.lease_ms);
+        let Some(deadline) = self.confirm_if_late(deadline).await else {
+            return;
         };
-        debug!(?interval, lease_ms, "attempt started");
-
-        // The handler lives only inside this block: leaving it by any path drops the handler
-        // (and so stops its work) before anything is reported.
-        let ending = {
-            let work = AssertUnwindSafe(self.handler.call(ctx)).catch_unwind();
-            tokio::pin!(work);
-            let expiry = sleep_until(deadline);
-            tokio::pin!(expiry);
-            let mut beat_at = next_beat(Instant::now(), deadline, interval);
-            // A heartbeat in flight: when it was sent, the progress it carries, its answer.
-            type Beat = (Instant, Option<Value>, client::Result<HeartbeatResponse>);
-            let mut beat: Option<BoxFuture<'static, Beat>> = None;
-            let mut cancel_by: Option<Instant> = None;
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = self.abandon.cancelled() => {
-                        info!("abandoned: dropping the handler; the lease will expire");
-                        return;
-                    }
-                    _ = &mut expiry => {
-                        warn!("the lease's local deadline passed: dropping the handler and reporting nothing");
-                        return;
-                    }
-                    out = &mut work => {
-                        let out = out.map_err(panic_message);
-                        break if cancel_by.is_some() { Ending::Cancelled(Some(out)) } else { Ending::Finished(out) };
-                    }
-                    _ = sleep_until(cancel_by.unwrap_or(deadline)), if cancel_by.is_some() => {
-                        info!("the handler did not stop within the cancel grace: dropping it");
-                        break Ending::Cancelled(None);
-                    }
-                    (sent, carried, answer) = async { beat.as_mut().expect("guarded by is_some").await }, if beat.is_some() => {
-                        beat = None;
-                        let now = Instant::now();
-                        match answer {
-                            Ok(hb) => {
-                                deadline = local_deadline(sent, hb.lease_ms);
-                                expiry.as_mut().reset(deadline);
-                                deadline_tx.send_replace(deadline);
-                                if hb.cancel {
-                                    info!("the job is being cancelled: stopping the handler");
-                                    cancel.cancel();
-                                    if self.shared.cancel_grace.is_zero() {
-                                        break Ending::Cancelled(None);
-                                    }
-                                    cancel_by = Some(now + self.shared.cancel_grace);
-                                } else {
-                                    beat_at = next_beat(now, deadline, interval);
-                                }
-                            }
-                            Err(client::Error::LeaseLost(p)) => {
-                                info!(detail = %p.detail, "lease lost (409 on heartbeat): dropping the handler and reporting nothing");
-                                return;
-                            }
-                            Err(e) if matches!(e.status(), Some(404 | 410)) => {
-                                info!(error = %e, "the server no longer knows this lease: dropping the handler and reporting nothing");
-                                return;
-                            }
-                            Err(e) => {
-                                warn!(error = %e, "heartbeat failed; retrying before the deadline");
-                                // Its progress goes with the next one, unless newer was set.
-                                let mut pending = progress.lock().unwrap_or_else(|e| e.into_inner());
-                                if pending.is_none() {
-                                    *pending = carried;
-                                }
-                                drop(pending);
-                                beat_at = next_beat(now, deadline, interval.min(HEARTBEAT_RETRY_MAX));
-                            }
-                        }
-                    }
-                    _ = sleep_until(beat_at), if beat.is_none() && cancel_by.is_none() => {
-                        let client = client.clone();
-                        // Progress is sent once: the next heartbeat carries only newer progress.
-                        let carried = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
-                        beat = Some(Box::pin(async move {
-                            // Taken before sending: the renewal is counted from this instant.
-                            let sent = Instant::now();
-                            let answer = client.heartbeat(lease_id, carried.clone()).await;
-                            (sent, carried, answer)
-                        }));
-                    }
-                }
-            }
+        let Some((ending, deadline)) = self.supervise(deadline).await else {
+            return;
         };
-
-        let report = match ending {
-            Ending::Finished(Ok(Ok(result))) => Report::Complete(result),
-            Ending::Finished(Ok(Err(e))) => Report::Fail {
-                error: e.message,
-                retryable: e.retryable,
-            },
-            Ending::Finished(Err(panic)) => Report::Fail {
-                error: format!("the handler panicked: {panic}"),
-                retryable: true,
-            },
-            // Work that finished despite the cancel is reported as done: its effects happened,
-            // and only a completed step is compensated.
-            Ending::Cancelled(Some(Ok(Ok(result)))) => Report::Complete(result),
-            Ending::Cancelled(Some(Ok(Err(e)))) => Report::Fail {
-                error: format!("cancelled: {}", e.message),
-                retryable: false,
-            },
-            Ending::Cancelled(Some(Err(panic))) => Report::Fail {
-                error: format!("cancelled (the handler panicked: {panic})"),
-                retryable: false,
-            },
-            Ending::Cancelled(None) => Report::Fail {
-                error: "cancelled".into(),
-                retryable: false,
-            },
-        };
+        let report = report_of(ending);
         // The slot is for running: it goes back once the handler has ended, so the pool asks
         // for its next lease while this report waits for an answer. (Held until the answer, it
         // made every attempt wait out a commit and a round trip it had no part in: a drain ran
@@ -761,9 +604,189 @@ impl Attempt {
         drop(slot);
         self.shared
             .reporter
-            .send(lease_id, report, deadline, &self.abandon)
+            .send(self.lease.lease_id, report, deadline, &self.abandon)
             .await;
         drop(waiting);
+    }
+
+    /// The long-poll's wait counts against the lease (it is measured from the send). If that ate
+    /// more than half of it, the lease is confirmed with a heartbeat before it starts: the
+    /// renewal is counted from now, and a lease already lost is never started. Answers the
+    /// lease's local deadline, or `None` when the attempt must not run.
+    async fn confirm_if_late(&self, deadline: Instant) -> Option<Instant> {
+        let lease_ms = self.lease.lease_ms;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left >= Duration::from_millis(lease_ms) / 2 {
+            return Some(deadline);
+        }
+        let client = &self.shared.client;
+        let lease_id = self.lease.lease_id;
+        let sent = Instant::now();
+        let answer = tokio::select! {
+            biased;
+            _ = self.abandon.cancelled() => return None,
+            answer = client.heartbeat(lease_id, None) => answer,
+        };
+        match answer {
+            Ok(hb) if hb.cancel => {
+                let deadline = local_deadline(sent, hb.lease_ms);
+                let report = Report::Fail {
+                    error: "cancelled".into(),
+                    retryable: false,
+                };
+                send_report(client, lease_id, report, deadline, &self.abandon).await;
+                None
+            }
+            Ok(hb) => Some(local_deadline(sent, hb.lease_ms)),
+            Err(client::Error::LeaseLost(p)) => {
+                info!(detail = %p.detail, "lease lost before it started; not running it");
+                None
+            }
+            Err(e) if deadline <= Instant::now() => {
+                warn!(error = %e, "cannot confirm a lease that arrived late; leaving it to expire");
+                None
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot confirm a lease that arrived late; running it anyway");
+                Some(deadline)
+            }
+        }
+    }
+
+    /// Runs the handler under heartbeats until it ends, the server asks to cancel (the handler
+    /// then has the cancel grace to stop), or the lease is lost. Answers how it ended and the
+    /// lease's local deadline then; `None` when nothing must be reported: abandoned, the
+    /// deadline passed, or the server refused a heartbeat. The handler lives only inside this
+    /// function: leaving it by any path drops the handler (and so stops its work) before
+    /// anything is reported.
+    async fn supervise(&self, mut deadline: Instant) -> Option<(Ending, Instant)> {
+        let client = self.shared.client.clone();
+        let lease_id = self.lease.lease_id;
+        let lease_ms = self.lease.lease_ms;
+        let interval = heartbeat_interval(&self.lease);
+        let cancel = CancellationToken::new();
+        let progress: Arc<Mutex<Option<Value>>> = Arc::default();
+        let (deadline_tx, deadline_rx) = watch::channel(deadline);
+        let ctx = StepContext {
+            lease: self.lease.clone(),
+            worker: self.shared.worker_id.clone(),
+            cancel: cancel.clone(),
+            deadline: deadline_rx,
+            progress: progress.clone(),
+        };
+        debug!(?interval, lease_ms, "attempt started");
+
+        let work = AssertUnwindSafe(self.handler.call(ctx)).catch_unwind();
+        tokio::pin!(work);
+        let expiry = sleep_until(deadline);
+        tokio::pin!(expiry);
+        let mut beat_at = next_beat(Instant::now(), deadline, interval);
+        // A heartbeat in flight: when it was sent, the progress it carries, its answer.
+        type Beat = (Instant, Option<Value>, client::Result<HeartbeatResponse>);
+        let mut beat: Option<BoxFuture<'static, Beat>> = None;
+        let mut cancel_by: Option<Instant> = None;
+        let ending = loop {
+            tokio::select! {
+                biased;
+                _ = self.abandon.cancelled() => {
+                    info!("abandoned: dropping the handler; the lease will expire");
+                    return None;
+                }
+                _ = &mut expiry => {
+                    warn!("the lease's local deadline passed: dropping the handler and reporting nothing");
+                    return None;
+                }
+                out = &mut work => {
+                    let out = out.map_err(panic_message);
+                    break if cancel_by.is_some() { Ending::Cancelled(Some(out)) } else { Ending::Finished(out) };
+                }
+                _ = sleep_until(cancel_by.unwrap_or(deadline)), if cancel_by.is_some() => {
+                    info!("the handler did not stop within the cancel grace: dropping it");
+                    break Ending::Cancelled(None);
+                }
+                (sent, carried, answer) = async { beat.as_mut().expect("guarded by is_some").await }, if beat.is_some() => {
+                    beat = None;
+                    let now = Instant::now();
+                    match answer {
+                        Ok(hb) => {
+                            deadline = local_deadline(sent, hb.lease_ms);
+                            expiry.as_mut().reset(deadline);
+                            deadline_tx.send_replace(deadline);
+                            if hb.cancel {
+                                info!("the job is being cancelled: stopping the handler");
+                                cancel.cancel();
+                                if self.shared.cancel_grace.is_zero() {
+                                    break Ending::Cancelled(None);
+                                }
+                                cancel_by = Some(now + self.shared.cancel_grace);
+                            } else {
+                                beat_at = next_beat(now, deadline, interval);
+                            }
+                        }
+                        Err(client::Error::LeaseLost(p)) => {
+                            info!(detail = %p.detail, "lease lost (409 on heartbeat): dropping the handler and reporting nothing");
+                            return None;
+                        }
+                        Err(e) if matches!(e.status(), Some(404 | 410)) => {
+                            info!(error = %e, "the server no longer knows this lease: dropping the handler and reporting nothing");
+                            return None;
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "heartbeat failed; retrying before the deadline");
+                            // Its progress goes with the next one, unless newer was set.
+                            let mut pending = progress.lock().unwrap_or_else(|e| e.into_inner());
+                            if pending.is_none() {
+                                *pending = carried;
+                            }
+                            drop(pending);
+                            beat_at = next_beat(now, deadline, interval.min(HEARTBEAT_RETRY_MAX));
+                        }
+                    }
+                }
+                _ = sleep_until(beat_at), if beat.is_none() && cancel_by.is_none() => {
+                    let client = client.clone();
+                    // Progress is sent once: the next heartbeat carries only newer progress.
+                    let carried = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    beat = Some(Box::pin(async move {
+                        // Taken before sending: the renewal is counted from this instant.
+                        let sent = Instant::now();
+                        let answer = client.heartbeat(lease_id, carried.clone()).await;
+                        (sent, carried, answer)
+                    }));
+                }
+            }
+        };
+        Some((ending, deadline))
+    }
+}
+
+/// What to report of how a handler ended.
+fn report_of(ending: Ending) -> Report {
+    match ending {
+        Ending::Finished(Ok(Ok(result))) => Report::Complete(result),
+        Ending::Finished(Ok(Err(e))) => Report::Fail {
+            error: e.message,
+            retryable: e.retryable,
+        },
+        Ending::Finished(Err(panic)) => Report::Fail {
+            error: format!("the handler panicked: {panic}"),
+            retryable: true,
+        },
+        // Work that finished despite the cancel is reported as done: its effects happened,
+        // and only a completed step is compensated.
+        Ending::Cancelled(Some(Ok(Ok(result)))) => Report::Complete(result),
+        Ending::Cancelled(Some(Ok(Err(e)))) => Report::Fail {
+            error: format!("cancelled: {}", e.message),
+            retryable: false,
+        },
+        Ending::Cancelled(Some(Err(panic))) => Report::Fail {
+            error: format!("cancelled (the handler panicked: {panic})"),
+            retryable: false,
+        },
+        Ending::Cancelled(None) => Report::Fail {
+            error: "cancelled".into(),
+            retryable: false,
+        },
     }
 }
 
