@@ -202,17 +202,13 @@ pub async fn schedule_overlap_skip_and_allow(f: &Fixture) {
     let skip = new_schedule(schedule_spec("skip", json!({})), at(1_000), at(0));
     store.schedule_create(skip.clone()).await.expect("create");
 
-    let first = match store
-        .schedule_fire(
-            firing(&skip, at(1_000), Some(at(2_000)), job_id(1), at(1_000)),
-            &fence,
-        )
-        .await
-        .expect("fire")
-    {
-        FireOutcome::Fired(Submitted::Created(t)) => t.job.id,
-        other => panic!("expected fired, got {other:?}"),
-    };
+    let first = fire_created(
+        store,
+        firing(&skip, at(1_000), Some(at(2_000)), job_id(1), at(1_000)),
+        &fence,
+    )
+    .await
+    .id;
     match store
         .schedule_fire(
             firing(&skip, at(2_000), Some(at(3_000)), job_id(2), at(2_000)),
@@ -232,17 +228,13 @@ pub async fn schedule_overlap_skip_and_allow(f: &Fixture) {
     );
 
     run_to_success(store, first, "cron", 1, at(2_500)).await;
-    match store
-        .schedule_fire(
-            firing(&skip, at(3_000), Some(at(4_000)), job_id(3), at(3_000)),
-            &fence,
-        )
-        .await
-        .expect("fire")
-    {
-        FireOutcome::Fired(Submitted::Created(t)) => assert_eq!(t.job.id, job_id(3)),
-        other => panic!("expected fired, got {other:?}"),
-    }
+    let t = fire_created(
+        store,
+        firing(&skip, at(3_000), Some(at(4_000)), job_id(3), at(3_000)),
+        &fence,
+    )
+    .await;
+    assert_eq!(t.id, job_id(3));
 
     let allow = new_schedule(
         schedule_spec("allow", json!({"overlap": "allow"})),
@@ -251,17 +243,13 @@ pub async fn schedule_overlap_skip_and_allow(f: &Fixture) {
     );
     store.schedule_create(allow.clone()).await.expect("create");
     for (n, due) in [(10, 1_000), (11, 2_000)] {
-        match store
-            .schedule_fire(
-                firing(&allow, at(due), Some(at(due + 1_000)), job_id(n), at(due)),
-                &fence,
-            )
-            .await
-            .expect("fire")
-        {
-            FireOutcome::Fired(Submitted::Created(t)) => assert_eq!(t.job.id, job_id(n)),
-            other => panic!("expected fired, got {other:?}"),
-        }
+        let t = fire_created(
+            store,
+            firing(&allow, at(due), Some(at(due + 1_000)), job_id(n), at(due)),
+            &fence,
+        )
+        .await;
+        assert_eq!(t.id, job_id(n));
     }
     assert_eq!(get(store, job_id(10)).await.state, JobState::Running);
 }
@@ -274,17 +262,13 @@ pub async fn schedule_fire_with_a_stale_due_time_writes_nothing(f: &Fixture) {
     let s = new_schedule(schedule_spec("s", json!({})), at(60_000), at(0));
     store.schedule_create(s.clone()).await.expect("create");
     for due in [0, 59_999, 120_000] {
-        match store
-            .schedule_fire(
-                firing(&s, at(due), Some(at(180_000)), job_id(1), at(60_000)),
-                &fence,
-            )
-            .await
-            .expect("fire")
-        {
-            FireOutcome::Stale => {}
-            other => panic!("due {due}: expected stale, got {other:?}"),
-        }
+        fire_stale(
+            store,
+            firing(&s, at(due), Some(at(180_000)), job_id(1), at(60_000)),
+            &fence,
+            &format!("due {due}"),
+        )
+        .await;
     }
     assert_eq!(schedule(store, "s").await, s);
     assert!(all_jobs(store).await.is_empty());
@@ -298,17 +282,13 @@ pub async fn schedule_fire_with_a_stale_due_time_writes_nothing(f: &Fixture) {
         })
         .await
         .expect("pause");
-    match store
-        .schedule_fire(
-            firing(&s, at(60_000), Some(at(120_000)), job_id(2), at(60_000)),
-            &fence,
-        )
-        .await
-        .expect("fire")
-    {
-        FireOutcome::Stale => {}
-        other => panic!("paused: expected stale, got {other:?}"),
-    }
+    fire_stale(
+        store,
+        firing(&s, at(60_000), Some(at(120_000)), job_id(2), at(60_000)),
+        &fence,
+        "paused",
+    )
+    .await;
     assert!(all_jobs(store).await.is_empty());
     let mut gone = s.clone();
     gone.name = "gone".into();
@@ -448,17 +428,13 @@ pub async fn schedule_update_never_refires_and_keeps_pause(f: &Fixture) {
     let fence = lead(store, "n1", at(9_000)).await;
     let s = new_schedule(every_10s("s", json!({})), at(10_000), at(0));
     store.schedule_create(s.clone()).await.expect("create");
-    match store
-        .schedule_fire(
-            firing(&s, at(10_000), Some(at(20_000)), job_id(1), at(10_000)),
-            &fence,
-        )
-        .await
-        .expect("fire")
-    {
-        FireOutcome::Fired(Submitted::Created(t)) => assert_eq!(t.job.id, job_id(1)),
-        other => panic!("expected fired, got {other:?}"),
-    }
+    let t = fire_created(
+        store,
+        firing(&s, at(10_000), Some(at(20_000)), job_id(1), at(10_000)),
+        &fence,
+    )
+    .await;
+    assert_eq!(t.id, job_id(1));
     let five = every_10s("s", json!({"cron": "*/5 * * * * *"}));
     let updated = store
         .schedule_update(update_to(five.clone(), at(9_000)))
@@ -472,17 +448,13 @@ pub async fn schedule_update_never_refires_and_keeps_pause(f: &Fixture) {
         "after the fired 10 s, though the clock read 9 s"
     );
     for due in [10_000, 20_000] {
-        match store
-            .schedule_fire(
-                firing(&s, at(due), Some(at(30_000)), job_id(2), at(15_000)),
-                &fence,
-            )
-            .await
-            .expect("fire")
-        {
-            FireOutcome::Stale => {}
-            other => panic!("due {due}: expected stale, got {other:?}"),
-        }
+        fire_stale(
+            store,
+            firing(&s, at(due), Some(at(30_000)), job_id(2), at(15_000)),
+            &fence,
+            &format!("due {due}"),
+        )
+        .await;
     }
     // A body-only update keeps 15 s due; a firing planned from the previous body is stale.
     let mut five_b = five.clone();
@@ -492,35 +464,27 @@ pub async fn schedule_update_never_refires_and_keeps_pause(f: &Fixture) {
         .schedule_update(update_to(five_b.clone(), at(14_000)))
         .await
         .expect("update body");
-    match store
-        .schedule_fire(
-            firing(&before, at(15_000), Some(at(20_000)), job_id(3), at(15_000)),
-            &fence,
-        )
-        .await
-        .expect("fire")
-    {
-        FireOutcome::Stale => {}
-        other => panic!("planned from the old body: expected stale, got {other:?}"),
-    }
+    fire_stale(
+        store,
+        firing(&before, at(15_000), Some(at(20_000)), job_id(3), at(15_000)),
+        &fence,
+        "planned from the old body",
+    )
+    .await;
     let now_stored = schedule(store, "s").await;
-    match store
-        .schedule_fire(
-            firing(
-                &now_stored,
-                at(15_000),
-                Some(at(20_000)),
-                job_id(4),
-                at(15_000),
-            ),
-            &fence,
-        )
-        .await
-        .expect("fire")
-    {
-        FireOutcome::Fired(Submitted::Created(t)) => assert_eq!(t.job.priority, 3),
-        other => panic!("expected fired, got {other:?}"),
-    }
+    let t = fire_created(
+        store,
+        firing(
+            &now_stored,
+            at(15_000),
+            Some(at(20_000)),
+            job_id(4),
+            at(15_000),
+        ),
+        &fence,
+    )
+    .await;
+    assert_eq!(t.priority, 3);
     let mut fired = ids(&all_jobs(store).await);
     fired.sort();
     assert_eq!(fired, vec![job_id(1), job_id(4)]);
@@ -712,4 +676,20 @@ pub async fn schedule_pass_advances_without_a_job(f: &Fixture) {
         other => panic!("replaced: expected stale, got {other:?}"),
     }
     assert_eq!(schedule(store, "p").await, replaced);
+}
+
+/// Fires `fire` under `fence`, expecting it to create its job: answers the job.
+async fn fire_created(store: &dyn Store, fire: Fire, fence: &Fence) -> Job {
+    match store.schedule_fire(fire, fence).await.expect("fire") {
+        FireOutcome::Fired(Submitted::Created(t)) => t.job,
+        other => panic!("expected fired, got {other:?}"),
+    }
+}
+
+/// Fires `fire` under `fence`, expecting it to be stale (nothing written); `why` says why.
+async fn fire_stale(store: &dyn Store, fire: Fire, fence: &Fence, why: &str) {
+    match store.schedule_fire(fire, fence).await.expect("fire") {
+        FireOutcome::Stale => {}
+        other => panic!("{why}: expected stale, got {other:?}"),
+    }
 }
