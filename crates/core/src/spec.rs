@@ -557,13 +557,13 @@ impl StepSpec {
     /// dependencies are the job's to check.
     fn validate(&self, at: &str, limits: &Limits) -> Result<(), SpecError> {
         check_runner(at, &self.agent, self.http.as_ref(), self.timeout, limits)?;
-        let work = Work {
+        let bounds = AttemptBounds {
             payload: &self.payload,
             timeout: self.timeout,
             deadline: self.deadline,
             max_attempts: self.max_attempts,
         };
-        work.validate(at, limits)?;
+        bounds.validate(at, limits)?;
         if self.backoff.is_some() && self.backoff_formula == Some(Formula::Faktory) {
             return Err(SpecError::new(
                 format!("{at}backoff"),
@@ -588,27 +588,27 @@ impl StepSpec {
             let at = format!("{at}compensate.");
             // An undo's lease is its own `timeout`, else its target's, else the step's.
             check_runner(&at, &c.agent, c.http.as_ref(), c.timeout, limits)?;
-            let work = Work {
+            let bounds = AttemptBounds {
                 payload: &c.payload,
                 timeout: c.timeout,
                 deadline: c.deadline,
                 max_attempts: c.max_attempts,
             };
-            work.validate(&at, limits)?;
+            bounds.validate(&at, limits)?;
         }
         Ok(())
     }
 }
 
 /// What a step and its undo both bound the same way.
-struct Work<'a> {
+struct AttemptBounds<'a> {
     payload: &'a Value,
     timeout: Option<Span>,
     deadline: Option<Span>,
     max_attempts: Option<u32>,
 }
 
-impl Work<'_> {
+impl AttemptBounds<'_> {
     /// `at` is the field prefix (`steps[0].` or `steps[0].compensate.`).
     fn validate(&self, at: &str, limits: &Limits) -> Result<(), SpecError> {
         let payload_len = serde_json::to_vec(self.payload)

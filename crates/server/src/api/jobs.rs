@@ -407,6 +407,19 @@ async fn operator(app: &App, raw_id: &str, command: Command) -> Result<Json<JobV
     Ok(Json(app.view(&t.job)))
 }
 
+/// An operator's action on step `name` of job `raw_id`: `command` is built from the step's
+/// position.
+async fn step_operator(
+    app: &App,
+    raw_id: &str,
+    name: &str,
+    command: impl FnOnce(usize) -> Command,
+) -> Result<Json<JobView>> {
+    let job = app.job(parse_job_id(raw_id)?).await?;
+    let step = step_index(&job, name)?;
+    operator(app, raw_id, command(step)).await
+}
+
 fn step_index(job: &Job, name: &str) -> Result<usize> {
     job.step_index(name)
         .ok_or_else(|| ApiError::not_found(format!("job {} has no step `{name}`", job.id)))
@@ -418,17 +431,11 @@ pub(super) async fn retry_step(
     Path((id, name)): Path<(String, String)>,
     OptionalBody(req): OptionalBody<OperatorRequest>,
 ) -> Result<Json<JobView>> {
-    let job = app.job(parse_job_id(&id)?).await?;
-    let step = step_index(&job, &name)?;
-    operator(
-        &app,
-        &id,
-        Command::Retry {
-            step,
-            by: req.by,
-            reason: req.reason,
-        },
-    )
+    step_operator(&app, &id, &name, |step| Command::Retry {
+        step,
+        by: req.by,
+        reason: req.reason,
+    })
     .await
 }
 
@@ -438,17 +445,11 @@ pub(super) async fn skip_step(
     Path((id, name)): Path<(String, String)>,
     OptionalBody(req): OptionalBody<OperatorRequest>,
 ) -> Result<Json<JobView>> {
-    let job = app.job(parse_job_id(&id)?).await?;
-    let step = step_index(&job, &name)?;
-    operator(
-        &app,
-        &id,
-        Command::Skip {
-            step,
-            by: req.by,
-            reason: req.reason,
-        },
-    )
+    step_operator(&app, &id, &name, |step| Command::Skip {
+        step,
+        by: req.by,
+        reason: req.reason,
+    })
     .await
 }
 
