@@ -10,7 +10,8 @@
 //! Scenarios (see `BENCHMARKS.md` for what each measures and the reference numbers):
 //! `submit`, `drain`, `latency`, `latency_loaded`, `cross_node`, `dag`, `timers`, `recovery`,
 //! `ordered` (the hand-over between consecutive jobs of one ordering key), `memory`,
-//! `overload` (a normal client's latency beside long-polls, slowloris and idle connections).
+//! `overload` (a normal client's latency beside long-polls, slowloris and idle connections),
+//! `store` (the store alone, no HTTP: see `bench/store.rs`).
 //!
 //! - `latency_loaded` is `latency` while a steady background load (`--load-rate` one-step no-op
 //!   jobs per second, on an agent of its own) is drained by `--workers` × `--concurrency`; the
@@ -35,6 +36,7 @@ mod memory;
 mod overload;
 mod scenarios;
 mod steady;
+mod store;
 mod timers;
 
 use std::io::Write;
@@ -155,12 +157,15 @@ pub enum Scenario {
     Fanout,
     Memory,
     Overload,
+    /// The store alone: submits through `Store::jobs_submit`, claims and batched reports without
+    /// HTTP or agents.
+    Store,
     /// Not part of the default run (it lasts `--duration`): name it with `--scenario steady`.
     Steady,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 12] = [
+    const ALL: [Scenario; 13] = [
         Scenario::Submit,
         Scenario::Drain,
         Scenario::Latency,
@@ -173,6 +178,7 @@ impl Scenario {
         Scenario::Fanout,
         Scenario::Memory,
         Scenario::Overload,
+        Scenario::Store,
     ];
 
     fn name(self) -> &'static str {
@@ -189,6 +195,7 @@ impl Scenario {
             Scenario::Fanout => "fanout",
             Scenario::Overload => "overload",
             Scenario::Memory => "memory",
+            Scenario::Store => "store",
             Scenario::Steady => "steady",
         }
     }
@@ -199,7 +206,11 @@ impl Scenario {
     fn uses_server(self) -> bool {
         !matches!(
             self,
-            Scenario::Memory | Scenario::CrossNode | Scenario::Overload | Scenario::Steady
+            Scenario::Memory
+                | Scenario::CrossNode
+                | Scenario::Overload
+                | Scenario::Steady
+                | Scenario::Store
         )
     }
 }

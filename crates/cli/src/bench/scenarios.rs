@@ -47,6 +47,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         Scenario::Memory => super::memory::run(ctx).await,
         Scenario::Overload => super::overload::run(ctx).await,
         Scenario::Steady => super::steady::run(ctx).await,
+        Scenario::Store => super::store::run(ctx).await,
     }
 }
 

@@ -92,7 +92,11 @@ impl<'c> NewRows<'c> {
             insert_step(&mut self.step, job, idx)?;
         }
         insert_events(&mut self.event, &id, 1, events)?;
-        trim_events(self.conn, &id, counted, keep)
+        trim_events(self.conn, &id, counted, keep)?;
+        // Most jobs are claimed soon after they are submitted: the claim finds this one here
+        // instead of reading and decoding its rows.
+        super::written::remember(job, counted);
+        Ok(())
     }
 
     /// Inserts the job's own row, counting `events` history entries.

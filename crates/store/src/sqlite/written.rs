@@ -4,7 +4,7 @@
 //!
 //! The writer is the only connection that changes jobs and steps, so what it last wrote is what
 //! the database holds, as long as every change goes through here:
-//! - `persist` stores each transition's job ([`remember`]);
+//! - `persist` stores each transition's job ([`remember`]), and a submit each new job;
 //! - a write that changes rows without a transition (removal, retention, a rerun's link, the
 //!   fault injection's partial write) drops the jobs it changed ([`forget`]);
 //! - a write rolled back (a failed operation's savepoint, a batch that did not commit) drops
@@ -23,9 +23,10 @@ use std::collections::HashMap;
 
 use overseer_core::{Job, JobId};
 
-/// Jobs kept at most; past it the cache starts over (a steady drain touches each job a few
-/// times within milliseconds, so recency matters more than eviction order).
-const CAPACITY: usize = 4_096;
+/// Jobs kept in each of the two generations: the cache holds the last 4,096 to 8,192 jobs the
+/// writer had in hand. When the newer generation is full it becomes the older one and the
+/// oldest are dropped, so a batch of new jobs never empties the cache of the running ones at once.
+const GENERATION: usize = 4_096;
 
 /// A job as the database holds it, with its `last_event_seq`.
 struct Entry {
@@ -33,13 +34,38 @@ struct Entry {
     last_event_seq: i64,
 }
 
+#[derive(Default)]
+struct Cache {
+    newer: HashMap<JobId, Entry>,
+    older: HashMap<JobId, Entry>,
+}
+
+impl Cache {
+    fn get(&self, id: &JobId) -> Option<&Entry> {
+        self.newer.get(id).or_else(|| self.older.get(id))
+    }
+
+    fn insert(&mut self, id: JobId, entry: Entry) {
+        if self.newer.len() >= GENERATION && !self.newer.contains_key(&id) {
+            self.older = std::mem::take(&mut self.newer);
+        }
+        self.older.remove(&id);
+        self.newer.insert(id, entry);
+    }
+
+    fn remove(&mut self, id: &JobId) {
+        self.newer.remove(id);
+        self.older.remove(id);
+    }
+}
+
 thread_local! {
-    static WRITTEN: RefCell<Option<HashMap<JobId, Entry>>> = const { RefCell::new(None) };
+    static WRITTEN: RefCell<Option<Cache>> = const { RefCell::new(None) };
 }
 
 /// Gives the calling thread (the writer) a cache.
 pub(super) fn enable() {
-    WRITTEN.with(|w| *w.borrow_mut() = Some(HashMap::new()));
+    WRITTEN.with(|w| *w.borrow_mut() = Some(Cache::default()));
 }
 
 /// The job as last written or loaded on this thread, if cached.
@@ -47,7 +73,7 @@ pub(super) fn get(id: JobId) -> Option<Job> {
     WRITTEN.with(|w| {
         w.borrow()
             .as_ref()
-            .and_then(|m| m.get(&id).map(|e| e.job.clone()))
+            .and_then(|c| c.get(&id).map(|e| e.job.clone()))
     })
 }
 
@@ -56,7 +82,7 @@ pub(super) fn last_event_seq(id: JobId) -> Option<i64> {
     WRITTEN.with(|w| {
         w.borrow()
             .as_ref()
-            .and_then(|m| m.get(&id).map(|e| e.last_event_seq))
+            .and_then(|c| c.get(&id).map(|e| e.last_event_seq))
     })
 }
 
@@ -64,12 +90,9 @@ pub(super) fn last_event_seq(id: JobId) -> Option<i64> {
 /// transaction).
 pub(super) fn remember(job: &Job, last_event_seq: i64) {
     WRITTEN.with(|w| {
-        if let Some(m) = w.borrow_mut().as_mut() {
-            if m.len() >= CAPACITY && !m.contains_key(&job.id) {
-                m.clear();
-            }
+        if let Some(c) = w.borrow_mut().as_mut() {
             let job = job.clone();
-            m.insert(
+            c.insert(
                 job.id,
                 Entry {
                     job,
@@ -83,8 +106,8 @@ pub(super) fn remember(job: &Job, last_event_seq: i64) {
 /// Drops `id`: its rows were changed or deleted other than by a transition.
 pub(super) fn forget(id: JobId) {
     WRITTEN.with(|w| {
-        if let Some(m) = w.borrow_mut().as_mut() {
-            m.remove(&id);
+        if let Some(c) = w.borrow_mut().as_mut() {
+            c.remove(&id);
         }
     });
 }
@@ -92,8 +115,8 @@ pub(super) fn forget(id: JobId) {
 /// Drops every job: a write was rolled back, so what it stored here was never committed.
 pub(super) fn forget_all() {
     WRITTEN.with(|w| {
-        if let Some(m) = w.borrow_mut().as_mut() {
-            m.clear();
+        if let Some(c) = w.borrow_mut().as_mut() {
+            *c = Cache::default();
         }
     });
 }
