@@ -1,6 +1,7 @@
-//! The backend conformance suite: what every [`Store`] must do, written once, one file per noun
+//! The backend conformance suite: what every [`Store`] must do, written once, one module per noun
 //! of the store (`jobs`, `ordering` keys, `rerun`s of jobs, `leases`, `agents`, `schedules`,
-//! `leader`, `deliveries`, `tokens`, `maintenance`).
+//! `leader`, `deliveries`, `tokens`, `maintenance`). The largest, `jobs` and `leases`, are split
+//! into one file per topic and re-export their cases, so every case is still `noun::case`.
 //!
 //! Each case is a plain async function taking a [`Fixture`] (a fresh, empty store). A backend's
 //! test file expands them all into one `#[tokio::test]` each with [`crate::conformance_tests!`]:
