@@ -29,11 +29,13 @@
 //! and `kill` is on every Unix, so a new dependency such as `nix` would buy little. The
 //! program's own process is in any case killed by tokio (`kill_on_drop`) without help.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use overseer_core::wire::Lease;
 use overseer_core::Span;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -220,6 +222,9 @@ async fn run_program(
     judge(settings, &program, run)
 }
 
+/// Starts the program (after its reaper, when there is one), waits for it to end, then lets
+/// its group and reaper go. Leaving early (an error, or this future dropped at the deadline)
+/// skips that: the still-armed group and the reaper's closed pipe kill every process in it.
 async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Result<Run> {
     let lease = ctx.lease();
     let input = serde_json::to_vec(lease).map_err(std::io::Error::other)?;
@@ -229,6 +234,28 @@ async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Resu
         Some((program, args)) => Some(Reaper::spawn(program, args)?),
         None => None,
     };
+    let mut command = program_command(settings, lease, reaper.as_ref());
+    let mut child = command.spawn()?;
+    let mut group = ProcessGroup::new(reaper.as_ref().map_or(child.id(), |r| r.pgid()));
+    debug!(pid = ?child.id(), "program started");
+
+    let run = wait_for_program(settings, ctx, &mut child, &group, &input).await?;
+    // The program ended by itself (or was stopped by `watch_program`): processes it
+    // deliberately left running are its own business, not killed on the way out.
+    group.disarm();
+    if let Some(reaper) = reaper {
+        reaper.stand_down().await;
+    }
+    Ok(run)
+}
+
+/// The command for one lease: the program and its arguments, the `OVERSEER_*` variables, piped
+/// standard streams, and its process group (the reaper's, or a new one it leads).
+fn program_command(
+    settings: &Settings,
+    lease: &Lease,
+    reaper: Option<&Reaper>,
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&settings.program);
     command
         .args(&settings.args)
@@ -250,85 +277,108 @@ async fn spawn_and_wait(settings: &Settings, ctx: &StepContext) -> std::io::Resu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .process_group(reaper.as_ref().map_or(0, |r| r.pgid));
-    let mut child = command.spawn()?;
-    let mut group = ProcessGroup::new(reaper.as_ref().map_or(child.id(), |r| r.pgid()));
-    debug!(pid = ?child.id(), "program started");
+        .process_group(reaper.map_or(0, |r| r.pgid));
+    command
+}
 
+/// Feeds the lease to the started program, collects its stdout and the tail of its stderr
+/// while passing on progress, and waits for it to exit (see [`watch_program`]).
+async fn wait_for_program(
+    settings: &Settings,
+    ctx: &StepContext,
+    child: &mut tokio::process::Child,
+    group: &ProcessGroup,
+    input: &[u8],
+) -> std::io::Result<Run> {
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let mut out = Vec::new();
     let mut tail = Tail::new(settings.stderr_tail_bytes);
+    let read_out = read_bounded(stdout, &mut out, settings.stdout_max_bytes);
+    let rest = async {
+        tokio::join!(
+            feed_stdin(stdin, input),
+            pass_stderr(stderr, &mut tail, ctx)
+        );
+    };
+    let exit = watch_program(settings, ctx, child, group, read_out, rest).await?;
+    Ok(Run {
+        status: exit.status,
+        stdout: out,
+        stdout_overflow: exit.stdout_overflow,
+        stderr_tail: tail.into_string(),
+        cancelled: exit.cancelled,
+    })
+}
 
-    let (status, stdout_overflow, cancelled) = {
-        let read_out = read_bounded(stdout, &mut out, settings.stdout_max_bytes);
-        tokio::pin!(read_out);
-        let rest = async {
-            tokio::join!(
-                feed_stdin(stdin, &input),
-                pass_stderr(stderr, &mut tail, ctx)
-            );
-        };
-        tokio::pin!(rest);
+/// How [`watch_program`] saw the program end.
+struct Exit {
+    status: ExitStatus,
+    stdout_overflow: bool,
+    cancelled: bool,
+}
 
-        let mut status: Option<ExitStatus> = None;
-        let mut out_done: Option<bool> = None;
-        let mut rest_done = false;
-        let mut pipes_by: Option<Instant> = None;
-        let mut term_at: Option<Instant> = None;
-        let mut killed = false;
-        loop {
-            if status.is_some() {
-                if out_done.is_some() && rest_done {
-                    break;
-                }
-                pipes_by.get_or_insert_with(|| Instant::now() + PIPE_GRACE);
+/// Waits for the program to exit and for its pipes to close, and acts on the way: kills the
+/// group when stdout overflows, sends SIGTERM on a cancel and SIGKILL when the cancel grace
+/// runs out. Pipes still open [`PIPE_GRACE`] after the exit (held by something the program
+/// left behind) are given up on.
+async fn watch_program(
+    settings: &Settings,
+    ctx: &StepContext,
+    child: &mut tokio::process::Child,
+    group: &ProcessGroup,
+    read_out: impl Future<Output = bool>,
+    rest: impl Future<Output = ()>,
+) -> std::io::Result<Exit> {
+    tokio::pin!(read_out);
+    tokio::pin!(rest);
+    let mut status: Option<ExitStatus> = None;
+    let mut out_done: Option<bool> = None;
+    let mut rest_done = false;
+    let mut pipes_by: Option<Instant> = None;
+    let mut term_at: Option<Instant> = None;
+    let mut killed = false;
+    loop {
+        if status.is_some() {
+            if out_done.is_some() && rest_done {
+                break;
             }
-            tokio::select! {
-                exited = child.wait(), if status.is_none() => status = Some(exited?),
-                overflow = &mut read_out, if out_done.is_none() => {
-                    out_done = Some(overflow);
-                    if overflow && status.is_none() {
-                        warn!(limit = settings.stdout_max_bytes, "the program wrote too much to stdout: killing it");
-                        group.signal("KILL").await;
-                        killed = true;
-                    }
-                }
-                _ = &mut rest, if !rest_done => rest_done = true,
-                _ = ctx.cancelled(), if term_at.is_none() && status.is_none() => {
-                    info!(grace = ?settings.cancel_grace, "cancelled: sending SIGTERM to the program");
-                    group.signal("TERM").await;
-                    term_at = Some(Instant::now());
-                }
-                _ = sleep_until(term_at.map(|t| t + settings.cancel_grace).unwrap_or_else(Instant::now)),
-                    if term_at.is_some() && !killed && status.is_none() =>
-                {
-                    info!("the program outlived its cancel grace: sending SIGKILL");
+            pipes_by.get_or_insert_with(|| Instant::now() + PIPE_GRACE);
+        }
+        tokio::select! {
+            exited = child.wait(), if status.is_none() => status = Some(exited?),
+            overflow = &mut read_out, if out_done.is_none() => {
+                out_done = Some(overflow);
+                if overflow && status.is_none() {
+                    warn!(limit = settings.stdout_max_bytes, "the program wrote too much to stdout: killing it");
                     group.signal("KILL").await;
                     killed = true;
                 }
-                _ = sleep_until(pipes_by.unwrap_or_else(Instant::now)), if pipes_by.is_some() => {
-                    warn!("the program exited but something it started still holds its stdout or stderr; not waiting for it");
-                    break;
-                }
+            }
+            _ = &mut rest, if !rest_done => rest_done = true,
+            _ = ctx.cancelled(), if term_at.is_none() && status.is_none() => {
+                info!(grace = ?settings.cancel_grace, "cancelled: sending SIGTERM to the program");
+                group.signal("TERM").await;
+                term_at = Some(Instant::now());
+            }
+            _ = sleep_until(term_at.map(|t| t + settings.cancel_grace).unwrap_or_else(Instant::now)),
+                if term_at.is_some() && !killed && status.is_none() =>
+            {
+                info!("the program outlived its cancel grace: sending SIGKILL");
+                group.signal("KILL").await;
+                killed = true;
+            }
+            _ = sleep_until(pipes_by.unwrap_or_else(Instant::now)), if pipes_by.is_some() => {
+                warn!("the program exited but something it started still holds its stdout or stderr; not waiting for it");
+                break;
             }
         }
-        let status = status.expect("the loop ends only after the exit");
-        (status, out_done == Some(true), term_at.is_some())
-    };
-    // The program ended by itself (or was stopped above): processes it deliberately left
-    // running are its own business, not killed on the way out.
-    group.disarm();
-    if let Some(reaper) = reaper {
-        reaper.stand_down().await;
     }
-    Ok(Run {
-        status,
-        stdout: out,
-        stdout_overflow,
-        stderr_tail: tail.into_string(),
-        cancelled,
+    Ok(Exit {
+        status: status.expect("the loop ends only after the exit"),
+        stdout_overflow: out_done == Some(true),
+        cancelled: term_at.is_some(),
     })
 }
 

@@ -161,7 +161,18 @@ impl Config {
         all
     }
 
+    /// Checks the settings in a fixed order and reports the first that cannot work: access and
+    /// outbound calls, HTTP serving, the store and timings, then the limits.
     pub fn validate(&self) -> Result<(), Error> {
+        self.check_access()?;
+        self.check_http_serving()?;
+        self.check_store_and_timings()?;
+        check_limits(&self.limits)
+    }
+
+    /// Who may reach this node and what it may reach: auth off loopback, the outbound policy,
+    /// webhook keys, the alert webhook's target, the Faktory password, the TLS pair.
+    fn check_access(&self) -> Result<(), Error> {
         if self.auth == crate::auth::Mode::Off && !self.listen.ip().is_loopback() {
             return Err(invalid(
                 "auth",
@@ -199,6 +210,12 @@ impl Config {
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(invalid("tls_cert", "tls_cert and tls_key go together"));
         }
+        Ok(())
+    }
+
+    /// Serving HTTP: the connection limit, calls to HTTP targets (concurrency and circuit
+    /// breaker), the header timeout, and the admin credential.
+    fn check_http_serving(&self) -> Result<(), Error> {
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
             return Err(invalid("max_connections", "must be between 1 and 1000000"));
         }
@@ -214,6 +231,12 @@ impl Config {
         if self.admin_token.as_deref().is_some_and(|t| t.len() < 32) {
             return Err(invalid("admin_token", "must be at least 32 characters"));
         }
+        Ok(())
+    }
+
+    /// The store URL and pool, the supervisor's timings (sweep, leader lease, repair batch), the
+    /// default long-poll wait, the log format, and deliveries (alert URL, timeout).
+    fn check_store_and_timings(&self) -> Result<(), Error> {
         StoreUrl::parse(&self.db).map_err(|m| invalid("db", m))?;
         if self.sweep_interval < Span::from_millis(10) || self.sweep_interval > Span::from_secs(60)
         {
@@ -253,37 +276,41 @@ impl Config {
         if self.repair_batch == 0 || self.repair_batch > 10_000 {
             return Err(invalid("repair_batch", "must be between 1 and 10000"));
         }
-        let l = &self.limits;
-        let positive = [
-            ("limits.body_bytes", l.body_bytes),
-            ("limits.payload_bytes", l.payload_bytes),
-            ("limits.result_bytes", l.result_bytes),
-            ("limits.error_bytes", l.error_bytes),
-            ("limits.progress_bytes", l.progress_bytes),
-            ("limits.steps_per_job", l.steps_per_job),
-            ("limits.jobs_per_batch", l.jobs_per_batch),
-            ("limits.history_per_job", l.history_per_job),
-            ("limits.name_bytes", l.name_bytes),
-            ("limits.leases_per_call", l.leases_per_call),
-            ("limits.long_polls", l.long_polls),
-            ("limits.long_polls_per_token", l.long_polls_per_token),
-        ];
-        for (name, value) in positive {
-            if value == 0 {
-                return Err(Error {
-                    setting: name,
-                    message: "must be greater than 0".into(),
-                });
-            }
-        }
-        if l.payload_bytes > l.body_bytes {
-            return Err(invalid(
-                "limits.payload_bytes",
-                "must not exceed limits.body_bytes",
-            ));
-        }
         Ok(())
     }
+}
+
+/// The limits that must be above 0, and the payload limit within the body limit.
+fn check_limits(l: &Limits) -> Result<(), Error> {
+    let positive = [
+        ("limits.body_bytes", l.body_bytes),
+        ("limits.payload_bytes", l.payload_bytes),
+        ("limits.result_bytes", l.result_bytes),
+        ("limits.error_bytes", l.error_bytes),
+        ("limits.progress_bytes", l.progress_bytes),
+        ("limits.steps_per_job", l.steps_per_job),
+        ("limits.jobs_per_batch", l.jobs_per_batch),
+        ("limits.history_per_job", l.history_per_job),
+        ("limits.name_bytes", l.name_bytes),
+        ("limits.leases_per_call", l.leases_per_call),
+        ("limits.long_polls", l.long_polls),
+        ("limits.long_polls_per_token", l.long_polls_per_token),
+    ];
+    for (name, value) in positive {
+        if value == 0 {
+            return Err(Error {
+                setting: name,
+                message: "must be greater than 0".into(),
+            });
+        }
+    }
+    if l.payload_bytes > l.body_bytes {
+        return Err(invalid(
+            "limits.payload_bytes",
+            "must not exceed limits.body_bytes",
+        ));
+    }
+    Ok(())
 }
 
 /// Which store a `db` URL names.

@@ -99,108 +99,137 @@ impl Default for Metrics {
             http_breaker_open: Family::default(),
             registry: Registry::default(),
         };
+        m.register_jobs_and_leases(&mut registry);
+        m.register_reports(&mut registry);
+        m.register_alerts_and_supervisor(&mut registry);
+        m.register_store_gauges(&mut registry);
+        m.register_http_targets(&mut registry);
+        Metrics { registry, ..m }
+    }
+}
+
+/// The registrations, by subsystem, in the order the metrics are exposed.
+impl Metrics {
+    /// Jobs accepted and finished; long-polls refused, leases granted, empty claims and expired
+    /// leases.
+    fn register_jobs_and_leases(&self, registry: &mut Registry) {
         registry.register(
             "jobs_submitted",
             "Jobs accepted by this node",
-            m.jobs_submitted.clone(),
+            self.jobs_submitted.clone(),
         );
         registry.register(
             "long_polls_refused",
             "Long-polls refused with 429 because the node held its limit of them",
-            m.long_polls_refused.clone(),
+            self.long_polls_refused.clone(),
         );
         registry.register(
             "jobs_finished",
             "Jobs that reached a terminal state, seen by this node",
-            m.jobs_finished.clone(),
+            self.jobs_finished.clone(),
         );
         registry.register(
             "leases_granted",
             "Leases handed out by this node",
-            m.leases_granted.clone(),
+            self.leases_granted.clone(),
         );
         registry.register(
             "claims_empty",
             "Claims by long-polls and fetches of this node that found nothing to lease",
-            m.claims_empty.clone(),
+            self.claims_empty.clone(),
         );
         registry.register(
             "leases_expired",
             "Leases the supervisor found expired",
-            m.leases_expired.clone(),
+            self.leases_expired.clone(),
         );
+    }
+
+    /// What agents report about their attempts, and how (alone or in batches).
+    fn register_reports(&self, registry: &mut Registry) {
         registry.register(
             "reports",
             "Agent reports by kind and outcome",
-            m.reports.clone(),
+            self.reports.clone(),
         );
         registry.register(
             "report_batches",
             "Batch report calls (POST /v1/leases:report)",
-            m.report_batches.clone(),
+            self.report_batches.clone(),
         );
         registry.register(
             "reports_batched",
             "Agent reports that arrived in batch report calls",
-            m.reports_batched.clone(),
+            self.reports_batched.clone(),
         );
-        registry.register("alerts", "Alerts raised, by kind", m.alerts.clone());
+    }
+
+    /// Alerts and their deliveries, and the supervisor's work (repairs, pruning, sweeps).
+    fn register_alerts_and_supervisor(&self, registry: &mut Registry) {
+        registry.register("alerts", "Alerts raised, by kind", self.alerts.clone());
         registry.register(
             "deliveries",
             "Alert and callback delivery attempts, by outcome",
-            m.deliveries.clone(),
+            self.deliveries.clone(),
         );
         registry.register(
             "repairs",
             "Jobs the supervisor found inconsistent and repaired",
-            m.repairs.clone(),
+            self.repairs.clone(),
         );
         registry.register(
             "jobs_pruned",
             "Finished jobs removed because their retention passed",
-            m.jobs_pruned.clone(),
+            self.jobs_pruned.clone(),
         );
         registry.register(
             "sweeps",
             "Supervisor sweeps run by this node",
-            m.sweeps.clone(),
+            self.sweeps.clone(),
         );
+    }
+
+    /// The gauges read from the store when scraped, and this node's leadership.
+    fn register_store_gauges(&self, registry: &mut Registry) {
         registry.register(
             "steps_ready",
             "Claimable steps per agent name (store-wide)",
-            m.steps_ready.clone(),
+            self.steps_ready.clone(),
         );
         registry.register(
             "steps_running",
             "Leased steps per agent name (store-wide)",
-            m.steps_running.clone(),
+            self.steps_running.clone(),
         );
         registry.register(
             "deliveries_waiting",
             "Deliveries waiting to be sent",
-            m.deliveries_waiting.clone(),
+            self.deliveries_waiting.clone(),
         );
         registry.register(
             "deliveries_dead",
             "Deliveries given up after their attempt budget",
-            m.deliveries_dead.clone(),
+            self.deliveries_dead.clone(),
         );
         registry.register(
             "is_leader",
             "1 when this node runs the supervisor",
-            m.is_leader.clone(),
+            self.is_leader.clone(),
         );
+    }
+
+    /// The push agent's requests to HTTP targets and its circuit breakers.
+    fn register_http_targets(&self, registry: &mut Registry) {
         registry.register(
             "http_requests",
             "Requests to HTTP targets by this node, by target and outcome",
-            m.http_requests.clone(),
+            self.http_requests.clone(),
         );
         registry.register(
             "http_breaker_open",
             "1 while an HTTP target's circuit breaker is open on this node",
-            m.http_breaker_open.clone(),
+            self.http_breaker_open.clone(),
         );
-        Metrics { registry, ..m }
     }
 }
 

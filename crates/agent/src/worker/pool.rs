@@ -1,0 +1,209 @@
+//! One agent name's long-poll loop: asks for as many leases as it has free slots, starts an
+//! attempt for each, backs off after errors, and gives back leases it did not ask for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use overseer_core::wire::{Lease, LeaseRequest};
+use overseer_core::Span;
+use rand::Rng;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::{sleep, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, warn, Instrument};
+
+use super::attempt::{local_deadline, Attempt};
+use super::{Handler, Shared, LEASES_PER_CALL_MAX, REPORTS_PER_SLOT};
+use crate::client::Client;
+use crate::reports::{send_report, Report};
+
+/// Poll back-off after errors: first pause, and the cap it doubles up to.
+const POLL_BACKOFF_FIRST: Duration = Duration::from_millis(250);
+const POLL_BACKOFF_MAX: Duration = Duration::from_secs(15);
+/// An empty lease answer faster than this means the server did not long-poll; pausing keeps
+/// such a server from being hammered in a tight loop.
+const EMPTY_POLL_MIN: Duration = Duration::from_millis(100);
+
+/// One agent name's long-poll loop and the attempts it started.
+pub(super) struct Pool {
+    pub(super) shared: Arc<Shared>,
+    pub(super) agent: String,
+    pub(super) handler: Arc<dyn Handler>,
+    pub(super) concurrency: usize,
+    pub(super) wait: Span,
+}
+
+impl Pool {
+    pub(super) async fn run(self, shutdown: CancellationToken, abandon: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(self.concurrency));
+        let reporting = Arc::new(Semaphore::new(self.concurrency * REPORTS_PER_SLOT));
+        let mut tasks: JoinSet<()> = JoinSet::new();
+        let mut backoff = PollBackoff::default();
+        let stopping = || async {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = abandon.cancelled() => {}
+            }
+        };
+        loop {
+            while let Some(done) = tasks.try_join_next() {
+                log_task_end(done);
+            }
+            // Hold the slots we ask for while we ask, so `max` never exceeds what is free.
+            let first = tokio::select! {
+                biased;
+                _ = stopping() => break,
+                permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            };
+            let mut permits = vec![first];
+            while permits.len() < LEASES_PER_CALL_MAX {
+                match slots.clone().try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+            let request = LeaseRequest {
+                worker: self.shared.worker_id.to_string(),
+                max: Some(permits.len()),
+                wait: Some(self.wait),
+            };
+            // Taken before sending: every lease in the answer is counted from this instant.
+            let sent_at = Instant::now();
+            let answer = tokio::select! {
+                biased;
+                _ = stopping() => break,
+                answer = self.shared.client.leases(&self.agent, &request) => answer,
+            };
+            match answer {
+                Ok(response) => {
+                    backoff.reset();
+                    if response.leases.is_empty() && sent_at.elapsed() < EMPTY_POLL_MIN {
+                        tokio::select! {
+                            _ = stopping() => break,
+                            _ = sleep(EMPTY_POLL_MIN) => {}
+                        }
+                    }
+                    for lease in response.leases {
+                        let span = tracing::info_span!(
+                            "lease",
+                            agent = %self.agent,
+                            job = %lease.job_id,
+                            step = %lease.step,
+                            attempt = lease.attempt,
+                            lease = %lease.lease_id,
+                        );
+                        match permits.pop() {
+                            Some(permit) => {
+                                let attempt = Attempt {
+                                    shared: self.shared.clone(),
+                                    handler: self.handler.clone(),
+                                    lease: Arc::new(lease),
+                                    sent_at,
+                                    abandon: abandon.clone(),
+                                    reporting: reporting.clone(),
+                                };
+                                tasks.spawn(attempt.run(permit).instrument(span));
+                            }
+                            None => {
+                                let client = self.shared.client.clone();
+                                let abandon = abandon.clone();
+                                tasks.spawn(
+                                    refuse(client, lease, sent_at, abandon).instrument(span),
+                                );
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    let pause = backoff.next();
+                    if e.is_transient() {
+                        warn!(agent = %self.agent, error = %e, ?pause, "cannot take leases; retrying");
+                    } else {
+                        error!(agent = %self.agent, error = %e, ?pause, "the server refused the lease request; retrying");
+                    }
+                    tokio::select! {
+                        _ = stopping() => break,
+                        _ = sleep(pause) => {}
+                    }
+                }
+            }
+        }
+        debug!(agent = %self.agent, running = tasks.len(), "no longer taking leases; waiting for running attempts");
+        while let Some(done) = tasks.join_next().await {
+            log_task_end(done);
+        }
+    }
+}
+
+fn log_task_end(done: std::result::Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            error!(error = %e, "an attempt's task panicked");
+        }
+    }
+}
+
+/// Capped exponential back-off with jitter, for the lease loop.
+struct PollBackoff {
+    next: Duration,
+}
+
+impl Default for PollBackoff {
+    fn default() -> Self {
+        PollBackoff {
+            next: POLL_BACKOFF_FIRST,
+        }
+    }
+}
+
+impl PollBackoff {
+    fn reset(&mut self) {
+        self.next = POLL_BACKOFF_FIRST;
+    }
+
+    /// The pause to take now: half to all of the current step, so many agents cut off
+    /// together do not all come back in the same instant.
+    fn next(&mut self) -> Duration {
+        let step = self.next;
+        self.next = (self.next * 2).min(POLL_BACKOFF_MAX);
+        step.mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
+    }
+}
+
+/// Gives back a lease the server sent beyond what we asked for: failed as retryable at once,
+/// rather than left to expire, so the step is retried without waiting out its timeout.
+async fn refuse(client: Client, lease: Lease, sent_at: Instant, abandon: CancellationToken) {
+    warn!("the server sent more leases than asked for; giving this one back");
+    let report = Report::Fail {
+        error: "the worker received more leases than it asked for".into(),
+        retryable: true,
+    };
+    send_report(
+        &client,
+        lease.lease_id,
+        report,
+        local_deadline(sent_at, lease.lease_ms),
+        &abandon,
+    )
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves the poll back-off doubles up to its cap and jitters within half of each step.
+    #[test]
+    fn poll_backoff_is_capped() {
+        let mut b = PollBackoff::default();
+        let mut last = Duration::ZERO;
+        for _ in 0..20 {
+            last = b.next();
+            assert!(last <= POLL_BACKOFF_MAX);
+        }
+        assert!(last >= POLL_BACKOFF_MAX / 2);
+        b.reset();
+        assert!(b.next() <= POLL_BACKOFF_FIRST);
+    }
+}
