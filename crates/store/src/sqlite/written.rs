@@ -22,40 +22,99 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use overseer_core::{Job, JobId};
+use serde_json::Value;
 
-/// Jobs kept in each of the two generations: the cache holds the last 4,096 to 8,192 jobs the
-/// writer had in hand. When the newer generation is full it becomes the older one and the
-/// oldest are dropped, so a batch of new jobs never empties the cache of the running ones at once.
+/// Jobs kept in each of the two generations, and about how many bytes of them: the cache holds
+/// the last 4,096 to 8,192 jobs the writer had in hand, fewer when they are large (payloads may
+/// be up to 256 KiB a step), and never much more than twice [`GENERATION_BYTES`]. When the newer
+/// generation is full it becomes the older one and the oldest are dropped, so a batch of new jobs
+/// never empties the cache of the running ones at once.
 const GENERATION: usize = 4_096;
+const GENERATION_BYTES: usize = 32 << 20;
 
-/// A job as the database holds it, with its `last_event_seq`.
+/// A job as the database holds it, with its `last_event_seq` and its estimated size.
 struct Entry {
     job: Job,
     last_event_seq: i64,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Generation {
+    jobs: HashMap<JobId, Entry>,
+    bytes: usize,
+}
+
+impl Generation {
+    fn remove(&mut self, id: &JobId) {
+        if let Some(gone) = self.jobs.remove(id) {
+            self.bytes -= gone.bytes;
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.jobs.len() >= GENERATION || self.bytes >= GENERATION_BYTES
+    }
 }
 
 #[derive(Default)]
 struct Cache {
-    newer: HashMap<JobId, Entry>,
-    older: HashMap<JobId, Entry>,
+    newer: Generation,
+    older: Generation,
 }
 
 impl Cache {
     fn get(&self, id: &JobId) -> Option<&Entry> {
-        self.newer.get(id).or_else(|| self.older.get(id))
+        self.newer.jobs.get(id).or_else(|| self.older.jobs.get(id))
     }
 
     fn insert(&mut self, id: JobId, entry: Entry) {
-        if self.newer.len() >= GENERATION && !self.newer.contains_key(&id) {
+        self.remove(&id);
+        if self.newer.full() {
             self.older = std::mem::take(&mut self.newer);
         }
-        self.older.remove(&id);
-        self.newer.insert(id, entry);
+        self.newer.bytes += entry.bytes;
+        self.newer.jobs.insert(id, entry);
     }
 
     fn remove(&mut self, id: &JobId) {
         self.newer.remove(id);
         self.older.remove(id);
+    }
+}
+
+/// About how much memory a decoded job holds: a fixed part per job and step, and the texts and
+/// JSON values it carries.
+fn size_of(job: &Job) -> usize {
+    let labels: usize = job.labels.iter().map(|(k, v)| 64 + k.len() + v.len()).sum();
+    let steps: usize = job
+        .steps
+        .iter()
+        .map(|s| {
+            let compensate = s.compensate.as_ref().map_or(0, |c| json_size(&c.payload));
+            let texts = s.name.len() + s.agent.len() + s.last_error.as_ref().map_or(0, String::len);
+            let values = [s.result.as_ref(), s.progress.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(json_size)
+                .sum::<usize>();
+            512 + texts + json_size(&s.payload) + compensate + values
+        })
+        .sum();
+    512 + job.fingerprint.len() + labels + steps
+}
+
+fn json_size(value: &Value) -> usize {
+    match value {
+        Value::String(s) => 32 + s.len(),
+        Value::Array(items) => 32 + items.iter().map(json_size).sum::<usize>(),
+        Value::Object(map) => {
+            64 + map
+                .iter()
+                .map(|(k, v)| 48 + k.len() + json_size(v))
+                .sum::<usize>()
+        }
+        _ => 16,
     }
 }
 
@@ -92,11 +151,13 @@ pub(super) fn remember(job: &Job, last_event_seq: i64) {
     WRITTEN.with(|w| {
         if let Some(c) = w.borrow_mut().as_mut() {
             let job = job.clone();
+            let bytes = size_of(&job);
             c.insert(
                 job.id,
                 Entry {
                     job,
                     last_event_seq,
+                    bytes,
                 },
             );
         }
@@ -119,4 +180,81 @@ pub(super) fn forget_all() {
             *c = Cache::default();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use overseer_core::{JobSpec, Timestamp};
+
+    fn job(payload: Value) -> Job {
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "steps": [{ "name": "s", "agent": "a", "payload": payload }]
+        }))
+        .expect("spec");
+        Job::from_spec(JobId::generate(), &spec, Timestamp::from_millis(0))
+    }
+
+    #[test]
+    fn the_cache_keeps_two_generations_by_count() {
+        let mut c = Cache::default();
+        let jobs: Vec<Job> = (0..2 * GENERATION + 1).map(|_| job(Value::Null)).collect();
+        for j in &jobs {
+            let bytes = size_of(j);
+            c.insert(
+                j.id,
+                Entry {
+                    job: j.clone(),
+                    last_event_seq: 1,
+                    bytes,
+                },
+            );
+        }
+        // The first generation was dropped whole when the third began; the last two are kept.
+        assert!(c.get(&jobs[0].id).is_none());
+        assert!(c.get(&jobs[GENERATION - 1].id).is_none());
+        assert!(c.get(&jobs[GENERATION].id).is_some());
+        assert!(c.get(&jobs[2 * GENERATION].id).is_some());
+    }
+
+    #[test]
+    fn large_jobs_fill_a_generation_by_size() {
+        let mut c = Cache::default();
+        let big = Value::String("x".repeat(256 << 10));
+        let jobs: Vec<Job> = (0..1_000).map(|_| job(big.clone())).collect();
+        for j in &jobs {
+            let bytes = size_of(j);
+            c.insert(
+                j.id,
+                Entry {
+                    job: j.clone(),
+                    last_event_seq: 1,
+                    bytes,
+                },
+            );
+        }
+        let kept = c.newer.jobs.len() + c.older.jobs.len();
+        assert!(kept < 300, "{kept} jobs of 256 KiB kept");
+        assert!(c.newer.bytes + c.older.bytes <= 2 * GENERATION_BYTES + (300 << 10));
+        assert!(c.get(&jobs[999].id).is_some());
+    }
+
+    #[test]
+    fn a_job_written_again_is_counted_once() {
+        let mut c = Cache::default();
+        let j = job(Value::String("y".repeat(1_000)));
+        for seq in 1..=3 {
+            c.insert(
+                j.id,
+                Entry {
+                    job: j.clone(),
+                    last_event_seq: seq,
+                    bytes: size_of(&j),
+                },
+            );
+        }
+        assert_eq!(c.newer.jobs.len() + c.older.jobs.len(), 1);
+        assert_eq!(c.newer.bytes + c.older.bytes, size_of(&j));
+        assert_eq!(c.get(&j.id).map(|e| e.last_event_seq), Some(3));
+    }
 }
