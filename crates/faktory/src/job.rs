@@ -66,101 +66,130 @@ pub fn from_push(
     limits: &Limits,
     now: Timestamp,
 ) -> Result<Pushed, String> {
-    let obj = value
-        .as_object()
-        .ok_or_else(|| "invalid JSON: a job must be a JSON object".to_string())?;
-    let jid = match obj.get("jid") {
-        Some(Value::String(s)) if s.len() >= 8 => s.clone(),
-        Some(Value::String(_)) | None | Some(Value::Null) => {
-            return Err("jobs must have a reasonable jid parameter".into())
-        }
-        Some(_) => return Err("invalid JSON: `jid` must be a string".into()),
-    };
-    let jobtype = match obj.get("jobtype") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(Value::String(_)) | None | Some(Value::Null) => {
-            return Err("jobs must have a jobtype parameter".into())
-        }
-        Some(_) => return Err("invalid JSON: `jobtype` must be a string".into()),
-    };
-    match obj.get("args") {
-        Some(Value::Array(_)) => {}
-        None | Some(Value::Null) => return Err("jobs must have an args parameter".into()),
-        Some(_) => return Err("invalid JSON: `args` must be an array".into()),
-    }
-    let reserve = match obj.get("reserve_for") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_i64()
-                .ok_or_else(|| "invalid JSON: `reserve_for` must be a whole number".to_string())?,
-        ),
-    };
-    if reserve.is_some_and(|r| r > MAX_RESERVE.as_millis_i64() / 1000) {
-        return Err("jobs cannot be reserved for more than one day".into());
-    }
-    let timeout = reserve_timeout(reserve, shape.reserve_min);
-    let queue = match obj.get("queue") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        None | Some(Value::Null) | Some(Value::String(_)) => "default".to_string(),
-        Some(_) => return Err("invalid JSON: `queue` must be a string".into()),
-    };
-    let run_at = match obj.get("at") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.is_empty() => None,
-        Some(Value::String(s)) => {
-            let t = Timestamp::parse_rfc3339(s)
-                .map_err(|e| format!("invalid timestamp for 'at': {s:?}: {e}"))?;
-            (t > now).then_some(t)
-        }
-        Some(_) => return Err("invalid JSON: `at` must be a string".into()),
-    };
-    let retry = match obj.get("retry") {
-        None | Some(Value::Null) => DEFAULT_RETRY,
-        Some(v) => v
-            .as_i64()
-            .ok_or_else(|| "invalid JSON: `retry` must be a whole number".to_string())?,
-    };
-    let priority = match obj.get("priority") {
-        None | Some(Value::Null) => 5,
-        Some(v) => v
-            .as_i64()
-            .ok_or_else(|| "invalid JSON: `priority` must be a whole number".to_string())?,
-    };
-    let mut labels = std::collections::BTreeMap::new();
-    labels.insert(LABEL_JID.to_string(), jid.clone());
-    labels.insert(LABEL_JOBTYPE.to_string(), jobtype.clone());
-    labels.insert(LABEL_QUEUE.to_string(), queue.clone());
-    labels.insert(LABEL_VIA.to_string(), VIA.to_string());
-    let spec = JobSpec {
-        idempotency_key: Some(format!("faktory/{jid}")),
-        labels,
-        priority: (priority.clamp(1, 9) as i32 - 5) * PRIORITY_STEP,
-        run_at,
-        ordering_key: None,
-        callback_url: None,
-        on_failure: Some(OnFailure::Fail),
-        retention: None,
-        deadline: None,
-        job_attempts: None,
-        job_backoff: None,
-        job_exhausted: None,
-        steps: vec![StepSpec {
-            name: jobtype,
-            agent: queue,
-            payload: value,
-            depends_on: Vec::new(),
-            timeout: Some(timeout),
-            deadline: None,
-            max_attempts: Some(max_attempts(retry, limits)),
-            backoff: shape.backoff,
-            backoff_formula: shape.backoff.is_none().then_some(Formula::Faktory),
-            compensate: None,
-            http: None,
-            progress_events: None,
-        }],
-    };
+    let fields = PushFields::read(&value, shape.reserve_min, now)?;
+    let jid = fields.jid.clone();
+    let spec = fields.into_spec(value, shape, limits);
     spec.validate(limits).map_err(|e| e.to_string())?;
     Ok(Pushed { jid, spec })
+}
+
+/// The fields of a pushed job that shape its Overseer job, checked.
+struct PushFields {
+    jid: String,
+    jobtype: String,
+    queue: String,
+    /// The step's timeout, from `reserve_for`.
+    timeout: Span,
+    run_at: Option<Timestamp>,
+    retry: i64,
+    priority: i64,
+}
+
+impl PushFields {
+    /// Reads the fields in Faktory's order, so a job with several faults gets Faktory's message.
+    fn read(value: &Value, reserve_min: Span, now: Timestamp) -> Result<PushFields, String> {
+        let obj = value
+            .as_object()
+            .ok_or_else(|| "invalid JSON: a job must be a JSON object".to_string())?;
+        let jid = match string_field(obj, "jid")? {
+            Some(s) if s.len() >= 8 => s.to_string(),
+            _ => return Err("jobs must have a reasonable jid parameter".into()),
+        };
+        let jobtype = match string_field(obj, "jobtype")? {
+            Some(s) if !s.is_empty() => s.to_string(),
+            _ => return Err("jobs must have a jobtype parameter".into()),
+        };
+        match obj.get("args") {
+            Some(Value::Array(_)) => {}
+            None | Some(Value::Null) => return Err("jobs must have an args parameter".into()),
+            Some(_) => return Err("invalid JSON: `args` must be an array".into()),
+        }
+        let reserve = whole_number_field(obj, "reserve_for")?;
+        if reserve.is_some_and(|r| r > MAX_RESERVE.as_millis_i64() / 1000) {
+            return Err("jobs cannot be reserved for more than one day".into());
+        }
+        let timeout = reserve_timeout(reserve, reserve_min);
+        let queue = match string_field(obj, "queue")? {
+            Some(s) if !s.is_empty() => s.to_string(),
+            _ => "default".to_string(),
+        };
+        let run_at = match string_field(obj, "at")? {
+            None | Some("") => None,
+            Some(s) => {
+                let t = Timestamp::parse_rfc3339(s)
+                    .map_err(|e| format!("invalid timestamp for 'at': {s:?}: {e}"))?;
+                (t > now).then_some(t)
+            }
+        };
+        let retry = whole_number_field(obj, "retry")?.unwrap_or(DEFAULT_RETRY);
+        let priority = whole_number_field(obj, "priority")?.unwrap_or(5);
+        Ok(PushFields {
+            jid,
+            jobtype,
+            queue,
+            timeout,
+            run_at,
+            retry,
+            priority,
+        })
+    }
+
+    /// The one-step job spec (see the module's table); `payload` is the job as pushed.
+    fn into_spec(self, payload: Value, shape: &Shape, limits: &Limits) -> JobSpec {
+        let mut labels = std::collections::BTreeMap::new();
+        labels.insert(LABEL_JID.to_string(), self.jid.clone());
+        labels.insert(LABEL_JOBTYPE.to_string(), self.jobtype.clone());
+        labels.insert(LABEL_QUEUE.to_string(), self.queue.clone());
+        labels.insert(LABEL_VIA.to_string(), VIA.to_string());
+        JobSpec {
+            idempotency_key: Some(format!("faktory/{}", self.jid)),
+            labels,
+            priority: (self.priority.clamp(1, 9) as i32 - 5) * PRIORITY_STEP,
+            run_at: self.run_at,
+            ordering_key: None,
+            callback_url: None,
+            on_failure: Some(OnFailure::Fail),
+            retention: None,
+            deadline: None,
+            job_attempts: None,
+            job_backoff: None,
+            job_exhausted: None,
+            steps: vec![StepSpec {
+                name: self.jobtype,
+                agent: self.queue,
+                payload,
+                depends_on: Vec::new(),
+                timeout: Some(self.timeout),
+                deadline: None,
+                max_attempts: Some(max_attempts(self.retry, limits)),
+                backoff: shape.backoff,
+                backoff_formula: shape.backoff.is_none().then_some(Formula::Faktory),
+                compensate: None,
+                http: None,
+                progress_events: None,
+            }],
+        }
+    }
+}
+
+/// A field that must be a string when present: `None` when absent or null.
+fn string_field<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("invalid JSON: `{key}` must be a string")),
+    }
+}
+
+/// A field that must be a whole number when present: `None` when absent or null.
+fn whole_number_field(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| format!("invalid JSON: `{key}` must be a whole number")),
+    }
 }
 
 /// Faktory's reservation rule: none or 0 → the default; below the minimum → the minimum; more
