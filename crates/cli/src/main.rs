@@ -69,10 +69,58 @@ pub enum Output {
     Json,
 }
 
+/// The subcommands, in the order `--help` lists them. Some of one kind are grouped in an enum of
+/// their own, flattened in here: they stay commands of `overseer` itself, and each group's `run`
+/// dispatches them.
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run a server node.
     Server(server_cmd::ServerArgs),
+    #[command(flatten)]
+    Jobs(JobCmd),
+    #[command(flatten)]
+    AgentNames(AgentNameCmd),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// API tokens: create (the secret is printed once), list, revoke.
+    Tokens {
+        #[command(subcommand)]
+        command: tokens_cmd::TokensCmd,
+        #[arg(long, value_enum, default_value_t, global = true)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Print the key deliveries are signed with, when the server generated it (admin).
+    WebhookSecret {
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    #[command(flatten)]
+    Actions(ActionCmd),
+    /// Manage cron schedules.
+    Schedules {
+        #[command(subcommand)]
+        command: client_cmd::SchedulesCmd,
+        #[arg(long, value_enum, default_value_t, global = true)]
+        output: Output,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Run a command agent: each lease of AGENT runs CMD with the lease JSON on stdin.
+    Agent(agent_cmd::AgentArgs),
+    /// Measure throughput and latency with real agents over HTTP (in-process server by default).
+    Bench(bench::BenchArgs),
+    /// Internal: guards one command of `overseer agent` (kills its process group if the agent dies).
+    #[command(name = "__reap", hide = true)]
+    Reap,
+}
+
+/// Submitting, showing and listing jobs, and a job's history.
+#[derive(Subcommand, Debug)]
+enum JobCmd {
     /// Submit a job spec (JSON or YAML) from a file or `-` for standard input; prints the job id.
     Submit {
         file: PathBuf,
@@ -115,6 +163,11 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+}
+
+/// Agent names: their work, limits and pauses.
+#[derive(Subcommand, Debug)]
+enum AgentNameCmd {
     /// Agent names and their work; `agents pause|resume NAME`.
     Agents {
         #[command(subcommand)]
@@ -142,24 +195,11 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
-    Completions { shell: clap_complete::Shell },
-    /// API tokens: create (the secret is printed once), list, revoke.
-    Tokens {
-        #[command(subcommand)]
-        command: tokens_cmd::TokensCmd,
-        #[arg(long, value_enum, default_value_t, global = true)]
-        output: Output,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    /// Print the key deliveries are signed with, when the server generated it (admin).
-    WebhookSecret {
-        #[arg(long, value_enum, default_value_t)]
-        output: Output,
-        #[command(flatten)]
-        remote: Remote,
-    },
+}
+
+/// Acting on one job: removing or cancelling it, and the operator's actions.
+#[derive(Subcommand, Debug)]
+enum ActionCmd {
     /// Remove a finished job now, with its steps and history (as its retention would later).
     Delete {
         job: String,
@@ -235,22 +275,6 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Manage cron schedules.
-    Schedules {
-        #[command(subcommand)]
-        command: client_cmd::SchedulesCmd,
-        #[arg(long, value_enum, default_value_t, global = true)]
-        output: Output,
-        #[command(flatten)]
-        remote: Remote,
-    },
-    /// Run a command agent: each lease of AGENT runs CMD with the lease JSON on stdin.
-    Agent(agent_cmd::AgentArgs),
-    /// Measure throughput and latency with real agents over HTTP (in-process server by default).
-    Bench(bench::BenchArgs),
-    /// Internal: guards one command of `overseer agent` (kills its process group if the agent dies).
-    #[command(name = "__reap", hide = true)]
-    Reap,
 }
 
 /// Turns transparent huge pages off for this process, before any thread starts; the server and
@@ -288,47 +312,24 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async move {
-        match cli.command {
+    match runtime.block_on(cli.command.run()) {
+        Ok(code) => code,
+        // The reader of our output went away (`| head`): nothing is wrong, nothing to say.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", describe_error(&e));
+            ExitCode::from(2)
+        }
+    }
+}
+
+impl Cmd {
+    /// Runs the command to its exit status; `main` reports an error.
+    async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
             Cmd::Server(args) => server_cmd::run(args).await,
-            Cmd::Submit {
-                file,
-                wait,
-                output,
-                remote,
-            } => client_cmd::submit(&remote, &file, wait, output).await,
-            Cmd::Status {
-                job,
-                watch,
-                output,
-                remote,
-            } => client_cmd::status(&remote, &job, watch, output).await,
-            Cmd::Jobs {
-                filters,
-                output,
-                remote,
-            } => client_cmd::jobs(&remote, filters, output).await,
-            Cmd::Events {
-                job,
-                follow,
-                output,
-                remote,
-            } => ops_cmd::events(&remote, &job, follow, output).await,
-            Cmd::Agents {
-                command,
-                output,
-                remote,
-            } => ops_cmd::agents(&remote, command, output).await,
-            Cmd::Limits {
-                command,
-                output,
-                remote,
-            } => ops_cmd::limits(&remote, command, output).await,
-            Cmd::Pause {
-                agent,
-                output,
-                remote,
-            } => ops_cmd::set_paused(&remote, &agent, true, output).await,
+            Cmd::Jobs(command) => command.run().await,
+            Cmd::AgentNames(command) => command.run().await,
             Cmd::Completions { shell } => Ok(ops_cmd::completions(shell, &mut Cli::command())),
             Cmd::Tokens {
                 command,
@@ -338,45 +339,117 @@ fn main() -> ExitCode {
             Cmd::WebhookSecret { output, remote } => {
                 tokens_cmd::webhook_secret(&remote, output).await
             }
-            Cmd::Cancel {
+            Cmd::Actions(command) => command.run().await,
+            Cmd::Schedules {
+                command,
+                output,
+                remote,
+            } => client_cmd::schedules(&remote, command, output).await,
+            Cmd::Agent(args) => agent_cmd::run(args).await,
+            Cmd::Bench(args) => bench::run(args).await,
+            Cmd::Reap => agent_cmd::reap().await,
+        }
+    }
+}
+
+impl JobCmd {
+    /// Runs a job command (the client's, or `ops_cmd`'s for a job's history).
+    async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            JobCmd::Submit {
+                file,
+                wait,
+                output,
+                remote,
+            } => client_cmd::submit(&remote, &file, wait, output).await,
+            JobCmd::Status {
+                job,
+                watch,
+                output,
+                remote,
+            } => client_cmd::status(&remote, &job, watch, output).await,
+            JobCmd::Jobs {
+                filters,
+                output,
+                remote,
+            } => client_cmd::jobs(&remote, filters, output).await,
+            JobCmd::Events {
+                job,
+                follow,
+                output,
+                remote,
+            } => ops_cmd::events(&remote, &job, follow, output).await,
+        }
+    }
+}
+
+impl AgentNameCmd {
+    /// Runs an agent-name command (`ops_cmd`).
+    async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            AgentNameCmd::Agents {
+                command,
+                output,
+                remote,
+            } => ops_cmd::agents(&remote, command, output).await,
+            AgentNameCmd::Limits {
+                command,
+                output,
+                remote,
+            } => ops_cmd::limits(&remote, command, output).await,
+            AgentNameCmd::Pause {
+                agent,
+                output,
+                remote,
+            } => ops_cmd::set_paused(&remote, &agent, true, output).await,
+        }
+    }
+}
+
+impl ActionCmd {
+    /// Runs an action on a job, or with `resume --agent` resumes an agent name instead.
+    async fn run(self) -> anyhow::Result<ExitCode> {
+        use client_cmd::Op;
+        match self {
+            ActionCmd::Delete { job, remote } => client_cmd::delete(&remote, &job).await,
+            ActionCmd::Cancel {
                 job,
                 output,
                 remote,
             } => client_cmd::cancel(&remote, &job, output).await,
-            Cmd::Delete { job, remote } => client_cmd::delete(&remote, &job).await,
-            Cmd::Retry {
+            ActionCmd::Retry {
                 job,
                 step,
                 action,
                 remote,
-            } => client_cmd::operator(&remote, &job, client_cmd::Op::Retry(step), action).await,
-            Cmd::Skip {
+            } => client_cmd::operator(&remote, &job, Op::Retry(step), action).await,
+            ActionCmd::Skip {
                 job,
                 step,
                 action,
                 remote,
-            } => client_cmd::operator(&remote, &job, client_cmd::Op::Skip(step), action).await,
-            Cmd::Resume {
+            } => client_cmd::operator(&remote, &job, Op::Skip(step), action).await,
+            ActionCmd::Resume {
                 agent: Some(agent),
                 remote,
                 ..
             } => ops_cmd::set_paused(&remote, &agent, false, Output::Human).await,
-            Cmd::Resume {
+            ActionCmd::Resume {
                 job,
                 action,
                 remote,
                 ..
             } => {
                 let job = job.unwrap_or_default();
-                client_cmd::operator(&remote, &job, client_cmd::Op::Resume, action).await
+                client_cmd::operator(&remote, &job, Op::Resume, action).await
             }
-            Cmd::Rerun {
+            ActionCmd::Rerun {
                 job,
                 from_failed,
                 action,
                 remote,
             } => client_cmd::rerun(&remote, &job, from_failed, action).await,
-            Cmd::Reschedule {
+            ActionCmd::Reschedule {
                 job,
                 at,
                 in_,
@@ -387,23 +460,6 @@ fn main() -> ExitCode {
                 let when = client_cmd::When { at, in_ };
                 client_cmd::reschedule(&remote, &job, when, priority, action).await
             }
-            Cmd::Schedules {
-                command,
-                output,
-                remote,
-            } => client_cmd::schedules(&remote, command, output).await,
-            Cmd::Agent(args) => agent_cmd::run(args).await,
-            Cmd::Bench(args) => bench::run(args).await,
-            Cmd::Reap => agent_cmd::reap().await,
-        }
-    });
-    match result {
-        Ok(code) => code,
-        // The reader of our output went away (`| head`): nothing is wrong, nothing to say.
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", describe_error(&e));
-            ExitCode::from(2)
         }
     }
 }
