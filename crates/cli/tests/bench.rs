@@ -102,6 +102,8 @@ fn every_scenario_prints_sane_json() {
         "fanout",
         "memory",
         "overload",
+        "store_submit",
+        "store_drain",
     ];
     expected.sort_unstable();
     assert_eq!(names, expected, "{stdout}");
@@ -111,10 +113,10 @@ fn every_scenario_prints_sane_json() {
     );
 
     for (name, row) in &rows {
-        let backend = if name == "memory" || name == "overload" {
-            "sqlite server process"
-        } else {
-            "sqlite in-process"
+        let backend = match name.as_str() {
+            "memory" | "overload" => "sqlite server process",
+            "store_submit" | "store_drain" => "sqlite store alone",
+            _ => "sqlite in-process",
         };
         assert_eq!(row["backend"], backend, "{row}");
         assert!(row["jobs"].as_u64().unwrap() > 0, "{row}");
@@ -128,7 +130,10 @@ fn every_scenario_prints_sane_json() {
         } else {
             assert!(row["per_s"].is_null(), "{row}");
         }
-        let timed = !matches!(name.as_str(), "drain" | "dag" | "memory");
+        let timed = !matches!(
+            name.as_str(),
+            "drain" | "dag" | "memory" | "store_submit" | "store_drain"
+        );
         if timed {
             let (p50, p99) = (num(row, "p50_ms"), num(row, "p99_ms"));
             assert!(0.0 <= p50 && p50 <= p99, "{row}");
@@ -180,6 +185,17 @@ fn every_scenario_prints_sane_json() {
     );
     let drain = &rows["drain"];
     assert_eq!(num(drain, "steps_per_s"), num(drain, "per_s"));
+    // The store alone ran every job to the end (it fails otherwise), in batches of 50.
+    assert_eq!((jobs("store_submit"), jobs("store_drain")), (200, 200));
+    let store = &rows["store_drain"];
+    assert_eq!(num(store, "steps_per_s"), num(store, "per_s"));
+    assert!(
+        rows["store_submit"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("batches of 50"),
+        "{stdout}"
+    );
     let dag = &rows["dag"];
     let ratio = num(dag, "steps_per_s") / num(dag, "per_s");
     assert!((ratio - 4.0).abs() < 1e-6, "4 steps per dag job: {dag}");
@@ -202,8 +218,9 @@ fn every_scenario_prints_sane_json() {
 }
 
 // Proves `--server` benchmarks a separately started server process, `--scenario` with
-// `--batch 1` runs exactly the scenarios asked for, and `memory` and `cross_node` are skipped
-// with a note on stderr, since a remote server's memory cannot be read nor its store opened.
+// `--batch 1` runs exactly the scenarios asked for, and `memory`, `cross_node` and `store` are
+// skipped with a note on stderr, since a remote server's memory cannot be read nor its store
+// opened.
 #[test]
 fn targets_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
@@ -219,6 +236,8 @@ fn targets_a_running_server() {
         "memory",
         "--scenario",
         "cross_node",
+        "--scenario",
+        "store",
         "--batch",
         "1",
         "--jobs",
@@ -235,6 +254,7 @@ fn targets_a_running_server() {
     assert_eq!(names, ["drain", "submit"], "{stdout}");
     assert!(stderr.contains("memory skipped"), "{stderr}");
     assert!(stderr.contains("cross_node skipped"), "{stderr}");
+    assert!(stderr.contains("store skipped"), "{stderr}");
     for row in rows.values() {
         assert_eq!(
             row["backend"].as_str().unwrap(),
