@@ -444,6 +444,20 @@ pub(super) fn insert_retired_lease(conn: &Connection, lease: &LeaseRef) -> Resul
 /// Resolves a lease id to its attempt: the step that names it as its latest lease, else the
 /// leases kept when they were taken off their steps.
 pub(super) fn find_lease(conn: &Connection, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
+    if let Some(found) = super::written::lease(lease_id) {
+        debug_assert_eq!(
+            read_lease(conn, lease_id)?,
+            Some(found),
+            "the writer's cache resolves a lease differently from the database"
+        );
+        return Ok(Some(found));
+    }
+    read_lease(conn, lease_id)
+}
+
+/// [`find_lease`] from the database: the step that holds the lease, else the lease's record
+/// once retired.
+fn read_lease(conn: &Connection, lease_id: LeaseId) -> Result<Option<LeaseRef>> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT job_id, idx, attempt, lease_id FROM steps WHERE lease_id = ?1 \

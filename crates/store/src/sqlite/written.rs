@@ -10,6 +10,9 @@
 //! - a write rolled back (a failed operation's savepoint, a batch that did not commit) drops
 //!   everything, since what it stored here was never committed.
 //!
+//! It also answers which step holds a lease id, for the jobs it has, so that a report does not
+//! look its lease up in the database.
+//!
 //! With each job it keeps the job's `last_event_seq` (the number of its newest event), so that a
 //! transition numbers its events and writes the new count with the job's row, without reading
 //! the count back first.
@@ -21,7 +24,9 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use overseer_core::{Job, JobId};
+use overseer_core::{Job, JobId, LeaseId};
+
+use crate::LeaseRef;
 use serde_json::Value;
 
 /// Jobs kept in each of the two generations, and about how many bytes of them: the cache holds
@@ -43,6 +48,10 @@ struct Entry {
 struct Generation {
     jobs: HashMap<JobId, Entry>,
     bytes: usize,
+    /// The lease ids on the steps of the jobs stored in this generation, to their job. An entry
+    /// may be stale (the step was leased again, the job dropped): every answer is checked
+    /// against the cached job's step.
+    leases: HashMap<LeaseId, JobId>,
 }
 
 impl Generation {
@@ -53,7 +62,9 @@ impl Generation {
     }
 
     fn full(&self) -> bool {
-        self.jobs.len() >= GENERATION || self.bytes >= GENERATION_BYTES
+        self.jobs.len() >= GENERATION
+            || self.bytes >= GENERATION_BYTES
+            || self.leases.len() >= 4 * GENERATION
     }
 }
 
@@ -74,7 +85,29 @@ impl Cache {
             self.older = std::mem::take(&mut self.newer);
         }
         self.newer.bytes += entry.bytes;
+        for lease in entry.job.steps.iter().filter_map(|s| s.lease_id) {
+            self.newer.leases.insert(lease, id);
+        }
         self.newer.jobs.insert(id, entry);
+    }
+
+    /// The step of a cached job that holds `lease` now, as the steps table would answer it.
+    fn lease(&self, lease: LeaseId) -> Option<LeaseRef> {
+        [&self.newer, &self.older].into_iter().find_map(|g| {
+            let job_id = *g.leases.get(&lease)?;
+            let job = &self.get(&job_id)?.job;
+            let (step, s) = job
+                .steps
+                .iter()
+                .enumerate()
+                .find(|(_, s)| s.lease_id == Some(lease))?;
+            Some(LeaseRef {
+                lease_id: lease,
+                job_id,
+                step,
+                attempt: s.attempt,
+            })
+        })
     }
 
     fn remove(&mut self, id: &JobId) {
@@ -143,6 +176,12 @@ pub(super) fn last_event_seq(id: JobId) -> Option<i64> {
             .as_ref()
             .and_then(|c| c.get(&id).map(|e| e.last_event_seq))
     })
+}
+
+/// The step a lease id names, when the job that holds it is cached on this thread; `None`
+/// sends the caller to the database (which also knows the leases that steps no longer hold).
+pub(super) fn lease(lease_id: LeaseId) -> Option<LeaseRef> {
+    WRITTEN.with(|w| w.borrow().as_ref().and_then(|c| c.lease(lease_id)))
 }
 
 /// Keeps `job` and its `last_event_seq` as the database now holds them (in the open
@@ -237,6 +276,42 @@ mod tests {
         assert!(kept < 300, "{kept} jobs of 256 KiB kept");
         assert!(c.newer.bytes + c.older.bytes <= 2 * GENERATION_BYTES + (300 << 10));
         assert!(c.get(&jobs[999].id).is_some());
+    }
+
+    #[test]
+    fn a_lease_resolves_to_the_step_that_holds_it_now() {
+        let mut c = Cache::default();
+        let mut j = job(Value::Null);
+        let (first, second) = (LeaseId::generate(), LeaseId::generate());
+        j.steps[0].lease_id = Some(first);
+        j.steps[0].attempt = 1;
+        c.insert(
+            j.id,
+            Entry {
+                job: j.clone(),
+                last_event_seq: 2,
+                bytes: size_of(&j),
+            },
+        );
+        let found = c.lease(first).expect("cached");
+        assert_eq!((found.job_id, found.step, found.attempt), (j.id, 0, 1));
+        // Leased again: the old id is no longer on the step, so the cache does not answer for
+        // it (the database's retired leases do).
+        j.steps[0].lease_id = Some(second);
+        j.steps[0].attempt = 2;
+        c.insert(
+            j.id,
+            Entry {
+                job: j.clone(),
+                last_event_seq: 3,
+                bytes: size_of(&j),
+            },
+        );
+        assert!(c.lease(first).is_none());
+        assert_eq!(c.lease(second).map(|l| l.attempt), Some(2));
+        // A dropped job answers for none of its leases.
+        c.remove(&j.id);
+        assert!(c.lease(second).is_none());
     }
 
     #[test]
