@@ -44,6 +44,16 @@ struct Entry {
     bytes: usize,
 }
 
+impl Entry {
+    fn of(job: &Job, last_event_seq: i64) -> Entry {
+        Entry {
+            job: job.clone(),
+            last_event_seq,
+            bytes: size_of(job),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Generation {
     jobs: HashMap<JobId, Entry>,
@@ -189,16 +199,7 @@ pub(super) fn lease(lease_id: LeaseId) -> Option<LeaseRef> {
 pub(super) fn remember(job: &Job, last_event_seq: i64) {
     WRITTEN.with(|w| {
         if let Some(c) = w.borrow_mut().as_mut() {
-            let job = job.clone();
-            let bytes = size_of(&job);
-            c.insert(
-                job.id,
-                Entry {
-                    job,
-                    last_event_seq,
-                    bytes,
-                },
-            );
+            c.insert(job.id, Entry::of(job, last_event_seq));
         }
     });
 }
@@ -239,15 +240,7 @@ mod tests {
         let mut c = Cache::default();
         let jobs: Vec<Job> = (0..2 * GENERATION + 1).map(|_| job(Value::Null)).collect();
         for j in &jobs {
-            let bytes = size_of(j);
-            c.insert(
-                j.id,
-                Entry {
-                    job: j.clone(),
-                    last_event_seq: 1,
-                    bytes,
-                },
-            );
+            c.insert(j.id, Entry::of(j, 1));
         }
         // The first generation was dropped whole when the third began; the last two are kept.
         assert!(c.get(&jobs[0].id).is_none());
@@ -262,15 +255,7 @@ mod tests {
         let big = Value::String("x".repeat(256 << 10));
         let jobs: Vec<Job> = (0..1_000).map(|_| job(big.clone())).collect();
         for j in &jobs {
-            let bytes = size_of(j);
-            c.insert(
-                j.id,
-                Entry {
-                    job: j.clone(),
-                    last_event_seq: 1,
-                    bytes,
-                },
-            );
+            c.insert(j.id, Entry::of(j, 1));
         }
         let kept = c.newer.jobs.len() + c.older.jobs.len();
         assert!(kept < 300, "{kept} jobs of 256 KiB kept");
@@ -285,28 +270,14 @@ mod tests {
         let (first, second) = (LeaseId::generate(), LeaseId::generate());
         j.steps[0].lease_id = Some(first);
         j.steps[0].attempt = 1;
-        c.insert(
-            j.id,
-            Entry {
-                job: j.clone(),
-                last_event_seq: 2,
-                bytes: size_of(&j),
-            },
-        );
+        c.insert(j.id, Entry::of(&j, 2));
         let found = c.lease(first).expect("cached");
         assert_eq!((found.job_id, found.step, found.attempt), (j.id, 0, 1));
         // Leased again: the old id is no longer on the step, so the cache does not answer for
         // it (the database's retired leases do).
         j.steps[0].lease_id = Some(second);
         j.steps[0].attempt = 2;
-        c.insert(
-            j.id,
-            Entry {
-                job: j.clone(),
-                last_event_seq: 3,
-                bytes: size_of(&j),
-            },
-        );
+        c.insert(j.id, Entry::of(&j, 3));
         assert!(c.lease(first).is_none());
         assert_eq!(c.lease(second).map(|l| l.attempt), Some(2));
         // A dropped job answers for none of its leases.
@@ -319,14 +290,7 @@ mod tests {
         let mut c = Cache::default();
         let j = job(Value::String("y".repeat(1_000)));
         for seq in 1..=3 {
-            c.insert(
-                j.id,
-                Entry {
-                    job: j.clone(),
-                    last_event_seq: seq,
-                    bytes: size_of(&j),
-                },
-            );
+            c.insert(j.id, Entry::of(&j, seq));
         }
         assert_eq!(c.newer.jobs.len() + c.older.jobs.len(), 1);
         assert_eq!(c.newer.bytes + c.older.bytes, size_of(&j));
