@@ -7,7 +7,7 @@ use std::time::Duration;
 use overseer_core::wire::{Lease, LeaseRequest};
 use overseer_core::Span;
 use rand::Rng;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
@@ -34,104 +34,159 @@ pub(super) struct Pool {
     pub(super) wait: Span,
 }
 
+/// What a round of the lease loop leaves to do: another round, or stop.
+enum Round {
+    Again,
+    Stop,
+}
+
+/// The loop's own state: the handler slots, the report slots, the attempts it started and the
+/// back-off after errors.
+struct Running {
+    slots: Arc<Semaphore>,
+    reporting: Arc<Semaphore>,
+    tasks: JoinSet<()>,
+    backoff: PollBackoff,
+}
+
+/// Either token ends the loop: `shutdown` lets running attempts finish, `abandon` also ends them.
+struct Stops<'a> {
+    shutdown: &'a CancellationToken,
+    abandon: &'a CancellationToken,
+}
+
+impl Stops<'_> {
+    async fn stopping(&self) {
+        tokio::select! {
+            _ = self.shutdown.cancelled() => {}
+            _ = self.abandon.cancelled() => {}
+        }
+    }
+
+    /// Sleeps for `pause`; false when the loop was told to stop meanwhile.
+    async fn pause(&self, pause: Duration) -> bool {
+        tokio::select! {
+            _ = self.stopping() => false,
+            _ = sleep(pause) => true,
+        }
+    }
+}
+
 impl Pool {
     pub(super) async fn run(self, shutdown: CancellationToken, abandon: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(self.concurrency));
-        let reporting = Arc::new(Semaphore::new(self.concurrency * REPORTS_PER_SLOT));
-        let mut tasks: JoinSet<()> = JoinSet::new();
-        let mut backoff = PollBackoff::default();
-        let stopping = || async {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = abandon.cancelled() => {}
-            }
+        let mut running = Running {
+            slots: Arc::new(Semaphore::new(self.concurrency)),
+            reporting: Arc::new(Semaphore::new(self.concurrency * REPORTS_PER_SLOT)),
+            tasks: JoinSet::new(),
+            backoff: PollBackoff::default(),
         };
-        loop {
-            while let Some(done) = tasks.try_join_next() {
-                log_task_end(done);
+        let stops = Stops {
+            shutdown: &shutdown,
+            abandon: &abandon,
+        };
+        while let Round::Again = self.round(&mut running, &stops).await {}
+        debug!(agent = %self.agent, running = running.tasks.len(), "no longer taking leases; waiting for running attempts");
+        while let Some(done) = running.tasks.join_next().await {
+            log_task_end(done);
+        }
+    }
+
+    /// One lease request for as many slots as are free (at least one, waited for), and an
+    /// attempt started for each lease in the answer.
+    async fn round(&self, running: &mut Running, stops: &Stops<'_>) -> Round {
+        while let Some(done) = running.tasks.try_join_next() {
+            log_task_end(done);
+        }
+        // Hold the slots we ask for while we ask, so `max` never exceeds what is free.
+        let first = tokio::select! {
+            biased;
+            _ = stops.stopping() => return Round::Stop,
+            permit = running.slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        let mut permits = vec![first];
+        while permits.len() < LEASES_PER_CALL_MAX {
+            match running.slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
             }
-            // Hold the slots we ask for while we ask, so `max` never exceeds what is free.
-            let first = tokio::select! {
-                biased;
-                _ = stopping() => break,
-                permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            };
-            let mut permits = vec![first];
-            while permits.len() < LEASES_PER_CALL_MAX {
-                match slots.clone().try_acquire_owned() {
-                    Ok(p) => permits.push(p),
-                    Err(_) => break,
+        }
+        let request = LeaseRequest {
+            worker: self.shared.worker_id.to_string(),
+            max: Some(permits.len()),
+            wait: Some(self.wait),
+        };
+        // Taken before sending: every lease in the answer is counted from this instant.
+        let sent_at = Instant::now();
+        let answer = tokio::select! {
+            biased;
+            _ = stops.stopping() => return Round::Stop,
+            answer = self.shared.client.leases(&self.agent, &request) => answer,
+        };
+        match answer {
+            Ok(response) => {
+                running.backoff.reset();
+                if response.leases.is_empty()
+                    && sent_at.elapsed() < EMPTY_POLL_MIN
+                    && !stops.pause(EMPTY_POLL_MIN).await
+                {
+                    return Round::Stop;
+                }
+                for lease in response.leases {
+                    self.start(running, lease, permits.pop(), sent_at, stops.abandon);
                 }
             }
-            let request = LeaseRequest {
-                worker: self.shared.worker_id.to_string(),
-                max: Some(permits.len()),
-                wait: Some(self.wait),
-            };
-            // Taken before sending: every lease in the answer is counted from this instant.
-            let sent_at = Instant::now();
-            let answer = tokio::select! {
-                biased;
-                _ = stopping() => break,
-                answer = self.shared.client.leases(&self.agent, &request) => answer,
-            };
-            match answer {
-                Ok(response) => {
-                    backoff.reset();
-                    if response.leases.is_empty() && sent_at.elapsed() < EMPTY_POLL_MIN {
-                        tokio::select! {
-                            _ = stopping() => break,
-                            _ = sleep(EMPTY_POLL_MIN) => {}
-                        }
-                    }
-                    for lease in response.leases {
-                        let span = tracing::info_span!(
-                            "lease",
-                            agent = %self.agent,
-                            job = %lease.job_id,
-                            step = %lease.step,
-                            attempt = lease.attempt,
-                            lease = %lease.lease_id,
-                        );
-                        match permits.pop() {
-                            Some(permit) => {
-                                let attempt = Attempt {
-                                    shared: self.shared.clone(),
-                                    handler: self.handler.clone(),
-                                    lease: Arc::new(lease),
-                                    sent_at,
-                                    abandon: abandon.clone(),
-                                    reporting: reporting.clone(),
-                                };
-                                tasks.spawn(attempt.run(permit).instrument(span));
-                            }
-                            None => {
-                                let client = self.shared.client.clone();
-                                let abandon = abandon.clone();
-                                tasks.spawn(
-                                    refuse(client, lease, sent_at, abandon).instrument(span),
-                                );
-                            }
-                        }
-                    }
+            Err(e) => {
+                let pause = running.backoff.next();
+                if e.is_transient() {
+                    warn!(agent = %self.agent, error = %e, ?pause, "cannot take leases; retrying");
+                } else {
+                    error!(agent = %self.agent, error = %e, ?pause, "the server refused the lease request; retrying");
                 }
-                Err(e) => {
-                    let pause = backoff.next();
-                    if e.is_transient() {
-                        warn!(agent = %self.agent, error = %e, ?pause, "cannot take leases; retrying");
-                    } else {
-                        error!(agent = %self.agent, error = %e, ?pause, "the server refused the lease request; retrying");
-                    }
-                    tokio::select! {
-                        _ = stopping() => break,
-                        _ = sleep(pause) => {}
-                    }
+                if !stops.pause(pause).await {
+                    return Round::Stop;
                 }
             }
         }
-        debug!(agent = %self.agent, running = tasks.len(), "no longer taking leases; waiting for running attempts");
-        while let Some(done) = tasks.join_next().await {
-            log_task_end(done);
+        Round::Again
+    }
+
+    /// Starts an attempt for `lease` in the slot `permit` holds, or gives the lease back when
+    /// the server sent more than was asked for.
+    fn start(
+        &self,
+        running: &mut Running,
+        lease: Lease,
+        permit: Option<OwnedSemaphorePermit>,
+        sent_at: Instant,
+        abandon: &CancellationToken,
+    ) {
+        let span = tracing::info_span!(
+            "lease",
+            agent = %self.agent,
+            job = %lease.job_id,
+            step = %lease.step,
+            attempt = lease.attempt,
+            lease = %lease.lease_id,
+        );
+        match permit {
+            Some(permit) => {
+                let attempt = Attempt {
+                    shared: self.shared.clone(),
+                    handler: self.handler.clone(),
+                    lease: Arc::new(lease),
+                    sent_at,
+                    abandon: abandon.clone(),
+                    reporting: running.reporting.clone(),
+                };
+                running.tasks.spawn(attempt.run(permit).instrument(span));
+            }
+            None => {
+                let client = self.shared.client.clone();
+                let abandon = abandon.clone();
+                running
+                    .tasks
+                    .spawn(refuse(client, lease, sent_at, abandon).instrument(span));
+            }
         }
     }
 }
