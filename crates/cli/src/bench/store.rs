@@ -16,10 +16,12 @@ use std::time::Instant;
 use anyhow::Context;
 use overseer_core::machine::admit;
 use overseer_core::{Job, JobId, LeaseId, Timestamp};
+use overseer_server::config::StoreUrl;
+use overseer_server::{Clock, SystemClock};
 use overseer_store::{Claim, LeaseReport, NewJob, Report, Reports, Store};
 use serde_json::Value;
 
-use super::scenarios::{one_step, wall_ms};
+use super::scenarios::one_step;
 use super::{Ctx, Row};
 
 /// Jobs when `--jobs` is not given.
@@ -83,17 +85,16 @@ async fn open(
             Some(dir)
         }
     };
-    let backend = if config.db.starts_with("postgres") {
-        "postgres"
-    } else {
-        "sqlite"
+    let backend = match StoreUrl::parse(&config.db).map_err(anyhow::Error::msg)? {
+        StoreUrl::Sqlite(_) => "sqlite",
+        StoreUrl::Postgres(_) => "postgres",
     };
     let store = overseer_server::open_store(&config).await?;
     Ok((store, backend, dir))
 }
 
 fn now() -> Timestamp {
-    Timestamp::from_millis(wall_ms() as i64)
+    SystemClock.now()
 }
 
 async fn submit(store: &dyn Store, agent: &str, n: usize, batch: usize) -> anyhow::Result<()> {
