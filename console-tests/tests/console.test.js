@@ -2,11 +2,13 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { Env, ROOT, until } from "../harness.js";
 
 let env;
-const SHOTS = join(ROOT, "docs/screenshots");
+// The screenshots go under target/ so that running the tests leaves the checkout as it was;
+// `OVERSEER_SCREENSHOTS=docs/screenshots` refreshes the README's pictures.
+const SHOTS = resolve(ROOT, process.env.OVERSEER_SCREENSHOTS || "target/console-screenshots");
 
 before(async () => {
   env = await Env.start();

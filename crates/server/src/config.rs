@@ -235,7 +235,8 @@ impl Config {
     }
 
     /// The store URL and pool, the supervisor's timings (sweep, leader lease, repair batch), the
-    /// default long-poll wait, the log format, and deliveries (alert URL, timeout).
+    /// default long-poll wait, the log format, and the delivery timeout (the alert URL is checked
+    /// with the outbound policy in `check_access`).
     fn check_store_and_timings(&self) -> Result<(), Error> {
         StoreUrl::parse(&self.db).map_err(|m| invalid("db", m))?;
         if self.sweep_interval < Span::from_millis(10) || self.sweep_interval > Span::from_secs(60)
@@ -250,14 +251,6 @@ impl Config {
         }
         if !matches!(self.log_format.as_str(), "human" | "json") {
             return Err(invalid("log_format", "must be `human` or `json`"));
-        }
-        if let Some(url) = &self.alert_webhook {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(invalid(
-                    "alert_webhook",
-                    "must be an http:// or https:// URL",
-                ));
-            }
         }
         if self.delivery_timeout < Span::from_millis(100)
             || self.delivery_timeout > Span::from_secs(300)
@@ -333,6 +326,33 @@ impl StoreUrl {
             Err(format!(
                 "`{url}` is not a store URL (expected sqlite://PATH or postgres://…)"
             ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    fn alert(url: &str) -> Result<(), String> {
+        let config = Config {
+            alert_webhook: Some(url.into()),
+            ..Config::default()
+        };
+        config.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_alert_webhook_is_an_http_url_outside_the_internal_network() {
+        assert_eq!(alert("https://alerts.example.com/hook"), Ok(()));
+        assert_eq!(alert("HTTP://alerts.example.com/hook"), Ok(()));
+        for bad in [
+            "ftp://alerts.example.com/hook",
+            "alerts.example.com",
+            "http://10.0.0.7/a",
+        ] {
+            let err = alert(bad).expect_err(bad);
+            assert!(err.contains("alert_webhook"), "{bad}: {err}");
         }
     }
 }
