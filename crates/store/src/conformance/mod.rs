@@ -188,6 +188,16 @@ macro_rules! conformance_tests {
 /// The instant every case starts from.
 pub const T0: Timestamp = Timestamp(1_700_000_000_000);
 
+/// The supervisor's verdict that attempt `attempt` of step `step` outlived its lease, with no
+/// jitter in the backoff it starts.
+pub fn expire(step: usize, attempt: u32) -> Command {
+    Command::Expire {
+        step,
+        attempt,
+        jitter: 0.0,
+    }
+}
+
 /// `T0` plus `ms` milliseconds.
 pub fn at(ms: i64) -> Timestamp {
     Timestamp(T0.0 + ms)

@@ -39,17 +39,7 @@ pub async fn expired_lease_requeues_with_backoff(f: &Fixture) {
         }]
     );
 
-    let t = apply(
-        store,
-        id,
-        Command::Expire {
-            step: 0,
-            attempt: 1,
-            jitter: 0.0,
-        },
-        at(1_000),
-    )
-    .await;
+    let t = apply(store, id, expire(0, 1), at(1_000)).await;
     let stored = get(store, id).await;
     assert_eq!(stored, t.job);
     let step = &stored.steps[0];
@@ -71,15 +61,7 @@ pub async fn expired_lease_requeues_with_backoff(f: &Fixture) {
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].transition.job.steps[0].attempt, 2);
     match store
-        .job_apply(Apply::new(
-            id,
-            Command::Expire {
-                step: 0,
-                attempt: 1,
-                jitter: 0.0,
-            },
-            at(9_000),
-        ))
+        .job_apply(Apply::new(id, expire(0, 1), at(9_000)))
         .await
     {
         Err(Error::Rejected(Rejection::NotExpired)) => {}
@@ -142,17 +124,7 @@ pub async fn step_deadline_caps_the_stored_lease(f: &Fixture) {
     let due = |now| store.leases_expired(Due { now, limit: 10 });
     assert!(due(at(9_999)).await.expect("expired").is_empty());
     assert_eq!(due(at(10_000)).await.expect("expired").len(), 1);
-    apply(
-        store,
-        id,
-        Command::Expire {
-            step: 0,
-            attempt: 1,
-            jitter: 0.0,
-        },
-        at(10_000),
-    )
-    .await;
+    apply(store, id, expire(0, 1), at(10_000)).await;
     let kinds: Vec<EventKind> = all_events(store, id)
         .await
         .into_iter()

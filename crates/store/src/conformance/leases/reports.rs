@@ -28,17 +28,7 @@ pub async fn stale_report_is_rejected_and_changes_nothing(f: &Fixture) {
     assert_eq!(get(store, id).await, before);
     assert_eq!(all_events(store, id).await, history);
 
-    apply(
-        store,
-        id,
-        Command::Expire {
-            step: 0,
-            attempt: 1,
-            jitter: 0.0,
-        },
-        at(1_000),
-    )
-    .await;
+    apply(store, id, expire(0, 1), at(1_000)).await;
     let second = claim(store, "w", 1, 2, at(1_100)).await;
     assert_eq!(second[0].transition.job.steps[0].attempt, 2);
 
@@ -62,11 +52,7 @@ pub async fn stale_report_is_rejected_and_changes_nothing(f: &Fixture) {
             attempt: 1,
             progress: Some(json!("late")),
         },
-        Command::Expire {
-            step: 0,
-            attempt: 1,
-            jitter: 0.0,
-        },
+        expire(0, 1),
     ];
     for command in stale {
         let name = command.name();
@@ -125,11 +111,7 @@ pub async fn lease_reports_apply_each_and_refuse_only_their_own(f: &Fixture) {
         lease_of(job_id(2)),
         lease_of(job_id(4)),
     );
-    let expired = Command::Expire {
-        step: 0,
-        attempt: 1,
-        jitter: 0.0,
-    };
+    let expired = expire(0, 1);
     apply(store, job_id(4), expired, at(1_010)).await;
     let again = claim(store, "w", 1, 100, at(2_100)).await;
     assert_eq!(claimed_jobs(&again), vec![job_id(4)]);
@@ -286,17 +268,7 @@ pub async fn lease_find_resolves_superseded_leases(f: &Fixture) {
     );
     submit(store, admitted(id, &s, at(0))).await;
     claim(store, "w", 1, 1, at(0)).await;
-    apply(
-        store,
-        id,
-        Command::Expire {
-            step: 0,
-            attempt: 1,
-            jitter: 0.0,
-        },
-        at(1_000),
-    )
-    .await;
+    apply(store, id, expire(0, 1), at(1_000)).await;
     let second = claim(store, "w", 1, 2, at(1_000)).await;
     assert_eq!(second.len(), 1);
 

@@ -121,11 +121,7 @@ pub async fn undo_leases_expire_and_backoff_wakes_the_compensate_agent(f: &Fixtu
         vec![lease]
     );
 
-    let expired = Command::Expire {
-        step: 0,
-        attempt: 2,
-        jitter: 0.0,
-    };
+    let expired = expire(0, 2);
     let t = apply(store, id, expired, at(1_050)).await;
     let stored = get(store, id).await;
     assert_eq!(stored, t.job);
