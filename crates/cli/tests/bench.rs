@@ -355,3 +355,54 @@ fn ordered_on_postgres() {
     let (p50, p99) = (num(row, "p50_ms"), num(row, "p99_ms"));
     assert!(0.0 <= p50 && p50 <= p99, "{row}");
 }
+
+// Proves `steady` reads a server process every `--sample-every` while it removes finished jobs
+// past a short retention, and ends with the markers of all readings but the first pooled by
+// whether jobs were being removed during them: the figure that says what removal costs claims.
+#[test]
+fn steady_pools_its_claims_by_whether_jobs_were_being_removed() {
+    let stdout = bench(&[
+        "--scenario",
+        "steady",
+        "--steady-rate",
+        "200",
+        "--duration",
+        // The server looks for jobs to remove every 10 s while none are due.
+        "16s",
+        "--sample-every",
+        "2s",
+        "--retention",
+        "1s",
+        "--workers",
+        "1",
+        "--concurrency",
+        "8",
+        "--output",
+        "json",
+    ]);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let named = |name: &'static str| lines.iter().filter(move |r| r["scenario"] == name);
+    let readings = named("steady").count();
+    assert!(readings >= 4, "{readings} readings: {stdout}");
+    let removing = named("steady_removing")
+        .next()
+        .unwrap_or_else(|| panic!("no pooled row for removal: {stdout}"));
+    let pooled = named("steady_not_removing")
+        .chain(named("steady_removing"))
+        .map(|r| num(r, "jobs"))
+        .sum::<f64>();
+    // Every reading but the first is in exactly one of the two pools, 300 markers each.
+    assert_eq!(pooled, 300.0 * (readings - 1) as f64, "{stdout}");
+    assert!(
+        num(removing, "p50_ms") <= num(removing, "p99_ms"),
+        "{removing}"
+    );
+    let last = named("steady").next_back().expect("a reading");
+    let note = last["note"].as_str().expect("a note");
+    assert!(!note.contains(" 0 jobs removed so far"), "{note}");
+    // The pooled rows carry the server's memory, as the readings do, not the bench's own.
+    assert_eq!(removing["rss_mb"], last["rss_mb"], "{stdout}");
+}
