@@ -3,11 +3,13 @@
 //! these are the few choices around it that concern rows.)
 
 use overseer_core::bucket::{next_token_at, refill, whole};
-use overseer_core::{Command, Job, JobId, JobState, Step, Timestamp, Transition};
+use overseer_core::{Command, Job, JobId, JobState, Rejection, Step, Timestamp, Transition};
 
 use overseer_core::schedule::{self, Overlap, Timing};
 
-use crate::{AgentSettings, Error, Fire, LeaseRef, Result, Schedule, ScheduleUpdate};
+use crate::{
+    AgentSettings, Error, Fire, LeaseRef, OrderingKeyStatus, Result, Schedule, ScheduleUpdate,
+};
 
 /// The leases a transition took off their steps, which the store keeps (table `leases`) so each
 /// still resolves to its attempt: a step row names only its latest lease.
@@ -139,6 +141,40 @@ pub(crate) fn key_holder(index: usize, job: &Job, holder: (JobId, &str)) -> Resu
     })
 }
 
+/// Refuses agent settings no store may keep: a rate that is not a positive number of leases per
+/// second (a bucket cannot fill at zero or less, and SQLite would store NaN as NULL).
+pub(crate) fn check_agent_settings(
+    agent: &str,
+    settings: &AgentSettings,
+) -> std::result::Result<(), Rejection> {
+    match settings.rate {
+        Some(rate) if !(rate.is_finite() && rate > 0.0) => Err(Rejection::NotAllowed {
+            reason: format!(
+                "agent `{agent}`: a rate is a positive number of leases per second, not {rate}"
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// An ordering key's status from its head (the unfinished job submitted first, if any) and its
+/// count of unfinished jobs, the head among them: the rest wait behind it.
+pub(crate) fn ordering_key_status(
+    key: &str,
+    head: Option<Job>,
+    unfinished: u64,
+) -> OrderingKeyStatus {
+    let waiting = match head {
+        Some(_) => unfinished.saturating_sub(1),
+        None => 0,
+    };
+    OrderingKeyStatus {
+        key: key.to_string(),
+        head,
+        waiting,
+    }
+}
+
 /// What an agent's limits allow one claim: pause, `max_concurrency` and the `rate` token bucket,
 /// decided here for both backends, which read the inputs and write back what
 /// [`ClaimLimits::spend`] answers in the claim's own transaction.
@@ -250,6 +286,40 @@ mod tests {
             tokens: None,
             tokens_at: None,
         }
+    }
+
+    // Proves a rate must be a positive finite number, named with its agent, and that no rate or
+    // a positive one passes.
+    #[test]
+    fn agent_settings_refuse_a_rate_that_cannot_fill_a_bucket() {
+        let with = |rate| AgentSettings {
+            rate,
+            ..AgentSettings::default()
+        };
+        assert_eq!(check_agent_settings("a", &with(None)), Ok(()));
+        assert_eq!(check_agent_settings("a", &with(Some(0.5))), Ok(()));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            match check_agent_settings("dns", &with(Some(bad))) {
+                Err(Rejection::NotAllowed { reason }) => {
+                    assert!(reason.contains("`dns`"), "{reason}")
+                }
+                other => panic!("rate {bad}: {other:?}"),
+            }
+        }
+    }
+
+    // Proves the jobs behind an ordering key's head are the unfinished ones but the head, and
+    // that a key with no head has none waiting.
+    #[test]
+    fn an_ordering_key_waits_behind_its_head() {
+        let none = ordering_key_status("k", None, 0);
+        assert_eq!((none.key.as_str(), none.waiting), ("k", 0));
+        let spec: overseer_core::JobSpec =
+            serde_json::from_value(serde_json::json!({"steps": [{"name": "s", "agent": "a"}]}))
+                .expect("spec");
+        let head = Job::from_spec(JobId::generate(), &spec, Timestamp::from_millis(0));
+        assert_eq!(ordering_key_status("k", Some(head.clone()), 1).waiting, 0);
+        assert_eq!(ordering_key_status("k", Some(head), 4).waiting, 3);
     }
 
     // Proves a claim is bounded by what it asked, the agent's free concurrency and whole tokens,

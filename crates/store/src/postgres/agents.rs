@@ -3,12 +3,12 @@
 
 use super::tx::Transaction;
 use overseer_core::bucket::capacity;
-use overseer_core::{Rejection, Timestamp};
+use overseer_core::Timestamp;
 use tokio_postgres::Row;
 
 use super::rows::{self, corrupt, get, query, query_opt, to_u64};
 use super::{jobs, removal, Failure, PgStore, Res, TERMINAL};
-use crate::decide::{ClaimLimits, StoredLimits};
+use crate::decide::{self, ClaimLimits, StoredLimits};
 use crate::{
     AgentCounts, AgentLimits, AgentReady, AgentSettings, Agents, DueBetween, Error, Result,
     SettingsUpdate,
@@ -47,15 +47,8 @@ async fn agent_settings_put(
     settings: &AgentSettings,
     now: Timestamp,
 ) -> Res<AgentSettings> {
-    if let Some(rate) = settings.rate {
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(Failure::Store(Error::Rejected(Rejection::NotAllowed {
-                reason: format!(
-                    "agent `{agent}`: a rate is a positive number of leases per second, not {rate}"
-                ),
-            })));
-        }
-    }
+    decide::check_agent_settings(agent, settings)
+        .map_err(|r| Failure::Store(Error::Rejected(r)))?;
     let before = query_opt(
         tx,
         "SELECT max_concurrency, rate, paused FROM agent_settings WHERE agent = $1 FOR UPDATE",

@@ -472,15 +472,8 @@ pub(super) async fn ordering_key_status(tx: &Transaction<'_>, key: &str) -> Res<
     )
     .await?;
     let unfinished: i64 = get(&row, 0, "count")?;
-    let waiting = match head {
-        Some(_) => rows::to_u64("ordering key waiting", unfinished)?.saturating_sub(1),
-        None => 0,
-    };
-    Ok(OrderingKeyStatus {
-        key: key.to_string(),
-        head,
-        waiting,
-    })
+    let unfinished = rows::to_u64("ordering key waiting", unfinished)?;
+    Ok(decide::ordering_key_status(key, head, unfinished))
 }
 
 /// Unfinished jobs in id order, for the supervisor's repair: one range of `jobs_state_id` per

@@ -2,12 +2,12 @@
 //! and updated by claims in `leases`), and the ready and running counts per agent.
 
 use overseer_core::bucket::capacity;
-use overseer_core::{Rejection, Timestamp};
+use overseer_core::Timestamp;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::rows::{self, DbResult};
 use super::SqliteStore;
-use crate::decide::StoredLimits;
+use crate::decide::{self, StoredLimits};
 use crate::{
     AgentCounts, AgentLimits, AgentReady, AgentSettings, Agents, DueBetween, Error, Result,
     SettingsUpdate,
@@ -66,16 +66,7 @@ fn settings_put(
     settings: &AgentSettings,
     now: Timestamp,
 ) -> Result<AgentSettings> {
-    if let Some(rate) = settings.rate {
-        // SQLite stores NaN as NULL; a rate that is not a positive number cannot be kept.
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(Error::Rejected(Rejection::NotAllowed {
-                reason: format!(
-                    "agent `{agent}`: a rate is a positive number of leases per second, not {rate}"
-                ),
-            }));
-        }
-    }
+    decide::check_agent_settings(agent, settings).map_err(Error::Rejected)?;
     let tokens = settings.rate.map(capacity);
     conn.prepare_cached(
         "INSERT INTO agent_settings \

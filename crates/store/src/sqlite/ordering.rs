@@ -149,13 +149,6 @@ pub(super) fn status(conn: &Connection, key: &str) -> Result<OrderingKeyStatus> 
         .db()?
         .query_row([key], |r| r.get(0))
         .db()?;
-    let waiting = match head {
-        Some(_) => rows::count_param("ordering key waiting", unfinished)?.saturating_sub(1),
-        None => 0,
-    };
-    Ok(OrderingKeyStatus {
-        key: key.to_string(),
-        head,
-        waiting,
-    })
+    let unfinished = rows::count_param("ordering key waiting", unfinished)?;
+    Ok(decide::ordering_key_status(key, head, unfinished))
 }
