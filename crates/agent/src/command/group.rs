@@ -106,18 +106,20 @@ impl ProcessGroup {
         self.armed = false;
     }
 
-    fn kill_args(pgid: u32, signal: &str) -> [String; 4] {
-        ["-s".into(), signal.into(), "--".into(), format!("-{pgid}")]
+    /// `kill -s SIGNAL -- -PGID`, with nothing to read and nothing it says kept.
+    fn kill(pgid: u32, signal: &str) -> std::process::Command {
+        let mut kill = std::process::Command::new("kill");
+        kill.args(["-s", signal, "--", &format!("-{pgid}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        kill
     }
 
     /// Sends `signal` to every process in the group and waits for `kill` to be done.
     pub(super) async fn signal(&self, signal: &str) {
         let Some(pgid) = self.pgid else { return };
-        let sent = tokio::process::Command::new("kill")
-            .args(Self::kill_args(pgid, signal))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        let sent = tokio::process::Command::from(Self::kill(pgid, signal))
             .status()
             .await;
         match sent {
@@ -137,23 +139,12 @@ impl Drop for ProcessGroup {
         debug!(pgid, "killing the program's process group");
         // Drop cannot wait: inside a runtime, tokio reaps the `kill` process in the
         // background; outside one, wait for it (it takes a few milliseconds).
-        let args = Self::kill_args(pgid, "KILL");
+        let kill = Self::kill(pgid, "KILL");
         let spawned = if tokio::runtime::Handle::try_current().is_ok() {
-            tokio::process::Command::new("kill")
-                .args(&args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map(drop)
+            tokio::process::Command::from(kill).spawn().map(drop)
         } else {
-            std::process::Command::new("kill")
-                .args(&args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(drop)
+            let mut kill = kill;
+            kill.status().map(drop)
         };
         if let Err(e) = spawned {
             warn!(pgid, error = %e, "cannot run `kill`; processes the program started may live on");
