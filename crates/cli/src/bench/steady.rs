@@ -165,7 +165,7 @@ async fn run_steady(
         let markers_agent = ctx.agent("steady-markers");
         let markers = markers_per_reading(s.sample_every.as_std());
         let mut pooled = Pooled::default();
-        let mut server_rss_mb = None;
+        let mut last_reading = None;
         let mut next = started + s.sample_every.as_std();
         while started.elapsed() < s.duration.as_std() {
             tokio::time::sleep_until(next).await;
@@ -179,7 +179,6 @@ async fn run_steady(
             let reading = Reading::take(server, file, pruned(ctx).await?)?;
             let elapsed = started.elapsed().as_secs_f64();
             pooled.add(&probe.samples_ms, rows.is_empty(), reading.pruned);
-            server_rss_mb = Some(reading.rss_mb);
             let row = Row::new("steady", accepted, elapsed)
                 .rate(accepted)
                 .latencies(probe.samples_ms)
@@ -201,9 +200,10 @@ async fn run_steady(
                 row.p99_ms.unwrap_or(f64::NAN),
             );
             rows.push(row);
+            last_reading = Some(reading);
             (accepted_before, ran_before, at_before) = (accepted, leased, Instant::now());
         }
-        rows.extend(pooled.rows(&s.retention.to_string(), server_rss_mb));
+        rows.extend(pooled.rows(&s.retention.to_string(), last_reading.as_ref()));
         anyhow::Ok(rows)
     }
     .await;
@@ -240,7 +240,7 @@ impl Pooled {
 
     /// `steady_not_removing` and `steady_removing`, each where it has a reading, with the
     /// server's memory at the last reading.
-    fn rows(self, retention: &str, server_rss_mb: Option<f64>) -> Vec<Row> {
+    fn rows(self, retention: &str, last: Option<&Reading>) -> Vec<Row> {
         [
             ("steady_not_removing", "no job was removed", self.keeping),
             (
@@ -253,13 +253,15 @@ impl Pooled {
         .filter(|(_, _, (readings, _))| *readings > 0)
         .map(|(scenario, what, (readings, samples))| {
             let n = samples.len();
-            let mut row = Row::new(scenario, n, 0.0).latencies(samples).note(format!(
+            let row = Row::new(scenario, n, 0.0).latencies(samples).note(format!(
                 "the {n} marker jobs (202 → lease received) of the {readings} readings after \
                  the first during which {what}; retention {retention}; rss_mb is the server's \
                  at the last reading"
             ));
-            row.rss_mb = server_rss_mb.map(|mb| (mb * 10.0).round() / 10.0);
-            row
+            match last {
+                Some(reading) => with_rss(row, reading),
+                None => row,
+            }
         })
         .collect()
     }
