@@ -213,6 +213,8 @@ pub struct Step {
     pub lease_id: Option<LeaseId>,
     pub worker: Option<String>,
     pub created_at: Timestamp,
+    /// When the step last became claimable (work or undo). Set with `next_attempt_at` whenever a
+    /// step becomes claimable, so the two are equal unless the step waits out a backoff.
     pub ready_at: Option<Timestamp>,
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
@@ -220,6 +222,8 @@ pub struct Step {
     /// The hard end of the current (or last) attempt, from its lease's deadline: no heartbeat
     /// moves `lease_expires_at` past it.
     pub attempt_ends_at: Option<Timestamp>,
+    /// When a claimable step may be claimed: its `ready_at`, or later while a backoff runs (see
+    /// [`Step::waits_past_ready`]).
     pub next_attempt_at: Option<Timestamp>,
     pub result: Option<Value>,
     pub last_error: Option<String>,
@@ -505,6 +509,16 @@ impl Step {
             }
             _ => None,
         }
+    }
+
+    /// Whether the step is claimable only later than it became ready: a retry or an undo waiting
+    /// out its backoff, or a new round's roots waiting out the job's. Only such steps need waking
+    /// when their time comes (whatever made a step ready at once woke its agent then), so the
+    /// stores index just these for `Agents::agents_due` and the supervisor's next wake-up, with
+    /// the same test in SQL: `claim_agent IS NOT NULL AND next_attempt_at > ready_at`.
+    pub fn waits_past_ready(&self) -> bool {
+        self.claim_agent().is_some()
+            && matches!((self.ready_at, self.next_attempt_at), (Some(r), Some(n)) if n > r)
     }
 
     /// The agent holding the step's live lease: its own for work, its compensate agent for an

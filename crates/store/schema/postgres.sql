@@ -253,7 +253,7 @@ CREATE INDEX schedules_due ON public.schedules USING btree (next_fire_at, name) 
 
 CREATE INDEX steps_claim ON public.steps USING btree (claim_agent, claim_rank, job_id, idx) WHERE (claim_agent IS NOT NULL);
 
-CREATE INDEX steps_claim_due ON public.steps USING btree (next_attempt_at) WHERE (claim_agent IS NOT NULL);
+CREATE INDEX steps_claim_due ON public.steps USING btree (next_attempt_at) WHERE ((claim_agent IS NOT NULL) AND (next_attempt_at > ready_at));
 
 CREATE INDEX steps_lease_agent ON public.steps USING btree (lease_agent) WHERE ((lease_expires_at IS NOT NULL) AND (lease_agent IS NOT NULL));
 

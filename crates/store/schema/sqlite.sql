@@ -193,7 +193,8 @@ CREATE INDEX schedules_due ON schedules (next_fire_at, name) WHERE paused = 0;
 CREATE INDEX steps_claim ON steps (claim_agent, claim_rank, job_id, idx)
     WHERE claim_agent IS NOT NULL;
 
-CREATE INDEX steps_claim_due ON steps (next_attempt_at) WHERE claim_agent IS NOT NULL;
+CREATE INDEX steps_claim_due ON steps (next_attempt_at)
+    WHERE claim_agent IS NOT NULL AND next_attempt_at > ready_at;
 
 CREATE INDEX steps_lease_agent ON steps (lease_agent) WHERE lease_expires_at IS NOT NULL;
 

@@ -68,8 +68,10 @@ pub trait Agents: Send + Sync {
     async fn agents_ready_now(&self, now: Timestamp) -> Result<Vec<AgentReady>>;
 
     /// Agent names with a claimable step (by `Step::claim_agent()`: ready work, or a ready undo
-    /// under its compensate agent) whose `next_attempt_at` lies in the window: retries whose
-    /// backoff just ended, so their long-polls can be woken.
+    /// under its compensate agent) that waited past its readiness (`Step::waits_past_ready`) and
+    /// whose `next_attempt_at` lies in the window: retries whose backoff just ended, so their
+    /// long-polls can be woken. Work claimable the moment it became ready is not named: the
+    /// transition that made it ready woke its agent.
     async fn agents_due(&self, window: DueBetween) -> Result<Vec<String>>;
 
     async fn agent_settings_get(&self, agent: &str) -> Result<AgentSettings>;

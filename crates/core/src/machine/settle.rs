@@ -120,6 +120,11 @@ impl Work {
             self.job.same_admission(before),
             "a transition changed what was fixed at admission"
         );
+        debug_assert!(
+            self.job.steps.iter().all(|s| s.claim_agent().is_none()
+                || matches!((s.ready_at, s.next_attempt_at), (Some(r), Some(n)) if n >= r)),
+            "a claimable step lacks its ready time or is due before it became ready"
+        );
         let retired_leases = retired_leases(before, &self.job);
         debug_assert!(
             retired_leases

@@ -1076,6 +1076,7 @@ fn check_transition(
     }
     let Ok(tr) = result else { return };
     let after = &tr.job;
+    check_wakeups(tr, now, &here);
     match (command, &tr.reply) {
         (
             Command::Heartbeat { step, .. },
@@ -1382,6 +1383,31 @@ fn check_transition(
 /// A retired lease was its step's latest lease before the transition and is not after it, with
 /// the attempt the step had; and a lease the step no longer names is always retired (else a late
 /// report on it would be answered as unknown, not fenced as stale).
+/// What the stores index for waking later (`Step::waits_past_ready`) covers every claimable step
+/// that is not due yet, and every `ReadyAt` effect names such a step: a backoff is never lost to
+/// a restart or to another node, which know of it only from the stores' index.
+fn check_wakeups(tr: &Transition, now: Timestamp, here: &str) {
+    for s in tr.job.steps.iter().filter(|s| s.claim_agent().is_some()) {
+        assert!(s.ready_at.is_some_and(|r| r <= now), "{here}: ready_at");
+        if s.next_attempt_at.is_some_and(|n| n > now) {
+            assert!(
+                s.waits_past_ready(),
+                "{here}: a step due later is not indexed"
+            );
+        }
+    }
+    for e in &tr.effects {
+        if let Effect::ReadyAt { agent, at } = e {
+            assert!(
+                tr.job.steps.iter().any(|s| s.waits_past_ready()
+                    && s.claim_agent() == Some(agent.as_str())
+                    && s.next_attempt_at == Some(*at)),
+                "{here}: {e:?} names no waiting step"
+            );
+        }
+    }
+}
+
 fn check_retired_leases(before: &Job, tr: &Transition, here: &str) {
     for r in &tr.retired_leases {
         let was = &before.steps[r.step];
@@ -1992,6 +2018,7 @@ fn retryable_failure_schedules_the_next_attempt() {
             (StepState::Ready, attempt, attempt)
         );
         assert_eq!((a.ready_at, a.next_attempt_at), (Some(now), Some(next)));
+        assert!(a.waits_past_ready(), "a retry waits out its backoff");
         assert_eq!(
             (a.last_error.as_deref(), a.lease_expires_at),
             (Some("boom"), None)
@@ -2045,6 +2072,11 @@ fn retry_delay_honours_jitter_and_zero_backoff() {
         };
         let tr = sim.ok(command);
         let next = at(delay_ms);
+        assert_eq!(
+            tr.job.steps[0].waits_past_ready(),
+            delay_ms > 0,
+            "only a retry that waits is woken later"
+        );
         assert_eq!(
             tr.job.steps[0].next_attempt_at,
             Some(next),

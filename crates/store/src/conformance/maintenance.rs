@@ -3,7 +3,8 @@
 use super::*;
 
 // Proves `next_due_at` is the earliest pending run_at, future retry, or lease expiry, and
-// `agents_due` names the agents whose retries fall in `(after, now]`.
+// `agents_due` names the agents whose retries fall in `(after, now]`, and not those of work
+// that was due the moment it became ready.
 pub async fn next_due_and_agents_due(f: &Fixture) {
     let store = &*f.store;
     assert_eq!(store.next_due_at(at(0)).await.expect("due"), None);
@@ -77,6 +78,16 @@ pub async fn next_due_and_agents_due(f: &Fixture) {
         store.next_due_at(at(6_000)).await.expect("due"),
         Some(at(30_000))
     );
+    // Work ready the moment it is submitted woke its agent then: no window names it later.
+    submit(store, admitted(job_id(5), &one_step("fresh"), at(7_000))).await;
+    assert!(store
+        .agents_due(DueBetween {
+            after: at(6_999),
+            until: at(7_000),
+        })
+        .await
+        .expect("agents")
+        .is_empty());
 }
 
 // Proves `next_due_at` wakes the supervisor for a schedule's next due time, and forgets it

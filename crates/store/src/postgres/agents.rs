@@ -231,8 +231,8 @@ impl Agents for PgStore {
                 let rows = query(
                     tx,
                     "SELECT DISTINCT claim_agent FROM steps \
-                     WHERE claim_agent IS NOT NULL AND next_attempt_at > $1 \
-                       AND next_attempt_at <= $2 \
+                     WHERE claim_agent IS NOT NULL AND next_attempt_at > ready_at \
+                       AND next_attempt_at > $1 AND next_attempt_at <= $2 \
                      ORDER BY claim_agent",
                     &[&window.after.as_millis(), &window.until.as_millis()],
                 )

@@ -443,7 +443,8 @@ pub(super) async fn next_due_at(tx: &Transaction<'_>, now: Timestamp) -> Res<Opt
            (SELECT MIN(COALESCE(run_at, created_at)) FROM jobs \
               WHERE state = 'pending' AND COALESCE(run_at, created_at) > $1), \
            (SELECT MIN(next_attempt_at) FROM steps \
-              WHERE claim_agent IS NOT NULL AND next_attempt_at > $1), \
+              WHERE claim_agent IS NOT NULL AND next_attempt_at > ready_at \
+                AND next_attempt_at > $1), \
            (SELECT MIN(lease_expires_at) FROM steps WHERE lease_expires_at IS NOT NULL), \
            (SELECT MIN(deadline_due) FROM jobs WHERE deadline_due IS NOT NULL), \
            (SELECT MIN(next_fire_at) FROM schedules WHERE NOT paused))",

@@ -124,7 +124,8 @@ impl Agents for SqliteStore {
         self.read(move |conn| {
             conn.prepare_cached(
                 "SELECT DISTINCT claim_agent FROM steps INDEXED BY steps_claim_due \
-                 WHERE claim_agent IS NOT NULL AND next_attempt_at > ?1 AND next_attempt_at <= ?2 \
+                 WHERE claim_agent IS NOT NULL AND next_attempt_at > ready_at \
+                   AND next_attempt_at > ?1 AND next_attempt_at <= ?2 \
                  ORDER BY claim_agent",
             )
             .db()?

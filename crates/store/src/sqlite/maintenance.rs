@@ -50,7 +50,8 @@ impl Maintenance for SqliteStore {
                          WHERE state = 'pending' AND COALESCE(run_at, created_at) > ?1 \
                        UNION ALL \
                        SELECT MIN(next_attempt_at) FROM steps INDEXED BY steps_claim_due \
-                         WHERE claim_agent IS NOT NULL AND next_attempt_at > ?1 \
+                         WHERE claim_agent IS NOT NULL AND next_attempt_at > ready_at \
+                           AND next_attempt_at > ?1 \
                        UNION ALL \
                        SELECT MIN(lease_expires_at) FROM steps INDEXED BY steps_lease_expiry \
                          WHERE lease_expires_at IS NOT NULL \
