@@ -764,6 +764,66 @@ fn cross_node_wake_up_latency() {
     );
 }
 
+// Proves a retry scheduled on one node wakes an agent long-polling on another once its backoff
+// ends: node B learns the due time from A's announcement and finds the retry among the steps the
+// store keeps for waking later (`agents_due`). Were the retry missing there, B's long-poll would
+// sleep until its 20-second wait ran out.
+#[test]
+fn a_retry_failed_on_one_node_wakes_an_agent_waiting_on_another() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (rt, _db, nodes) = pg_nodes(&["a", "b"], dir.path(), &[]);
+    let (a, b) = (nodes[0].url.clone(), nodes[1].url.clone());
+    let (waited, lease) = rt.block_on(async move {
+        let http = load::client();
+        let spec = json!({"steps": [{"name": "s", "agent": "again", "max_attempts": 3,
+            "backoff": {"initial": "2s", "factor": 1, "max": "2s"}}]});
+        let res = http
+            .post(format!("{a}/v1/jobs"))
+            .json(&spec)
+            .send()
+            .await
+            .expect("submit");
+        assert_eq!(res.status().as_u16(), 202, "submit answered");
+        let ask = |node: String, wait: &'static str| {
+            let http = http.clone();
+            async move {
+                let res = http
+                    .post(format!("{node}/v1/agents/again/leases"))
+                    .json(&json!({"worker": "w", "max": 1, "wait": wait}))
+                    .send()
+                    .await
+                    .expect("lease request");
+                let body: Value = res.json().await.expect("lease answer");
+                body["leases"].as_array().expect("leases").first().cloned()
+            }
+        };
+        let first = ask(a.clone(), "5s")
+            .await
+            .expect("the first attempt on node A");
+        let id = first["lease_id"].as_str().unwrap();
+        let res = http
+            .post(format!("{a}/v1/leases/{id}/fail"))
+            .json(&json!({"error": "busy", "retryable": true}))
+            .send()
+            .await
+            .expect("fail");
+        assert_eq!(res.status().as_u16(), 200, "fail answered");
+        let failed = Instant::now();
+        let lease = ask(b, "20s").await;
+        (failed.elapsed(), lease)
+    });
+    drop(nodes);
+    let lease = lease.expect("node B's long-poll ended without the retry");
+    assert_eq!(lease["attempt"], 2, "{lease}");
+    // The backoff is at most 2 s (jitter only shortens it), then at most a sweep interval (1 s)
+    // and B's own claim; generous for a busy machine, far below the 20 s wait.
+    assert!(
+        waited < Duration::from_secs(8),
+        "the retry reached node B after {waited:?}"
+    );
+}
+
 /// Whether a listed job was made by the cron.
 fn is_cron_job(job: &Value) -> bool {
     job["idempotency_key"]
