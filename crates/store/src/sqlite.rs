@@ -511,15 +511,11 @@ fn persist(
     history_per_job: usize,
 ) -> Result<()> {
     let id = t.job.id;
-    // The event count is looked up only when the job's row is written: a transition that
+    // The event count is looked up only when the job or its history changes: a transition that
     // changes steps alone (a heartbeat) reads nothing more than it writes.
     let last_event_seq = if t.job_changed || !t.events.is_empty() {
         let last = rows::last_event_seq(conn, id)? + t.events.len() as i64;
-        if t.job_changed {
-            row_writes::update_job(conn, before, &t.job, last)?;
-        } else {
-            row_writes::count_events(conn, id, last)?;
-        }
+        row_writes::update_job(conn, before, &t.job, last)?;
         Some(last)
     } else {
         written::last_event_seq(id)

@@ -278,16 +278,27 @@ pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     Ok(Some(job))
 }
 
+/// The newest history entry of a job, as one row (`seq`, `at`) of the history's key order: the
+/// job row's `last_event_seq` and `updated_at` are as of the last write of the row, and a
+/// transition that changed nothing else appended entries without writing it (see
+/// `row_writes::update_job`). Trimming always keeps the newest entry.
+const NEWEST_EVENT_SQL: &str =
+    "SELECT seq, at FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1";
+
 /// The job's `last_event_seq` (the number of its newest event): the writer's cached count, or
-/// else the row's.
+/// else the newer of the row's and the history's.
 pub(super) fn last_event_seq(conn: &Connection, id: JobId) -> Result<i64> {
     let stored = || -> Result<i64> {
-        conn.prepare_cached("SELECT last_event_seq FROM jobs WHERE id = ?1")
-            .db()?
-            .query_row([job_id_text(id)], |r| r.get(0))
-            .optional()
-            .db()?
-            .ok_or(Error::JobNotFound(id))
+        conn.prepare_cached(
+            "SELECT MAX(j.last_event_seq, COALESCE(e.seq, 0)) FROM jobs j \
+             LEFT JOIN (SELECT seq FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1) e \
+             WHERE j.id = ?1",
+        )
+        .db()?
+        .query_row([job_id_text(id)], |r| r.get(0))
+        .optional()
+        .db()?
+        .ok_or(Error::JobNotFound(id))
     };
     match super::written::last_event_seq(id) {
         Some(cached) => {
@@ -303,12 +314,14 @@ pub(super) fn last_event_seq(conn: &Connection, id: JobId) -> Result<i64> {
 }
 
 /// Reads and decodes a job and its steps from the database (see [`load_job`]), with the job's
-/// `last_event_seq`.
+/// `last_event_seq`. Its `updated_at` and `last_event_seq` are the row's, or its newest history
+/// entry's time and number when those are newer ([`NEWEST_EVENT_SQL`]).
 fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
     let id_text = job_id_text(id);
     let mut stmt = conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS}, last_event_seq FROM jobs WHERE id = ?1"
+            "SELECT {JOB_COLUMNS}, last_event_seq, e.seq, e.at FROM jobs \
+             LEFT JOIN ({NEWEST_EVENT_SQL}) e WHERE id = ?1"
         ))
         .db()?;
     let mut rows = stmt.query([&id_text]).db()?;
@@ -316,8 +329,20 @@ fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
         return Ok(None);
     };
     let mut job = job_from_row(row)?;
-    let last_event_seq: i64 = row.get(row.as_ref().column_count() - 1).db()?;
+    let n = row.as_ref().column_count();
+    let stored_seq: i64 = row.get(n - 3).db()?;
+    let newest: Option<(i64, i64)> = match (row.get(n - 2).db()?, row.get(n - 1).db()?) {
+        (Some(seq), Some(at)) => Some((seq, at)),
+        _ => None,
+    };
     drop(rows);
+    let last_event_seq = match newest {
+        Some((seq, at)) => {
+            job.updated_at = job.updated_at.max(Timestamp::from_millis(at));
+            stored_seq.max(seq)
+        }
+        None => stored_seq,
+    };
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT {STEP_COLUMNS} FROM steps WHERE job_id = ?1 ORDER BY idx"
@@ -331,8 +356,8 @@ fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
     Ok(Some((crate::decide::loaded(job)?, last_event_seq)))
 }
 
-/// Appends events numbered up to `last` (the job's `last_event_seq` with these events counted,
-/// written with the job's row), then drops all but the newest `keep`.
+/// Appends events numbered up to `last` (the job's `last_event_seq` with these events counted),
+/// then drops all but the newest `keep` (at least one: see [`trim_events`]).
 pub(super) fn append_events(
     conn: &Connection,
     id: JobId,
@@ -381,7 +406,8 @@ pub(super) fn insert_events(
 /// Deletes the oldest history of job `id_text` beyond the newest `keep`, `last` being the
 /// newest seq.
 pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usize) -> Result<()> {
-    let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+    // The newest entry always stays: it dates the job and numbers the next (see `read_job`).
+    let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
     if last > keep {
         conn.prepare_cached("DELETE FROM events WHERE job_id = ?1 AND seq <= ?2")
             .db()?

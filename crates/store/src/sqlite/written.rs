@@ -14,8 +14,8 @@
 //! look its lease up in the database.
 //!
 //! With each job it keeps the job's `last_event_seq` (the number of its newest event), so that a
-//! transition numbers its events and writes the new count with the job's row, without reading
-//! the count back first.
+//! transition numbers its events without reading the count back first (from the job's row, or
+//! from its newest history entry when that is newer: see `rows::read_job`).
 //!
 //! Only the writer thread has a cache ([`enable`]); on every other thread (the readers, tests)
 //! every call is a no-op and every load reads the database. In debug builds every hit is checked
