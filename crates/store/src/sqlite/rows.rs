@@ -278,21 +278,14 @@ pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     Ok(Some(job))
 }
 
-/// The newest history entry of a job, as one row (`seq`, `at`) of the history's key order: the
-/// job row's `last_event_seq` and `updated_at` are as of the last write of the row, and a
-/// transition that changed nothing else appended entries without writing it (see
-/// `row_writes::update_job`). Trimming always keeps the newest entry.
-const NEWEST_EVENT_SQL: &str =
-    "SELECT seq, at FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1";
-
 /// The job's `last_event_seq` (the number of its newest event): the writer's cached count, or
 /// else the newer of the row's and the history's.
 pub(super) fn last_event_seq(conn: &Connection, id: JobId) -> Result<i64> {
     let stored = || -> Result<i64> {
         conn.prepare_cached(
-            "SELECT MAX(j.last_event_seq, COALESCE(e.seq, 0)) FROM jobs j \
-             LEFT JOIN (SELECT seq FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1) e \
-             WHERE j.id = ?1",
+            "SELECT MAX(last_event_seq, \
+               COALESCE((SELECT MAX(seq) FROM events WHERE job_id = ?1), 0)) \
+             FROM jobs WHERE id = ?1",
         )
         .db()?
         .query_row([job_id_text(id)], |r| r.get(0))
@@ -314,14 +307,18 @@ pub(super) fn last_event_seq(conn: &Connection, id: JobId) -> Result<i64> {
 }
 
 /// Reads and decodes a job and its steps from the database (see [`load_job`]), with the job's
-/// `last_event_seq`. Its `updated_at` and `last_event_seq` are the row's, or its newest history
-/// entry's time and number when those are newer ([`NEWEST_EVENT_SQL`]).
+/// `last_event_seq`. The row's `last_event_seq` and `updated_at` are as of the last write of the
+/// row: a transition that changed nothing else appended history entries without writing it
+/// (see `row_writes::update_job`). So both are taken from the newest entry when it is newer
+/// (trimming always keeps it).
 fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
     let id_text = job_id_text(id);
     let mut stmt = conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS}, last_event_seq, e.seq, e.at FROM jobs \
-             LEFT JOIN ({NEWEST_EVENT_SQL}) e WHERE id = ?1"
+            "SELECT {JOB_COLUMNS}, last_event_seq, \
+             (SELECT seq FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1), \
+             (SELECT at FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1) \
+             FROM jobs WHERE id = ?1"
         ))
         .db()?;
     let mut rows = stmt.query([&id_text]).db()?;
