@@ -545,7 +545,7 @@ fn apply_command(
     now: Timestamp,
     history_per_job: usize,
 ) -> Result<Transition> {
-    let job = rows::load_job(conn, id)?.ok_or(Error::JobNotFound(id))?;
+    let job = rows::load_shared(conn, id)?.ok_or(Error::JobNotFound(id))?;
     // The core knows nothing of the job's key; a keyed job not heading it is not due yet.
     if command == Command::Activate && !ordering::may_start(conn, &job)? {
         return Err(overseer_core::Rejection::NotDue.into());

@@ -4,6 +4,7 @@
 //! panic, so one bad row cannot take a node down.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use overseer_core::backoff::{Backoff, Formula};
 use overseer_core::job::JobRetry;
@@ -263,10 +264,16 @@ fn step_from_row(row: &Row<'_>) -> Result<(i64, Step)> {
 
 /// Loads a job with its steps, in index order.
 pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
+    Ok(load_shared(conn, id)?.map(Rc::unwrap_or_clone))
+}
+
+/// [`load_job`] for a caller that only reads the job: on the writer it is the cached job itself,
+/// not a copy.
+pub(super) fn load_shared(conn: &Connection, id: JobId) -> Result<Option<Rc<Job>>> {
     if let Some(job) = super::written::get(id) {
         debug_assert_eq!(
             read_job(conn, id)?.map(|(job, _)| job).as_ref(),
-            Some(&job),
+            Some(&*job),
             "the writer's cached job differs from the database"
         );
         return Ok(Some(job));
@@ -274,7 +281,8 @@ pub(super) fn load_job(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     let Some((job, last_event_seq)) = read_job(conn, id)? else {
         return Ok(None);
     };
-    super::written::remember(&job, last_event_seq);
+    let job = Rc::new(job);
+    super::written::remember_loaded(&job, last_event_seq);
     Ok(Some(job))
 }
 

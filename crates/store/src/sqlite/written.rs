@@ -23,6 +23,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use overseer_core::{Job, JobId, LeaseId};
 
@@ -37,19 +38,25 @@ use serde_json::Value;
 const GENERATION: usize = 4_096;
 const GENERATION_BYTES: usize = 32 << 20;
 
-/// A job as the database holds it, with its `last_event_seq` and its estimated size.
+/// A job as the database holds it, with its `last_event_seq` and its estimated size. The job is
+/// shared with whoever loaded it ([`get`]), so a hit costs no copy of it.
 struct Entry {
-    job: Job,
+    job: Rc<Job>,
     last_event_seq: i64,
     bytes: usize,
 }
 
 impl Entry {
     fn of(job: &Job, last_event_seq: i64) -> Entry {
+        Entry::shared(Rc::new(job.clone()), last_event_seq)
+    }
+
+    fn shared(job: Rc<Job>, last_event_seq: i64) -> Entry {
+        let bytes = size_of(&job);
         Entry {
-            job: job.clone(),
+            job,
             last_event_seq,
-            bytes: size_of(job),
+            bytes,
         }
     }
 }
@@ -170,12 +177,12 @@ pub(super) fn enable() {
     WRITTEN.with(|w| *w.borrow_mut() = Some(Cache::default()));
 }
 
-/// The job as last written or loaded on this thread, if cached.
-pub(super) fn get(id: JobId) -> Option<Job> {
+/// The job as last written or loaded on this thread, if cached (shared, not copied).
+pub(super) fn get(id: JobId) -> Option<Rc<Job>> {
     WRITTEN.with(|w| {
         w.borrow()
             .as_ref()
-            .and_then(|c| c.get(&id).map(|e| e.job.clone()))
+            .and_then(|c| c.get(&id).map(|e| Rc::clone(&e.job)))
     })
 }
 
@@ -200,6 +207,15 @@ pub(super) fn remember(job: &Job, last_event_seq: i64) {
     WRITTEN.with(|w| {
         if let Some(c) = w.borrow_mut().as_mut() {
             c.insert(job.id, Entry::of(job, last_event_seq));
+        }
+    });
+}
+
+/// Keeps `job`, just read from the database with its `last_event_seq`, without copying it.
+pub(super) fn remember_loaded(job: &Rc<Job>, last_event_seq: i64) {
+    WRITTEN.with(|w| {
+        if let Some(c) = w.borrow_mut().as_mut() {
+            c.insert(job.id, Entry::shared(Rc::clone(job), last_event_seq));
         }
     });
 }
