@@ -33,7 +33,7 @@ CREATE TABLE "events" (
     kind    TEXT NOT NULL,
     step    TEXT,
     attempt INTEGER,
-    detail  TEXT,
+    detail  TEXT, more TEXT,
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 

@@ -41,6 +41,7 @@ mod checkpoint;
 mod deliveries;
 #[cfg(any(test, feature = "fault-injection"))]
 mod fault;
+mod history;
 mod insert;
 mod jobs;
 mod leader;
@@ -524,7 +525,7 @@ fn persist(
         row_writes::rewrite_step(conn, before, &t.job, idx)?;
     }
     if let Some(last) = last_event_seq {
-        rows::append_events(conn, id, &t.events, history_per_job, last)?;
+        history::append_events(conn, id, &t.events, history_per_job, last)?;
     }
     for lease in crate::decide::retired_leases(t) {
         rows::insert_retired_lease(conn, &lease)?;

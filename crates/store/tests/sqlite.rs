@@ -363,31 +363,40 @@ async fn bad_rows_are_corrupt_not_panics() {
         .await
         .expect("submit after");
 
-    // The history holds each kind's name; a name this build does not know is corrupt too.
+    // The history holds each kind's name (a submit's three entries in one row: the first in
+    // the row's columns, the others in `more`); a name this build does not know is corrupt
+    // too, in either place.
     let id = job_id(2).to_string();
-    let stored: Vec<String> = raw
-        .prepare("SELECT kind FROM events WHERE job_id = ?1 ORDER BY seq")
+    let stored: Vec<(i64, String, String)> = raw
+        .prepare(
+            "SELECT seq, kind, json_extract(more, '$[0].kind') || ',' || \
+             json_extract(more, '$[1].kind') FROM events WHERE job_id = ?1 ORDER BY seq",
+        )
         .expect("prepare")
-        .query_map([&id], |r| r.get(0))
+        .query_map([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .expect("query")
         .collect::<rusqlite::Result<_>>()
         .expect("kinds");
-    assert_eq!(stored, ["job_submitted", "job_started", "step_ready"]);
-    raw.execute(
-        "UPDATE events SET kind = 'step_exploded' WHERE job_id = ?1 AND seq = 2",
-        [&id],
-    )
-    .expect("vandalise");
+    assert_eq!(
+        stored,
+        [(1, "job_submitted".into(), "job_started,step_ready".into())]
+    );
     let page = EventPage {
         job: job_id(2),
         after_seq: 0,
         limit: 10,
     };
-    let events = store.job_events(page).await;
-    assert!(
-        matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
-        "{events:?}"
-    );
+    for vandal in [
+        "UPDATE events SET more = json_set(more, '$[0].kind', 'step_exploded') WHERE job_id = ?1",
+        "UPDATE events SET more = NULL, kind = 'step_exploded' WHERE job_id = ?1",
+    ] {
+        raw.execute(vandal, [&id]).expect("vandalise");
+        let events = store.job_events(page).await;
+        assert!(
+            matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
+            "{vandal}: {events:?}"
+        );
+    }
 
     raw.pragma_update(None, "user_version", 999)
         .expect("bump version");

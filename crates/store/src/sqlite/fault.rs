@@ -165,7 +165,7 @@ mod tests {
     }
 
     fn event_count(conn: &Connection, id: JobId) -> usize {
-        rows::load_events(conn, id, 0, 10_000)
+        crate::sqlite::history::load_events(conn, id, 0, 10_000)
             .expect("events")
             .len()
     }

@@ -14,11 +14,9 @@ use std::sync::OnceLock;
 use overseer_core::{Job, NewEvent};
 use rusqlite::{params, CachedStatement, Connection};
 
+use super::history::{insert_events, trim_events, INSERT_EVENT_SQL};
 use super::row_writes::{insert_step, insert_step_sql, placeholders, update_then_read};
-use super::rows::{
-    corrupt, insert_events, job_id_text, ms, retry_text, trim_events, DbResult, INSERT_EVENT_SQL,
-    JOB_COLUMNS,
-};
+use super::rows::{corrupt, job_id_text, ms, retry_text, DbResult, JOB_COLUMNS};
 use crate::Result;
 
 /// Takes `n` submission sequence numbers at once and answers the first: each is greater than

@@ -40,7 +40,7 @@ impl Jobs for SqliteStore {
 
     async fn job_events(&self, page: EventPage) -> Result<Vec<Event>> {
         self.read(move |conn| {
-            let events = rows::load_events(conn, page.job, page.after_seq, page.limit)?;
+            let events = super::history::load_events(conn, page.job, page.after_seq, page.limit)?;
             if events.is_empty() {
                 let exists = conn
                     .prepare_cached("SELECT 1 FROM jobs WHERE id = ?1")

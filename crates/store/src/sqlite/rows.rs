@@ -12,12 +12,13 @@ use overseer_core::outbox::DeliveryKind;
 use overseer_core::push::HttpTarget;
 use overseer_core::spec::{CompensateSpec, OnFailure};
 use overseer_core::{
-    CompPhase, DesiredState, Event, Job, JobId, JobState, LeaseId, NewEvent, Span, Step, StepState,
-    Timestamp, Transition,
+    CompPhase, DesiredState, Job, JobId, JobState, LeaseId, Span, Step, StepState, Timestamp,
+    Transition,
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
+use super::history::{NEWEST_AT_SQL, NEWEST_SEQ_SQL};
 use crate::{Delivery, DeliveryCounts, DeliveryOutcome, DeliveryRecord, Error, LeaseRef, Result};
 
 /// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
@@ -290,11 +291,10 @@ pub(super) fn load_shared(conn: &Connection, id: JobId) -> Result<Option<Rc<Job>
 /// else the newer of the row's and the history's.
 pub(super) fn last_event_seq(conn: &Connection, id: JobId) -> Result<i64> {
     let stored = || -> Result<i64> {
-        conn.prepare_cached(
-            "SELECT MAX(last_event_seq, \
-               COALESCE((SELECT MAX(seq) FROM events WHERE job_id = ?1), 0)) \
-             FROM jobs WHERE id = ?1",
-        )
+        conn.prepare_cached(&format!(
+            "SELECT MAX(last_event_seq, COALESCE(({NEWEST_SEQ_SQL}), 0)) \
+                 FROM jobs WHERE id = ?1"
+        ))
         .db()?
         .query_row([job_id_text(id)], |r| r.get(0))
         .optional()
@@ -323,9 +323,7 @@ fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
     let id_text = job_id_text(id);
     let mut stmt = conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS}, last_event_seq, \
-             (SELECT seq FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1), \
-             (SELECT at FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1) \
+            "SELECT {JOB_COLUMNS}, last_event_seq, ({NEWEST_SEQ_SQL}), ({NEWEST_AT_SQL}) \
              FROM jobs WHERE id = ?1"
         ))
         .db()?;
@@ -359,101 +357,6 @@ fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
         crate::decide::push_step(&mut job, idx, step)?;
     }
     Ok(Some((crate::decide::loaded(job)?, last_event_seq)))
-}
-
-/// Appends events numbered up to `last` (the job's `last_event_seq` with these events counted),
-/// then drops all but the newest `keep` (at least one: see [`trim_events`]).
-pub(super) fn append_events(
-    conn: &Connection,
-    id: JobId,
-    events: &[NewEvent],
-    keep: usize,
-    last: i64,
-) -> Result<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let id_text = job_id_text(id);
-    let count = events.len() as i64;
-    let mut insert = conn.prepare_cached(INSERT_EVENT_SQL).db()?;
-    insert_events(&mut insert, &id_text, last - count + 1, events)?;
-    trim_events(conn, &id_text, last, keep)
-}
-
-/// Inserts one history row; its job's id, seq, and the event's own columns.
-pub(super) const INSERT_EVENT_SQL: &str =
-    "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
-
-/// Inserts `events` of job `id_text` as seqs `first`, `first + 1`, … with [`INSERT_EVENT_SQL`].
-pub(super) fn insert_events(
-    insert: &mut rusqlite::Statement<'_>,
-    id_text: &str,
-    first: i64,
-    events: &[NewEvent],
-) -> Result<()> {
-    for (i, e) in events.iter().enumerate() {
-        insert
-            .execute(params![
-                id_text,
-                first + i as i64,
-                e.at.as_millis(),
-                e.kind.as_str(),
-                e.step,
-                e.attempt,
-                e.detail.as_ref().map(json_text),
-            ])
-            .db()?;
-    }
-    Ok(())
-}
-
-/// Deletes the oldest history of job `id_text` beyond the newest `keep`, `last` being the
-/// newest seq.
-pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usize) -> Result<()> {
-    // The newest entry always stays: it dates the job and numbers the next (see `read_job`).
-    let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
-    if last > keep {
-        conn.prepare_cached("DELETE FROM events WHERE job_id = ?1 AND seq <= ?2")
-            .db()?
-            .execute(params![id_text, last - keep])
-            .db()?;
-    }
-    Ok(())
-}
-
-pub(super) fn load_events(
-    conn: &Connection,
-    id: JobId,
-    after_seq: i64,
-    limit: usize,
-) -> Result<Vec<Event>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT seq, at, kind, step, attempt, detail FROM events \
-             WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        )
-        .db()?;
-    let mut rows = stmt
-        .query(params![job_id_text(id), after_seq, limit_param(limit)])
-        .db()?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().db()? {
-        let kind: String = row.get(2).db()?;
-        let attempt: Option<i64> = row.get(4).db()?;
-        let detail: Option<String> = row.get(5).db()?;
-        out.push(Event {
-            seq: row.get(0).db()?,
-            at: Timestamp::from_millis(row.get(1).db()?),
-            kind: kind.parse().map_err(|e| corrupt("events.kind", e))?,
-            step: row.get(3).db()?,
-            attempt: attempt.map(|a| to_u32("events.attempt", a)).transpose()?,
-            detail: detail
-                .map(|d| parse_json::<Value>("events.detail", &d))
-                .transpose()?,
-        });
-    }
-    Ok(out)
 }
 
 /// Keeps a lease taken off its step (see [`crate::decide::retired_leases`]).

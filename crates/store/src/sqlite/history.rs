@@ -1,0 +1,250 @@
+//! A job's history on SQLite: one row per write, not per entry.
+//!
+//! The entries one write appends to a job (a submit's `job_submitted`, `job_started` and
+//! `step_ready`s; a report's `step_succeeded` and `job_succeeded`) are numbered together and
+//! stored as one row of `events`: the first entry in the row's own columns (`seq` is its number),
+//! the others in `more`, a JSON array in order, numbered `seq + 1`, `seq + 2`, …. Every row
+//! costs a B-tree entry to insert and later to remove, so a one-step job keeps three rows instead
+//! of six. Readers see entries, never rows: [`load_events`] expands them, and trimming keeps
+//! exactly the newest entries, rewriting the row that straddles the cut ([`trim_events`]).
+
+use overseer_core::{Event, JobId, NewEvent, Timestamp};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::rows::{corrupt, job_id_text, limit_param, DbResult};
+use crate::Result;
+
+/// Inserts one history row: its job's id, the number and columns of its first entry, and the
+/// entries after it (`more`, or `NULL` when there are none).
+pub(super) const INSERT_EVENT_SQL: &str =
+    "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+/// The number of a job's newest entry, from its newest row (`NULL` without history).
+pub(super) const NEWEST_SEQ_SQL: &str = "SELECT seq + COALESCE(json_array_length(more), 0) \
+     FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1";
+
+/// The time of a job's newest entry, from its newest row (`NULL` without history).
+pub(super) const NEWEST_AT_SQL: &str = "SELECT COALESCE(json_extract(more, '$[#-1].at'), at) \
+     FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1";
+
+const ROW_COLUMNS: &str = "seq, at, kind, step, attempt, detail, more";
+
+/// An entry after a row's first, as `more` keeps it.
+#[derive(Serialize)]
+struct MoreOut<'a> {
+    at: i64,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a Value>,
+}
+
+#[derive(Deserialize)]
+struct MoreIn {
+    at: i64,
+    kind: String,
+    #[serde(default)]
+    step: Option<String>,
+    #[serde(default)]
+    attempt: Option<u32>,
+    /// Absent is `None`; a JSON `null` is kept as `Some(Null)`, as the `detail` column keeps it.
+    #[serde(default, deserialize_with = "present")]
+    detail: Option<Value>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+fn json_text(v: &Value) -> String {
+    // Encoding a `Value` cannot fail: its map keys are strings and it holds no non-finite floats.
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
+}
+
+/// The `more` text of the entries after a row's first, `None` when there are none.
+fn more_text(rest: &[NewEvent]) -> Result<Option<String>> {
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let out: Vec<MoreOut> = rest
+        .iter()
+        .map(|e| MoreOut {
+            at: e.at.as_millis(),
+            kind: e.kind.as_str(),
+            step: e.step.as_deref(),
+            attempt: e.attempt,
+            detail: e.detail.as_ref(),
+        })
+        .collect();
+    serde_json::to_string(&out)
+        .map(Some)
+        .map_err(|e| corrupt("events.more", e))
+}
+
+/// Appends events numbered up to `last` (the job's `last_event_seq` with these events counted),
+/// then drops all but the newest `keep` (at least one: see [`trim_events`]).
+pub(super) fn append_events(
+    conn: &Connection,
+    id: JobId,
+    events: &[NewEvent],
+    keep: usize,
+    last: i64,
+) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let id_text = job_id_text(id);
+    let count = events.len() as i64;
+    let mut insert = conn.prepare_cached(INSERT_EVENT_SQL).db()?;
+    insert_events(&mut insert, &id_text, last - count + 1, events)?;
+    trim_events(conn, &id_text, last, keep)
+}
+
+/// Inserts `events` of job `id_text`, numbered `first`, `first + 1`, …, as one row with
+/// [`INSERT_EVENT_SQL`].
+pub(super) fn insert_events(
+    insert: &mut rusqlite::Statement<'_>,
+    id_text: &str,
+    first: i64,
+    events: &[NewEvent],
+) -> Result<()> {
+    let Some((head, rest)) = events.split_first() else {
+        return Ok(());
+    };
+    insert
+        .execute(params![
+            id_text,
+            first,
+            head.at.as_millis(),
+            head.kind.as_str(),
+            head.step,
+            head.attempt,
+            head.detail.as_ref().map(json_text),
+            more_text(rest)?,
+        ])
+        .db()?;
+    Ok(())
+}
+
+/// Deletes the history of job `id_text` older than its newest `keep` entries, `last` being the
+/// newest entry's number: the rows wholly older go, and a row holding entries on both sides of
+/// the cut is written again with only the newer ones.
+pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usize) -> Result<()> {
+    // The newest entry always stays: it dates the job and numbers the next (see `read_job`).
+    let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
+    if last <= keep {
+        return Ok(());
+    }
+    let cut = last - keep;
+    conn.prepare_cached(
+        "DELETE FROM events WHERE job_id = ?1 AND seq <= ?2 \
+         AND seq + COALESCE(json_array_length(more), 0) <= ?2",
+    )
+    .db()?
+    .execute(params![id_text, cut])
+    .db()?;
+    let straddling = conn
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM events WHERE job_id = ?1 AND seq <= ?2"
+        ))
+        .db()?
+        .query_row(params![id_text, cut], |row| Ok(entries(row)))
+        .optional()
+        .db()?
+        .transpose()?;
+    let Some(entries) = straddling else {
+        return Ok(());
+    };
+    let first = entries.first().map_or(cut, |e| e.seq);
+    conn.prepare_cached("DELETE FROM events WHERE job_id = ?1 AND seq = ?2")
+        .db()?
+        .execute(params![id_text, first])
+        .db()?;
+    let kept: Vec<NewEvent> = entries
+        .into_iter()
+        .filter(|e| e.seq > cut)
+        .map(|e| NewEvent {
+            at: e.at,
+            kind: e.kind,
+            step: e.step,
+            attempt: e.attempt,
+            detail: e.detail,
+        })
+        .collect();
+    let mut insert = conn.prepare_cached(INSERT_EVENT_SQL).db()?;
+    insert_events(&mut insert, id_text, cut + 1, &kept)
+}
+
+/// The entries of one history row, numbered.
+fn entries(row: &Row<'_>) -> Result<Vec<Event>> {
+    let seq: i64 = row.get(0).db()?;
+    let kind: String = row.get(2).db()?;
+    let attempt: Option<i64> = row.get(4).db()?;
+    let detail: Option<String> = row.get(5).db()?;
+    let more: Option<String> = row.get(6).db()?;
+    let mut out = vec![Event {
+        seq,
+        at: Timestamp::from_millis(row.get(1).db()?),
+        kind: kind.parse().map_err(|e| corrupt("events.kind", e))?,
+        step: row.get(3).db()?,
+        attempt: attempt
+            .map(|a| u32::try_from(a).map_err(|e| corrupt("events.attempt", e)))
+            .transpose()?,
+        detail: detail
+            .map(|d| serde_json::from_str(&d).map_err(|e| corrupt("events.detail", e)))
+            .transpose()?,
+    }];
+    let more: Vec<MoreIn> = match more {
+        Some(text) => serde_json::from_str(&text).map_err(|e| corrupt("events.more", e))?,
+        None => Vec::new(),
+    };
+    for (i, m) in more.into_iter().enumerate() {
+        out.push(Event {
+            seq: seq + 1 + i as i64,
+            at: Timestamp::from_millis(m.at),
+            kind: m.kind.parse().map_err(|e| corrupt("events.more", e))?,
+            step: m.step,
+            attempt: m.attempt,
+            detail: m.detail,
+        });
+    }
+    Ok(out)
+}
+
+/// Up to `limit` entries of job `id` numbered after `after_seq`, oldest first: from the row that
+/// holds entry `after_seq + 1` on (the newest row starting at or before `after_seq`, whose later
+/// entries may follow it).
+pub(super) fn load_events(
+    conn: &Connection,
+    id: JobId,
+    after_seq: i64,
+    limit: usize,
+) -> Result<Vec<Event>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM events WHERE job_id = ?1 AND seq >= COALESCE( \
+               (SELECT MAX(seq) FROM events WHERE job_id = ?1 AND seq <= ?2), ?2 + 1) \
+             ORDER BY seq LIMIT ?3"
+        ))
+        .db()?;
+    // Every row holds at least one entry, and only the first row may hold none of those asked.
+    let rows = limit.saturating_add(1);
+    let mut rows = stmt
+        .query(params![job_id_text(id), after_seq, limit_param(rows)])
+        .db()?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().db()? {
+        out.extend(entries(row)?.into_iter().filter(|e| e.seq > after_seq));
+        if out.len() >= limit {
+            out.truncate(limit);
+            break;
+        }
+    }
+    Ok(out)
+}
