@@ -13,7 +13,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::rows::{corrupt, job_id_text, limit_param, DbResult};
+use super::rows::{corrupt, job_id_text, json_text, limit_param, parse_json, to_u32, DbResult};
 use crate::Result;
 
 /// Inserts one history row: its job's id, the number and columns of its first entry, and the
@@ -60,11 +60,6 @@ struct MoreIn {
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
-}
-
-fn json_text(v: &Value) -> String {
-    // Encoding a `Value` cannot fail: its map keys are strings and it holds no non-finite floats.
-    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
 }
 
 /// The `more` text of the entries after a row's first, `None` when there are none.
@@ -193,15 +188,13 @@ fn entries(row: &Row<'_>) -> Result<Vec<Event>> {
         at: Timestamp::from_millis(row.get(1).db()?),
         kind: kind.parse().map_err(|e| corrupt("events.kind", e))?,
         step: row.get(3).db()?,
-        attempt: attempt
-            .map(|a| u32::try_from(a).map_err(|e| corrupt("events.attempt", e)))
-            .transpose()?,
+        attempt: attempt.map(|a| to_u32("events.attempt", a)).transpose()?,
         detail: detail
-            .map(|d| serde_json::from_str(&d).map_err(|e| corrupt("events.detail", e)))
+            .map(|d| parse_json::<Value>("events.detail", &d))
             .transpose()?,
     }];
     let more: Vec<MoreIn> = match more {
-        Some(text) => serde_json::from_str(&text).map_err(|e| corrupt("events.more", e))?,
+        Some(text) => parse_json("events.more", &text)?,
         None => Vec::new(),
     };
     for (i, m) in more.into_iter().enumerate() {

@@ -67,7 +67,7 @@ pub(super) fn ms(t: Option<Timestamp>) -> Option<i64> {
     t.map(Timestamp::as_millis)
 }
 
-fn to_u32(what: &str, v: i64) -> Result<u32> {
+pub(super) fn to_u32(what: &str, v: i64) -> Result<u32> {
     u32::try_from(v).map_err(|_| corrupt(what, format!("{v} is out of range")))
 }
 
@@ -75,12 +75,12 @@ fn to_u64(what: &str, v: i64) -> Result<u64> {
     u64::try_from(v).map_err(|_| corrupt(what, format!("{v} is out of range")))
 }
 
-fn json_text(v: &Value) -> String {
+pub(super) fn json_text(v: &Value) -> String {
     // Encoding a `Value` cannot fail: its map keys are strings and it holds no non-finite floats.
     serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|e| corrupt(what, e))
 }
 
