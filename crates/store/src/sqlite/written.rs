@@ -204,36 +204,29 @@ pub(super) fn lease(lease_id: LeaseId) -> Option<LeaseRef> {
 /// Keeps `job` and its `last_event_seq` as the database now holds them (in the open
 /// transaction).
 pub(super) fn remember(job: &Job, last_event_seq: i64) {
-    WRITTEN.with(|w| {
-        if let Some(c) = w.borrow_mut().as_mut() {
-            c.insert(job.id, Entry::of(job, last_event_seq));
-        }
-    });
+    change(|c| c.insert(job.id, Entry::of(job, last_event_seq)));
 }
 
 /// Keeps `job`, just read from the database with its `last_event_seq`, without copying it.
 pub(super) fn remember_loaded(job: &Rc<Job>, last_event_seq: i64) {
-    WRITTEN.with(|w| {
-        if let Some(c) = w.borrow_mut().as_mut() {
-            c.insert(job.id, Entry::shared(Rc::clone(job), last_event_seq));
-        }
-    });
+    change(|c| c.insert(job.id, Entry::shared(Rc::clone(job), last_event_seq)));
 }
 
 /// Drops `id`: its rows were changed or deleted other than by a transition.
 pub(super) fn forget(id: JobId) {
-    WRITTEN.with(|w| {
-        if let Some(c) = w.borrow_mut().as_mut() {
-            c.remove(&id);
-        }
-    });
+    change(|c| c.remove(&id));
 }
 
 /// Drops every job: a write was rolled back, so what it stored here was never committed.
 pub(super) fn forget_all() {
+    change(|c| *c = Cache::default());
+}
+
+/// Applies `f` to the calling thread's cache; nothing on a thread without one (a reader).
+fn change(f: impl FnOnce(&mut Cache)) {
     WRITTEN.with(|w| {
         if let Some(c) = w.borrow_mut().as_mut() {
-            *c = Cache::default();
+            f(c);
         }
     });
 }
