@@ -42,7 +42,8 @@ CREATE TABLE public.events (
     kind text NOT NULL,
     step text,
     attempt bigint,
-    detail text
+    detail text,
+    more text
 );
 
 CREATE TABLE public.job_labels (

@@ -19,6 +19,7 @@ pub mod conformance;
 pub(crate) mod decide;
 pub mod deliveries;
 pub(crate) mod filter;
+pub(crate) mod history;
 pub mod jobs;
 pub mod leader;
 pub mod leases;

@@ -584,8 +584,9 @@ async fn text_with_nul_is_stored_not_refused() {
     assert_eq!(found.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
 }
 
-// Proves the history holds each event kind's name, and that a name this build does not know is
-// reported as corrupt rather than panicking.
+// Proves the history holds each event kind's name (a submit's three entries in one row: the
+// first in the row's columns, the others in `more`), and that a name this build does not know,
+// in either place, is reported as corrupt rather than panicking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn event_kinds_are_stored_as_their_names() {
     let _ticket = suite::Ticket::new();
@@ -595,33 +596,97 @@ async fn event_kinds_are_stored_as_their_names() {
         .await
         .expect("connect");
     let id = job_id(1);
-    let stored: Vec<String> = raw
+    let stored: Vec<(i64, String, String)> = raw
         .query(
-            "SELECT kind FROM events WHERE job_id = $1 ORDER BY seq",
+            "SELECT seq, kind, (more::jsonb -> 0 ->> 'kind') || ',' || (more::jsonb -> 1 ->> 'kind') \
+             FROM events WHERE job_id = $1 ORDER BY seq",
             &[&id.0],
         )
         .await
         .expect("kinds")
         .iter()
-        .map(|r| r.get(0))
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
-    assert_eq!(stored, ["job_submitted", "job_started", "step_ready"]);
-    raw.execute(
-        "UPDATE events SET kind = 'step_exploded' WHERE job_id = $1 AND seq = 2",
-        &[&id.0],
-    )
-    .await
-    .expect("vandalise");
+    assert_eq!(
+        stored,
+        [(1, "job_submitted".into(), "job_started,step_ready".into())]
+    );
     let page = EventPage {
         job: id,
         after_seq: 0,
         limit: 10,
     };
-    let events = store.job_events(page).await;
-    assert!(
-        matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
-        "{events:?}"
-    );
+    for vandal in [
+        "UPDATE events SET more = jsonb_set(more::jsonb, '{0,kind}', '\"step_exploded\"')::text \
+         WHERE job_id = $1",
+        "UPDATE events SET more = NULL, kind = 'step_exploded' WHERE job_id = $1",
+    ] {
+        raw.execute(vandal, &[&id.0]).await.expect("vandalise");
+        let events = store.job_events(page).await;
+        assert!(
+            matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
+            "{vandal}: {events:?}"
+        );
+    }
+}
+
+// Proves the history is stored one row per write and that trimming deletes the rows wholly
+// older than the entries kept, not only hides them: with 3 entries kept, a one-step job run to
+// the end (a submit's three entries, a claim's one, a report's two) keeps two rows, the claim's
+// and the report's, and shows entries 4 to 6. Reads leave out the older entries of a row that
+// straddles the cut, so without the deletes the entries shown would be the same: the row count
+// is what fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trimming_deletes_whole_history_rows() {
+    let _ticket = suite::Ticket::new();
+    let db = PgCluster::shared().database().await;
+    let mut options = options(db.url());
+    options.history_per_job = 3;
+    let store = PgStore::open(options).await.expect("open");
+    submit_ok(&store, 1).await;
+    let id = job_id(1);
+    let claimed = store
+        .steps_claim(Claim::of_worker("w", "w-1", vec![lease_id(1)], at(10)))
+        .await
+        .expect("claim")
+        .claimed;
+    assert_eq!(claimed.len(), 1);
+    let done = overseer_core::Command::Complete {
+        step: 0,
+        attempt: 1,
+        result: json!(true),
+    };
+    store
+        .job_apply(Apply::new(id, done, at(20)))
+        .await
+        .expect("complete");
+    let raw = overseer_store::pgtest::connect(db.url())
+        .await
+        .expect("connect");
+    let rows: Vec<i64> = raw
+        .query(
+            "SELECT seq FROM events WHERE job_id = $1 ORDER BY seq",
+            &[&id.0],
+        )
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rows, [4, 5], "one row per write, the submit's deleted");
+    let page = EventPage {
+        job: id,
+        after_seq: 0,
+        limit: 10,
+    };
+    let seqs: Vec<i64> = store
+        .job_events(page)
+        .await
+        .expect("events")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [4, 5, 6]);
 }
 
 /// Connections to `db` from Overseer stores (their `application_name`), and how many of them

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::rows::{self, corrupt, get, json_text, ms, query, text};
 use super::writes::StepColumns;
 use super::{jobs, Res};
-use crate::NewJob;
+use crate::{history, NewJob};
 
 /// Inserts the job rows of a batch, in batch order, leaving out those whose idempotency key is
 /// taken (by a stored job, or by an earlier job of the batch). Answers the submission sequence
@@ -20,11 +20,10 @@ use crate::NewJob;
 pub(super) async fn insert_job_rows(
     tx: &Transaction<'_>,
     jobs: &[&NewJob],
-    history_per_job: usize,
 ) -> Res<HashMap<Uuid, i64>> {
     let mut c = JobRows::default();
     for new in jobs {
-        c.push(&new.transition.job, stored_events(new, history_per_job).1)?;
+        c.push(&new.transition.job, new.transition.events.len() as i64)?;
     }
     let rows = query(
         tx,
@@ -81,14 +80,6 @@ pub(super) async fn insert_job_rows(
         inserted.insert(get(row, 0, "jobs.id")?, get(row, 1, "jobs.seq")?);
     }
     Ok(inserted)
-}
-
-/// The events of an admission that are kept (the newest `keep`), and how many it made: the job's
-/// `last_event_seq`.
-fn stored_events(new: &NewJob, keep: usize) -> (&[overseer_core::NewEvent], i64) {
-    let events = &new.transition.events;
-    let skip = events.len().saturating_sub(keep.max(1));
-    (&events[skip..], events.len() as i64)
 }
 
 /// The job columns of a batch of new rows.
@@ -313,7 +304,8 @@ async fn insert_labels(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
     Ok(())
 }
 
-/// The admission histories: seq numbers from 1, the newest `keep` of each job only.
+/// The admission histories, one row per job (see `crate::history`): its kept entries (the
+/// newest `keep`) numbered from 1 among all the admission made.
 async fn insert_events(tx: &Transaction<'_>, jobs: &[&NewJob], keep: usize) -> Res<()> {
     let mut job_id = Vec::new();
     let mut seq = Vec::new();
@@ -322,28 +314,30 @@ async fn insert_events(tx: &Transaction<'_>, jobs: &[&NewJob], keep: usize) -> R
     let mut step = Vec::new();
     let mut attempt = Vec::new();
     let mut detail = Vec::new();
+    let mut more = Vec::new();
     for new in jobs {
-        let (kept, total) = stored_events(new, keep);
-        let first = total - kept.len() as i64 + 1;
-        for (i, e) in kept.iter().enumerate() {
-            job_id.push(new.transition.job.id.0);
-            seq.push(first + i as i64);
-            at.push(e.at.as_millis());
-            kind.push(e.kind.as_str());
-            step.push(e.step.as_deref());
-            attempt.push(e.attempt.map(i64::from));
-            detail.push(e.detail.as_ref().map(json_text));
-        }
+        let (kept, first) = history::stored(&new.transition.events, keep);
+        let Some((head, rest)) = kept.split_first() else {
+            continue;
+        };
+        job_id.push(new.transition.job.id.0);
+        seq.push(first);
+        at.push(head.at.as_millis());
+        kind.push(head.kind.as_str());
+        step.push(head.step.as_deref());
+        attempt.push(head.attempt.map(i64::from));
+        detail.push(head.detail.as_ref().map(json_text));
+        more.push(history::more_text(rest)?);
     }
     if job_id.is_empty() {
         return Ok(());
     }
     rows::execute(
         tx,
-        "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
+        "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
          SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
-           $6::bigint[], $7::text[])",
-        &[&job_id, &seq, &at, &kind, &step, &attempt, &detail],
+           $6::bigint[], $7::text[], $8::text[])",
+        &[&job_id, &seq, &at, &kind, &step, &attempt, &detail, &more],
     )
     .await?;
     Ok(())

@@ -258,7 +258,7 @@ async fn submit_locked(
     first_index: usize,
     history_per_job: usize,
 ) -> Res<Vec<Submitted>> {
-    let seqs = inserts::insert_job_rows(tx, jobs, history_per_job).await?;
+    let seqs = inserts::insert_job_rows(tx, jobs).await?;
     let is_new = |n: &&NewJob| seqs.contains_key(&n.transition.job.id.0);
     let new: Vec<&NewJob> = jobs.iter().copied().filter(is_new).collect();
     let signals = inserts::signals(&new);
@@ -519,9 +519,10 @@ impl Jobs for PgStore {
             after_seq,
             limit,
         } = page;
+        let keep = self.inner.history_per_job;
         self.read(move |tx, _| {
             Box::pin(async move {
-                let events = rows::load_events(tx, id, after_seq, limit).await?;
+                let events = rows::load_events(tx, id, after_seq, limit, keep).await?;
                 if events.is_empty() {
                     let exists = query_opt(tx, "SELECT 1 FROM jobs WHERE id = $1", &[&id.0])
                         .await?

@@ -403,36 +403,61 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
     Ok(out)
 }
 
+/// Up to `limit` entries of job `id` numbered after `after_seq`, oldest first, of those its
+/// history keeps (the newest `keep`; see `crate::history`): from the row that holds the first
+/// entry asked for. Trimming leaves a row holding entries on both sides of its cut, so entries
+/// up to the job's `last_event_seq - keep` are left out here.
 pub(super) async fn load_events(
     tx: &Transaction<'_>,
     id: JobId,
     after_seq: i64,
     limit: usize,
+    keep: usize,
 ) -> Res<Vec<Event>> {
-    let rows = query(
-        tx,
-        "SELECT seq, at, kind, step, attempt, detail FROM events \
-         WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        &[&id.0, &after_seq, &limit_param(limit)],
-    )
-    .await?;
-    let mut out = Vec::with_capacity(rows.len());
+    let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
+    // Every row holds at least one entry, and only the first row may hold none of those asked.
+    let rows = limit_param(limit.saturating_add(1));
+    let rows = query(tx, LOAD_EVENTS_SQL, &[&id.0, &after_seq, &rows, &keep]).await?;
+    let mut out = Vec::with_capacity(limit.min(rows.len() * 2));
     for row in &rows {
-        let kind: &str = get(row, 2, "events.kind")?;
-        let attempt: Option<i64> = get(row, 4, "events.attempt")?;
-        let detail: Option<String> = get(row, 5, "events.detail")?;
-        out.push(Event {
-            seq: get(row, 0, "events.seq")?,
-            at: Timestamp::from_millis(get(row, 1, "events.at")?),
-            kind: kind.parse().map_err(|e| corrupt("events.kind", e))?,
-            step: get(row, 3, "events.step")?,
-            attempt: attempt.map(|a| to_u32("events.attempt", a)).transpose()?,
-            detail: detail
-                .map(|d| parse_json::<Value>("events.detail", &d))
-                .transpose()?,
-        });
+        let after: i64 = get(row, 7, "events.after")?;
+        out.extend(entries(row)?.into_iter().filter(|e| e.seq > after));
+        if out.len() >= limit {
+            out.truncate(limit);
+            break;
+        }
     }
     Ok(out)
+}
+
+/// The rows of [`load_events`], each with the number its entries must be above: `$2`, or the
+/// newest entry not kept when that is later.
+const LOAD_EVENTS_SQL: &str = "\
+WITH f AS (SELECT GREATEST($2::bigint, \
+    (SELECT last_event_seq FROM jobs WHERE id = $1) - $4::bigint) AS after) \
+SELECT e.seq, e.at, e.kind, e.step, e.attempt, e.detail, e.more, f.after \
+FROM f CROSS JOIN events e \
+WHERE e.job_id = $1 AND e.seq >= COALESCE( \
+  (SELECT max(seq) FROM events WHERE job_id = $1 AND seq <= f.after), f.after + 1) \
+ORDER BY e.seq LIMIT $3";
+
+/// The entries of one history row, numbered.
+fn entries(row: &Row) -> Res<Vec<Event>> {
+    let kind: &str = get(row, 2, "events.kind")?;
+    let attempt: Option<i64> = get(row, 4, "events.attempt")?;
+    let detail: Option<String> = get(row, 5, "events.detail")?;
+    let more: Option<&str> = get(row, 6, "events.more")?;
+    let first = Event {
+        seq: get(row, 0, "events.seq")?,
+        at: Timestamp::from_millis(get(row, 1, "events.at")?),
+        kind: kind.parse().map_err(|e| corrupt("events.kind", e))?,
+        step: get(row, 3, "events.step")?,
+        attempt: attempt.map(|a| to_u32("events.attempt", a)).transpose()?,
+        detail: detail
+            .map(|d| parse_json::<Value>("events.detail", &d))
+            .transpose()?,
+    };
+    Ok(crate::history::expand(first, more)?)
 }
 
 /// Decodes `(job_id, idx, attempt, lease_id)` as a lease reference; `None` when the step has no

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use super::rows::{self, corrupt, get, idx_param, json_text, ms, query_one, text};
 use super::{jobs, Res};
+use crate::history;
 use crate::write_set::{self, JobWrite};
 use crate::LeaseRef;
 
@@ -55,8 +56,10 @@ pub(super) async fn persist_all(
     Ok(())
 }
 
-/// Updates the job rows and appends their events with the next sequence numbers, dropping all
-/// but the newest `keep` of each job's history: one statement. (A job whose priority changed has
+/// Updates the job rows and appends their events with the next sequence numbers, one history
+/// row per job (see `crate::history`), dropping the rows wholly older than the newest `keep`
+/// entries of each job's history: one statement. (A row holding entries on both sides of the
+/// cut stays; reads leave out its older entries, see `rows::load_events`.) (A job whose priority changed has
 /// every step among its changed steps, so the steps' copies follow in `write_steps`.)
 ///
 /// The history trim looks each job up as one index range, whatever the planner's statistics
@@ -70,9 +73,10 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
     let mut events = EventColumns::default();
     for w in &writes {
         jobs.push(w);
-        events.push(w);
+        events.push(w, keep)?;
     }
-    let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+    // The newest entry always stays (`history::stored`).
+    let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
     // One job (a claim or a report of one step, the common case when work trickles in) takes
     // the statement planned as a key lookup; see `WRITE_ONE_JOB_SQL`.
     let sql = match jobs.id.len() {
@@ -102,6 +106,7 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
             &keep,
             &jobs.deadline_due,
             &jobs.round,
+            &events.more,
         ],
     )
     .await?;
@@ -148,16 +153,19 @@ j AS ( \
   FROM v WHERE jobs.id = v.id AND jobs.id = ANY($1::uuid[]) \
   RETURNING jobs.id, jobs.last_event_seq AS last, v.n_events), \
 e AS ( \
-  INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
-  SELECT e.job_id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail \
+  INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
+  SELECT e.job_id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail, \
+    e.more \
   FROM unnest($10::uuid[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], \
-              $15::bigint[], $16::text[]) AS e (job_id, pos, at, kind, step, attempt, detail) \
-  JOIN j ON j.id = e.job_id \
-  WHERE j.last - j.n_events + e.pos > j.last - $17::bigint), \
+              $15::bigint[], $16::text[], $20::text[]) \
+    AS e (job_id, pos, at, kind, step, attempt, detail, more) \
+  JOIN j ON j.id = e.job_id), \
 t AS ( \
   DELETE FROM events WHERE events.job_id = ANY($1::uuid[]) AND ctid = ANY(ARRAY( \
     SELECT o.ctid FROM j CROSS JOIN LATERAL ( \
       SELECT ctid FROM events WHERE events.job_id = j.id AND events.seq <= j.last - $17::bigint \
+        AND events.seq + COALESCE(json_array_length(events.more::json), 0) \
+          <= j.last - $17::bigint \
       OFFSET 0) o \
     WHERE j.n_events > 0 AND j.last > $17::bigint))) \
 SELECT count(*) FROM j";
@@ -176,15 +184,16 @@ WITH j AS ( \
   WHERE id = ($1::uuid[])[1] \
   RETURNING id, last_event_seq AS last, ($9::bigint[])[1] AS n_events), \
 e AS ( \
-  INSERT INTO events (job_id, seq, at, kind, step, attempt, detail) \
-  SELECT j.id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail \
+  INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
+  SELECT j.id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail, e.more \
   FROM unnest($10::uuid[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], \
-              $15::bigint[], $16::text[]) AS e (job_id, pos, at, kind, step, attempt, detail) \
-  CROSS JOIN j \
-  WHERE j.last - j.n_events + e.pos > j.last - $17::bigint), \
+              $15::bigint[], $16::text[], $20::text[]) \
+    AS e (job_id, pos, at, kind, step, attempt, detail, more) \
+  CROSS JOIN j), \
 t AS ( \
   DELETE FROM events WHERE job_id = ($1::uuid[])[1] AND ($9::bigint[])[1] > 0 \
-    AND seq <= (SELECT last FROM j) - $17::bigint) \
+    AND seq <= (SELECT last FROM j) - $17::bigint \
+    AND seq + COALESCE(json_array_length(more::json), 0) <= (SELECT last FROM j) - $17::bigint) \
 SELECT count(*) FROM j";
 
 /// The job rows of a batch, column by column.
@@ -222,7 +231,9 @@ impl<'a> JobColumns<'a> {
     }
 }
 
-/// The events of a batch, column by column; `pos` numbers each job's new events from 1.
+/// The history rows of a batch, column by column: one row per job with events (see
+/// `crate::history`), holding the entries it keeps of them; `pos` numbers the row's first entry
+/// among the job's new events from 1.
 #[derive(Default)]
 struct EventColumns<'a> {
     job_id: Vec<Uuid>,
@@ -232,19 +243,24 @@ struct EventColumns<'a> {
     step: Vec<Option<&'a str>>,
     attempt: Vec<Option<i64>>,
     detail: Vec<Option<String>>,
+    more: Vec<Option<String>>,
 }
 
 impl<'a> EventColumns<'a> {
-    fn push(&mut self, w: &JobWrite<'a>) {
-        for (pos, e) in w.events.iter().enumerate() {
-            self.job_id.push(w.job.id.0);
-            self.pos.push(pos as i64 + 1);
-            self.at.push(e.at.as_millis());
-            self.kind.push(e.kind.as_str());
-            self.step.push(e.step.as_deref());
-            self.attempt.push(e.attempt.map(i64::from));
-            self.detail.push(e.detail.as_ref().map(json_text));
-        }
+    fn push(&mut self, w: &JobWrite<'a>, keep: usize) -> Res<()> {
+        let (kept, first) = history::stored(&w.events, keep);
+        let Some((head, rest)) = kept.split_first() else {
+            return Ok(());
+        };
+        self.job_id.push(w.job.id.0);
+        self.pos.push(first);
+        self.at.push(head.at.as_millis());
+        self.kind.push(head.kind.as_str());
+        self.step.push(head.step.as_deref());
+        self.attempt.push(head.attempt.map(i64::from));
+        self.detail.push(head.detail.as_ref().map(json_text));
+        self.more.push(history::more_text(rest)?);
+        Ok(())
     }
 }
 
@@ -504,7 +520,7 @@ mod tests {
             .batch_execute(super::super::WRITE_BEGIN_SQL)
             .await
             .expect("begin");
-        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 19), ("step", WRITE_STEPS_SQL, 26)] {
+        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 20), ("step", WRITE_STEPS_SQL, 26)] {
             let plan = generic_plan(&client, sql, params).await;
             assert!(
                 !plan.contains("Seq Scan"),
@@ -525,7 +541,7 @@ mod tests {
         let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
         let client = crate::pgtest::connect(db.url()).await.expect("connect");
         for (name, sql, params) in [
-            ("job", WRITE_ONE_JOB_SQL, 19),
+            ("job", WRITE_ONE_JOB_SQL, 20),
             ("step", WRITE_ONE_STEP_SQL, 26),
         ] {
             let plan = generic_plan(&client, sql, params).await;

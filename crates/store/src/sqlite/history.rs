@@ -1,20 +1,13 @@
-//! A job's history on SQLite: one row per write, not per entry.
-//!
-//! The entries one write appends to a job (a submit's `job_submitted`, `job_started` and
-//! `step_ready`s; a report's `step_succeeded` and `job_succeeded`) are numbered together and
-//! stored as one row of `events`: the first entry in the row's own columns (`seq` is its number),
-//! the others in `more`, a JSON array in order, numbered `seq + 1`, `seq + 2`, …. Every row
-//! costs a B-tree entry to insert and later to remove, so a one-step job keeps three rows instead
-//! of six. Readers see entries, never rows: [`load_events`] expands them, and trimming keeps
-//! exactly the newest entries, rewriting the row that straddles the cut ([`trim_events`]).
+//! A job's history on SQLite: one row per write, not per entry (see `crate::history` for the
+//! row's shape). Readers see entries, never rows: [`load_events`] expands them, and trimming
+//! keeps exactly the newest entries, rewriting the row that straddles the cut ([`trim_events`]).
 
 use overseer_core::{Event, JobId, NewEvent, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Row};
-use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::rows::{corrupt, job_id_text, json_text, limit_param, parse_json, to_u32, DbResult};
-use crate::Result;
+use crate::{history, Result};
 
 /// Inserts one history row: its job's id, the number and columns of its first entry, and the
 /// entries after it (`more`, or `NULL` when there are none).
@@ -31,56 +24,6 @@ pub(super) const NEWEST_AT_SQL: &str = "SELECT COALESCE(json_extract(more, '$[#-
      FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1";
 
 const ROW_COLUMNS: &str = "seq, at, kind, step, attempt, detail, more";
-
-/// An entry after a row's first, as `more` keeps it.
-#[derive(Serialize)]
-struct MoreOut<'a> {
-    at: i64,
-    kind: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    step: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    attempt: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    detail: Option<&'a Value>,
-}
-
-#[derive(Deserialize)]
-struct MoreIn {
-    at: i64,
-    kind: String,
-    #[serde(default)]
-    step: Option<String>,
-    #[serde(default)]
-    attempt: Option<u32>,
-    /// Absent is `None`; a JSON `null` is kept as `Some(Null)`, as the `detail` column keeps it.
-    #[serde(default, deserialize_with = "present")]
-    detail: Option<Value>,
-}
-
-fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-/// The `more` text of the entries after a row's first, `None` when there are none.
-fn more_text(rest: &[NewEvent]) -> Result<Option<String>> {
-    if rest.is_empty() {
-        return Ok(None);
-    }
-    let out: Vec<MoreOut> = rest
-        .iter()
-        .map(|e| MoreOut {
-            at: e.at.as_millis(),
-            kind: e.kind.as_str(),
-            step: e.step.as_deref(),
-            attempt: e.attempt,
-            detail: e.detail.as_ref(),
-        })
-        .collect();
-    serde_json::to_string(&out)
-        .map(Some)
-        .map_err(|e| corrupt("events.more", e))
-}
 
 /// Appends events numbered up to `last` (the job's `last_event_seq` with these events counted),
 /// then drops all but the newest `keep` (at least one: see [`trim_events`]).
@@ -121,7 +64,7 @@ pub(super) fn insert_events(
             head.step,
             head.attempt,
             head.detail.as_ref().map(json_text),
-            more_text(rest)?,
+            history::more_text(rest)?,
         ])
         .db()?;
     Ok(())
@@ -178,13 +121,12 @@ pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usi
 
 /// The entries of one history row, numbered.
 fn entries(row: &Row<'_>) -> Result<Vec<Event>> {
-    let seq: i64 = row.get(0).db()?;
     let kind: String = row.get(2).db()?;
     let attempt: Option<i64> = row.get(4).db()?;
     let detail: Option<String> = row.get(5).db()?;
     let more: Option<String> = row.get(6).db()?;
-    let mut out = vec![Event {
-        seq,
+    let first = Event {
+        seq: row.get(0).db()?,
         at: Timestamp::from_millis(row.get(1).db()?),
         kind: kind.parse().map_err(|e| corrupt("events.kind", e))?,
         step: row.get(3).db()?,
@@ -192,22 +134,8 @@ fn entries(row: &Row<'_>) -> Result<Vec<Event>> {
         detail: detail
             .map(|d| parse_json::<Value>("events.detail", &d))
             .transpose()?,
-    }];
-    let more: Vec<MoreIn> = match more {
-        Some(text) => parse_json("events.more", &text)?,
-        None => Vec::new(),
     };
-    for (i, m) in more.into_iter().enumerate() {
-        out.push(Event {
-            seq: seq + 1 + i as i64,
-            at: Timestamp::from_millis(m.at),
-            kind: m.kind.parse().map_err(|e| corrupt("events.more", e))?,
-            step: m.step,
-            attempt: m.attempt,
-            detail: m.detail,
-        });
-    }
-    Ok(out)
+    history::expand(first, more.as_deref())
 }
 
 /// Up to `limit` entries of job `id` numbered after `after_seq`, oldest first: from the row that

@@ -1,0 +1,155 @@
+//! A job's history as both stores keep it: one row per write, not per entry.
+//!
+//! The entries one write appends to a job (a submit's `job_submitted`, `job_started` and
+//! `step_ready`s; a report's `step_succeeded` and `job_succeeded`) are numbered together and
+//! stored as one row of `events`: the first entry in the row's own columns (`seq` is its number),
+//! the others in `more`, a JSON array in order, numbered `seq + 1`, `seq + 2`, …. Every row
+//! costs an index entry to insert and later to remove, so a one-step job keeps three rows instead
+//! of six. Readers see entries, never rows: a backend expands each row with [`expand`].
+//!
+//! What a backend decides here and only turns into SQL: which of a write's entries are stored at
+//! all ([`stored`]), the `more` text ([`more_text`]), and the entries a row holds ([`expand`]).
+
+use std::borrow::Borrow;
+
+use overseer_core::{Event, NewEvent, Timestamp};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::{Error, Result};
+
+/// The entries of a write of `events` that are stored when a job keeps its newest `keep`
+/// entries, and the position (from 1) of the first of them among `events`. At least the newest
+/// entry is always stored: it dates the job and numbers the next.
+pub(crate) fn stored<T>(events: &[T], keep: usize) -> (&[T], i64) {
+    let skip = events.len().saturating_sub(keep.max(1));
+    (&events[skip..], skip as i64 + 1)
+}
+
+/// An entry after a row's first, as `more` keeps it.
+#[derive(Serialize)]
+struct MoreOut<'a> {
+    at: i64,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a Value>,
+}
+
+#[derive(Deserialize)]
+struct MoreIn {
+    at: i64,
+    kind: String,
+    #[serde(default)]
+    step: Option<String>,
+    #[serde(default)]
+    attempt: Option<u32>,
+    /// Absent is `None`; a JSON `null` is kept as `Some(Null)`, as the `detail` column keeps it.
+    #[serde(default, deserialize_with = "present")]
+    detail: Option<Value>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+fn corrupt(detail: impl std::fmt::Display) -> Error {
+    Error::Corrupt(format!("events.more: {detail}"))
+}
+
+/// The `more` text of the entries after a row's first, `None` when there are none.
+pub(crate) fn more_text<T: Borrow<NewEvent>>(rest: &[T]) -> Result<Option<String>> {
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let out: Vec<MoreOut> = rest
+        .iter()
+        .map(Borrow::borrow)
+        .map(|e: &NewEvent| MoreOut {
+            at: e.at.as_millis(),
+            kind: e.kind.as_str(),
+            step: e.step.as_deref(),
+            attempt: e.attempt,
+            detail: e.detail.as_ref(),
+        })
+        .collect();
+    serde_json::to_string(&out).map(Some).map_err(corrupt)
+}
+
+/// The entries of one row: `first` (its own columns) and those in its `more` text, numbered on
+/// from `first.seq`.
+pub(crate) fn expand(first: Event, more: Option<&str>) -> Result<Vec<Event>> {
+    let more: Vec<MoreIn> = match more {
+        Some(text) => serde_json::from_str(text).map_err(corrupt)?,
+        None => Vec::new(),
+    };
+    let seq = first.seq;
+    let mut out = Vec::with_capacity(1 + more.len());
+    out.push(first);
+    for (i, m) in more.into_iter().enumerate() {
+        out.push(Event {
+            seq: seq + 1 + i as i64,
+            at: Timestamp::from_millis(m.at),
+            kind: m.kind.parse().map_err(corrupt)?,
+            step: m.step,
+            attempt: m.attempt,
+            detail: m.detail,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use overseer_core::EventKind;
+
+    fn entry(kind: EventKind, at: i64) -> NewEvent {
+        NewEvent {
+            at: Timestamp::from_millis(at),
+            kind,
+            step: Some("work".into()),
+            attempt: Some(2),
+            detail: Some(serde_json::json!({"x": 1})),
+        }
+    }
+
+    #[test]
+    fn a_row_expands_to_the_entries_it_was_written_from() {
+        let written = [
+            entry(EventKind::StepSucceeded, 5),
+            entry(EventKind::JobSucceeded, 6),
+        ];
+        let more = more_text(&written[1..]).unwrap();
+        let first = Event {
+            seq: 7,
+            at: Timestamp::from_millis(4),
+            kind: EventKind::StepLeased,
+            step: None,
+            attempt: None,
+            detail: Some(Value::Null),
+        };
+        let all = expand(first.clone(), more.as_deref()).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0], first);
+        assert_eq!(all[1].seq, 8);
+        assert_eq!(all[1].kind, EventKind::JobSucceeded);
+        assert_eq!(all[1].detail, written[1].detail);
+        assert_eq!(more_text::<NewEvent>(&[]).unwrap(), None);
+        assert!(expand(first, Some("[{\"at\": 1}]")).is_err());
+    }
+
+    #[test]
+    fn at_least_the_newest_entry_is_stored() {
+        let five: Vec<NewEvent> = (0..5).map(|i| entry(EventKind::StepReady, i)).collect();
+        let (kept, from) = stored(&five, 3);
+        assert_eq!((kept.len(), from), (3, 3));
+        let (kept, from) = stored(&five, 0);
+        assert_eq!((kept.len(), from), (1, 5));
+        let (kept, from) = stored(&five, 10);
+        assert_eq!((kept.len(), from), (5, 1));
+    }
+}
