@@ -10,9 +10,9 @@ use overseer_core::{Job, JobId};
 use uuid::Uuid;
 
 use super::rows::{self, corrupt, get, json_text, ms, query, text};
-use super::writes::StepColumns;
+use super::writes::{EventColumns, StepColumns};
 use super::{jobs, Res};
-use crate::{history, NewJob};
+use crate::NewJob;
 
 /// Inserts the job rows of a batch, in batch order, leaving out those whose idempotency key is
 /// taken (by a stored job, or by an earlier job of the batch). Answers the submission sequence
@@ -307,29 +307,11 @@ async fn insert_labels(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
 /// The admission histories, one row per job (see `crate::history`): its kept entries (the
 /// newest `keep`) numbered from 1 among all the admission made.
 async fn insert_events(tx: &Transaction<'_>, jobs: &[&NewJob], keep: usize) -> Res<()> {
-    let mut job_id = Vec::new();
-    let mut seq = Vec::new();
-    let mut at = Vec::new();
-    let mut kind = Vec::new();
-    let mut step = Vec::new();
-    let mut attempt = Vec::new();
-    let mut detail = Vec::new();
-    let mut more = Vec::new();
+    let mut rows = EventColumns::default();
     for new in jobs {
-        let (kept, first) = history::stored(&new.transition.events, keep);
-        let Some((head, rest)) = kept.split_first() else {
-            continue;
-        };
-        job_id.push(new.transition.job.id.0);
-        seq.push(first);
-        at.push(head.at.as_millis());
-        kind.push(head.kind.as_str());
-        step.push(head.step.as_deref());
-        attempt.push(head.attempt.map(i64::from));
-        detail.push(head.detail.as_ref().map(json_text));
-        more.push(history::more_text(rest)?);
+        rows.push_row(new.transition.job.id.0, &new.transition.events, keep)?;
     }
-    if job_id.is_empty() {
+    if rows.is_empty() {
         return Ok(());
     }
     rows::execute(
@@ -337,7 +319,7 @@ async fn insert_events(tx: &Transaction<'_>, jobs: &[&NewJob], keep: usize) -> R
         "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
          SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
            $6::bigint[], $7::text[], $8::text[])",
-        &[&job_id, &seq, &at, &kind, &step, &attempt, &detail, &more],
+        &rows.row_params(),
     )
     .await?;
     Ok(())

@@ -13,7 +13,9 @@
 //! changes them).
 
 use super::tx::Transaction;
-use overseer_core::{CompPhase, Job, LeaseId, Timestamp, Transition};
+use std::borrow::Borrow;
+
+use overseer_core::{CompPhase, Job, LeaseId, NewEvent, Timestamp, Transition};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -235,7 +237,7 @@ impl<'a> JobColumns<'a> {
 /// `crate::history`), holding the entries it keeps of them; `pos` numbers the row's first entry
 /// among the job's new events from 1.
 #[derive(Default)]
-struct EventColumns<'a> {
+pub(super) struct EventColumns<'a> {
     job_id: Vec<Uuid>,
     pos: Vec<i64>,
     at: Vec<i64>,
@@ -247,12 +249,23 @@ struct EventColumns<'a> {
 }
 
 impl<'a> EventColumns<'a> {
-    fn push(&mut self, w: &JobWrite<'a>, keep: usize) -> Res<()> {
-        let (kept, first) = history::stored(&w.events, keep);
+    fn push(&mut self, w: &'a JobWrite<'_>, keep: usize) -> Res<()> {
+        self.push_row(w.job.id.0, &w.events, keep)
+    }
+
+    /// Adds the row of job `job_id` for its new `events`, when it keeps the newest `keep`.
+    pub(super) fn push_row<E: Borrow<NewEvent>>(
+        &mut self,
+        job_id: Uuid,
+        events: &'a [E],
+        keep: usize,
+    ) -> Res<()> {
+        let (kept, first) = history::stored(events, keep);
         let Some((head, rest)) = kept.split_first() else {
             return Ok(());
         };
-        self.job_id.push(w.job.id.0);
+        let head: &'a NewEvent = head.borrow();
+        self.job_id.push(job_id);
         self.pos.push(first);
         self.at.push(head.at.as_millis());
         self.kind.push(head.kind.as_str());
@@ -261,6 +274,26 @@ impl<'a> EventColumns<'a> {
         self.detail.push(head.detail.as_ref().map(json_text));
         self.more.push(history::more_text(rest)?);
         Ok(())
+    }
+
+    /// Every column as statement parameters, in their order here (`job_id`, `pos`, `at`, `kind`,
+    /// `step`, `attempt`, `detail`, `more`): for a job's first write, an admission, `pos` is the
+    /// row's `seq`.
+    pub(super) fn is_empty(&self) -> bool {
+        self.job_id.is_empty()
+    }
+
+    pub(super) fn row_params(&self) -> [&(dyn ToSql + Sync); 8] {
+        [
+            &self.job_id,
+            &self.pos,
+            &self.at,
+            &self.kind,
+            &self.step,
+            &self.attempt,
+            &self.detail,
+            &self.more,
+        ]
     }
 }
 
