@@ -67,6 +67,12 @@ pub const LEASES_PER_CALL_MAX: usize = 100;
 /// 6,430 steps/s with one per slot, 7,710 with two and 8,200 with four; a SQLite drain 18,100
 /// and 20,500 (one and four). Still bounded, so a server slow to answer slows the claims.
 pub const REPORTS_PER_SLOT: usize = 4;
+/// How long a worker with a backlog waits for more free slots before asking for leases
+/// ([`Builder::gather`]). A PostgreSQL drain (4 workers × 32, no-op handlers) ran 6,061 steps/s
+/// asking at the first free slot (claims of 16 leases on average) and 7,984 waiting up to 1 ms
+/// (claims of 30); a SQLite drain 15,991–18,297 and 16,190–20,912. A handler of 50 ms loses at
+/// most 2 % of its slot's time to the wait.
+pub const DEFAULT_GATHER: Duration = Duration::from_millis(1);
 /// The long-poll wait used unless the builder says otherwise.
 pub const DEFAULT_WAIT: Span = Span::from_secs(20);
 
@@ -78,6 +84,7 @@ pub struct Builder {
     concurrency: usize,
     wait: Span,
     cancel_grace: Duration,
+    gather: Duration,
     error: Option<Error>,
 }
 
@@ -127,6 +134,15 @@ impl Builder {
         self
     }
 
+    /// While the server has a backlog, how long a lease request waits for more of this
+    /// worker's slots to come free, so that it asks for many leases at once instead of one at
+    /// a time as short handlers end. Default [`DEFAULT_GATHER`]; zero asks at the first free
+    /// slot. Never applies to an idle worker: its request goes out with the first free slot.
+    pub fn gather(mut self, gather: Duration) -> Self {
+        self.gather = gather;
+        self
+    }
+
     pub fn build(self) -> Result<Worker> {
         if let Some(e) = self.error {
             return Err(e);
@@ -153,6 +169,7 @@ impl Builder {
             concurrency: self.concurrency,
             wait: self.wait,
             cancel_grace: self.cancel_grace,
+            gather: self.gather,
         })
     }
 }
@@ -176,6 +193,7 @@ pub struct Worker {
     concurrency: usize,
     wait: Span,
     cancel_grace: Duration,
+    gather: Duration,
 }
 
 /// What every lease task of a worker shares.
@@ -196,6 +214,7 @@ impl Worker {
             concurrency: 1,
             wait: DEFAULT_WAIT,
             cancel_grace: Duration::ZERO,
+            gather: DEFAULT_GATHER,
             error: None,
         }
     }
@@ -238,6 +257,7 @@ impl Worker {
                 handler,
                 concurrency: self.concurrency,
                 wait: self.wait,
+                gather: self.gather,
             };
             pool.run(shutdown.clone(), abandon.clone())
         });

@@ -32,6 +32,8 @@ pub(super) struct Pool {
     pub(super) handler: Arc<dyn Handler>,
     pub(super) concurrency: usize,
     pub(super) wait: Span,
+    /// See [`Builder::gather`](super::Builder::gather).
+    pub(super) gather: Duration,
 }
 
 /// What a round of the lease loop leaves to do: another round, or stop.
@@ -47,6 +49,8 @@ struct Running {
     reporting: Arc<Semaphore>,
     tasks: JoinSet<()>,
     backoff: PollBackoff,
+    /// The last answer held as many leases as were asked for: more are probably waiting.
+    backlog: bool,
 }
 
 /// Either token ends the loop: `shutdown` lets running attempts finish, `abandon` also ends them.
@@ -79,6 +83,7 @@ impl Pool {
             reporting: Arc::new(Semaphore::new(self.concurrency * REPORTS_PER_SLOT)),
             tasks: JoinSet::new(),
             backoff: PollBackoff::default(),
+            backlog: false,
         };
         let stops = Stops {
             shutdown: &shutdown,
@@ -98,18 +103,9 @@ impl Pool {
             log_task_end(done);
         }
         // Hold the slots we ask for while we ask, so `max` never exceeds what is free.
-        let first = tokio::select! {
-            biased;
-            _ = stops.stopping() => return Round::Stop,
-            permit = running.slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        let Some(mut permits) = self.slots_to_ask(running, stops).await else {
+            return Round::Stop;
         };
-        let mut permits = vec![first];
-        while permits.len() < LEASES_PER_CALL_MAX {
-            match running.slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
-            }
-        }
         let request = LeaseRequest {
             worker: self.shared.worker_id.to_string(),
             max: Some(permits.len()),
@@ -125,6 +121,7 @@ impl Pool {
         match answer {
             Ok(response) => {
                 running.backoff.reset();
+                running.backlog = response.leases.len() >= request.max.unwrap_or(1);
                 if response.leases.is_empty()
                     && sent_at.elapsed() < EMPTY_POLL_MIN
                     && !stops.pause(EMPTY_POLL_MIN).await
@@ -136,6 +133,7 @@ impl Pool {
                 }
             }
             Err(e) => {
+                running.backlog = false;
                 let pause = running.backoff.next();
                 if e.is_transient() {
                     warn!(agent = %self.agent, error = %e, ?pause, "cannot take leases; retrying");
@@ -148,6 +146,31 @@ impl Pool {
             }
         }
         Round::Again
+    }
+
+    /// The slots the next request asks for: the first to come free, and more (see
+    /// [`gather_slots`]). None when the loop was told to stop meanwhile.
+    async fn slots_to_ask(
+        &self,
+        running: &Running,
+        stops: &Stops<'_>,
+    ) -> Option<Vec<OwnedSemaphorePermit>> {
+        let first = tokio::select! {
+            biased;
+            _ = stops.stopping() => return None,
+            permit = running.slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        let most = self.concurrency.min(LEASES_PER_CALL_MAX);
+        let gather = if running.backlog {
+            self.gather
+        } else {
+            Duration::ZERO
+        };
+        tokio::select! {
+            biased;
+            _ = stops.stopping() => None,
+            permits = gather_slots(&running.slots, first, most, gather) => Some(permits),
+        }
     }
 
     /// Starts an attempt for `lease` in the slot `permit` holds, or gives the lease back when
@@ -187,6 +210,44 @@ impl Pool {
                     .tasks
                     .spawn(refuse(client, lease, sent_at, abandon).instrument(span));
             }
+        }
+    }
+}
+
+/// The slots one lease request asks for, starting from `first`: every one free now, up to
+/// `most`, and then those that come free within `gather` until `most` are held.
+///
+/// A worker whose handlers are short frees its slots one at a time; asking at the first free
+/// slot then means many small requests, each a claim transaction on the server, and a
+/// PostgreSQL claim costs about as much for one lease as for thirty. So while the server has a
+/// backlog (the last answer filled every slot asked for) the pool waits a moment for more.
+/// Without one, `gather` is zero and a request goes out with the first free slot: an idle
+/// worker's latency is not touched.
+async fn gather_slots(
+    slots: &Arc<Semaphore>,
+    first: OwnedSemaphorePermit,
+    most: usize,
+    gather: Duration,
+) -> Vec<OwnedSemaphorePermit> {
+    let mut permits = vec![first];
+    take_free(slots, &mut permits, most);
+    let until = Instant::now() + gather;
+    while permits.len() < most && !gather.is_zero() {
+        match tokio::time::timeout_at(until, slots.clone().acquire_owned()).await {
+            Ok(permit) => permits.push(permit.expect("the semaphore is never closed")),
+            Err(_) => break,
+        }
+        take_free(slots, &mut permits, most);
+    }
+    permits
+}
+
+/// Adds every slot free now to `permits`, up to `most` in all.
+fn take_free(slots: &Arc<Semaphore>, permits: &mut Vec<OwnedSemaphorePermit>, most: usize) {
+    while permits.len() < most {
+        match slots.clone().try_acquire_owned() {
+            Ok(p) => permits.push(p),
+            Err(_) => break,
         }
     }
 }
@@ -247,6 +308,69 @@ async fn refuse(client: Client, lease: Lease, sent_at: Instant, abandon: Cancell
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A semaphore of `n` slots with all but one held, the one given as the first permit.
+    fn slots_with_one_free(
+        n: usize,
+    ) -> (
+        Arc<Semaphore>,
+        OwnedSemaphorePermit,
+        Vec<OwnedSemaphorePermit>,
+    ) {
+        let slots = Arc::new(Semaphore::new(n));
+        let held = (1..n)
+            .map(|_| slots.clone().try_acquire_owned().unwrap())
+            .collect();
+        let first = slots.clone().try_acquire_owned().unwrap();
+        (slots, first, held)
+    }
+
+    // Proves a worker with a backlog waits for slots that come free within the gather time,
+    // and asks for all of them together.
+    #[tokio::test(start_paused = true)]
+    async fn slots_that_come_free_within_the_wait_are_asked_for_together() {
+        let (slots, first, mut held) = slots_with_one_free(4);
+        tokio::spawn(async move {
+            while let Some(p) = held.pop() {
+                sleep(Duration::from_millis(2)).await;
+                drop(p);
+            }
+        });
+        let started = Instant::now();
+        let permits = gather_slots(&slots, first, 4, Duration::from_millis(10)).await;
+        assert_eq!(permits.len(), 4);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(6),
+            "no longer than the last slot took"
+        );
+    }
+
+    // Proves the wait is bounded: slots that stay busy are not waited for past the gather time.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_goes_out_when_the_gather_time_is_up() {
+        let (slots, first, _held) = slots_with_one_free(4);
+        let started = Instant::now();
+        let permits = gather_slots(&slots, first, 4, Duration::from_millis(10)).await;
+        assert_eq!(permits.len(), 1);
+        assert_eq!(started.elapsed(), Duration::from_millis(10));
+    }
+
+    // Proves that without a backlog (zero gather) a request takes what is free and goes at once,
+    // and that `most` bounds what is asked for.
+    #[tokio::test(start_paused = true)]
+    async fn without_a_backlog_a_request_does_not_wait() {
+        let (slots, first, mut held) = slots_with_one_free(4);
+        drop(held.pop());
+        let started = Instant::now();
+        let permits = gather_slots(&slots, first, 4, Duration::ZERO).await;
+        assert_eq!((permits.len(), started.elapsed()), (2, Duration::ZERO));
+        drop(permits);
+        drop(held);
+        let first = slots.clone().try_acquire_owned().unwrap();
+        let permits = gather_slots(&slots, first, 3, Duration::from_millis(1)).await;
+        assert_eq!((permits.len(), started.elapsed()), (3, Duration::ZERO));
+    }
 
     // Proves the poll back-off doubles up to its cap and jitters within half of each step.
     #[test]
