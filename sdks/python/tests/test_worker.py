@@ -428,3 +428,29 @@ def test_slot_is_free_while_the_report_waits_for_its_answer(server: Any, client:
     assert [(j["state"], step(j, "s")["result"]) for j in jobs] == [
         ("succeeded", n) for n in range(total)
     ], jobs
+
+
+def test_a_lease_request_gathers_slots_that_come_free_within_the_wait() -> None:
+    # Proves the poll loop's slot gathering: without a wait it takes what is free at once;
+    # with one it also takes the slots freed meanwhile, and it never waits past `gather`.
+    from overseer.worker import _Slots
+
+    async def scenario() -> None:
+        slots = _Slots(4)
+        loop = asyncio.get_running_loop()
+        assert await slots.take_some(100) == 4
+        slots.give(1)
+        loop.call_later(0.01, slots.give, 1)
+        loop.call_later(0.02, slots.give, 2)
+        started = loop.time()
+        assert await slots.take_some(100, gather=5.0) == 4
+        assert loop.time() - started < 1.0, "returns once every slot is free"
+        slots.give(2)
+        loop.call_later(0.01, slots.give, 2)
+        assert await slots.take_some(100) == 2, "no wait without `gather`"
+        await asyncio.sleep(0.02)
+        started = loop.time()
+        assert await slots.take_some(100, gather=0.05) == 2
+        assert 0.04 <= loop.time() - started < 1.0, "a busy slot is not waited for past `gather`"
+
+    asyncio.run(scenario())

@@ -52,6 +52,13 @@ export interface WorkerOptions extends ClientOptions {
   concurrency?: number;
   /** How long one lease request may wait on the server (default 20 s). */
   pollWaitMs?: number;
+  /**
+   * While the server has a backlog (the last answer filled every slot asked for), how long a
+   * lease request waits for more slots to come free, so that short handlers ending one by one
+   * do not each cost the server a claim of one lease (default {@link GATHER_MS}; 0 never waits).
+   * An idle worker's request goes out with its first free slot.
+   */
+  gatherMs?: number;
   log?: Log;
 }
 
@@ -66,6 +73,11 @@ const LEASES_PER_CALL_MAX = 100;
  * server slow to answer slows the claims.
  */
 export const REPORTS_PER_SLOT = 4;
+/**
+ * The default `gatherMs`. Measured with the Rust SDK: a PostgreSQL drain (4 workers × 32) went
+ * from claims of 16 leases to 30, and from 6,061 to 7,984 steps/s.
+ */
+export const GATHER_MS = 1;
 
 /** The local deadline of a lease granted or renewed by a request sent at `sentAt`: 5% early
  * (at least 50 ms), since the server started counting later than we did. */
@@ -79,6 +91,7 @@ export class Worker {
   private readonly handlers = new Map<string, Handler>();
   private readonly concurrency: number;
   private readonly pollWaitMs: number;
+  private readonly gatherMs: number;
   private readonly log: Log;
   private readonly reporter: Reporter;
   private readonly stopping = new AbortController();
@@ -90,6 +103,7 @@ export class Worker {
     this.id = options.workerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
     this.concurrency = Math.max(1, options.concurrency ?? 4);
     this.pollWaitMs = options.pollWaitMs ?? 20_000;
+    this.gatherMs = Math.max(0, options.gatherMs ?? GATHER_MS);
     this.log = options.log ?? defaultLog;
     this.reporter = new Reporter(this.client, this.log);
   }
@@ -129,8 +143,11 @@ export class Worker {
     // Reports waiting for an answer: REPORTS_PER_SLOT per slot (see `attempt`).
     const reports = new Semaphore(this.concurrency * REPORTS_PER_SLOT);
     let backoff = 0;
+    let backlog = false;
+    const most = Math.min(this.concurrency, LEASES_PER_CALL_MAX);
     while (!this.stopping.signal.aborted) {
       await slots.free(this.stopping.signal);
+      if (backlog) await slots.gather(most, this.gatherMs, this.stopping.signal);
       if (this.stopping.signal.aborted) break;
       const max = Math.min(slots.available, LEASES_PER_CALL_MAX);
       const sentAt = performance.now();
@@ -138,7 +155,9 @@ export class Worker {
       try {
         leases = await this.client.takeLeases(agent, this.id, max, this.pollWaitMs, this.stopping.signal);
         backoff = 0;
+        backlog = leases.length >= max;
       } catch (e) {
+        backlog = false;
         if (this.stopping.signal.aborted) break;
         // Unreachable or failing server: back off (doubling to 5 s, jittered) and try again;
         // the client has moved on to the next server URL if there are several.
@@ -333,7 +352,7 @@ interface Permit {
 }
 
 /** A count of free units (slots to run a handler, or reports that may wait for an answer). */
-class Semaphore {
+export class Semaphore {
   available: number;
   private waiters: (() => void)[] = [];
 
@@ -358,6 +377,24 @@ class Semaphore {
   /** Resolves when at least one unit is free (or at once when `signal` aborts). */
   async free(signal: AbortSignal): Promise<void> {
     while (this.available <= 0 && !signal.aborted) await this.changed(signal);
+  }
+
+  /**
+   * Resolves once `n` units are free, `ms` have passed, or `signal` aborts, whichever is first
+   * (a lease request gathering the slots that come free meanwhile).
+   */
+  async gather(n: number, ms: number, signal: AbortSignal): Promise<void> {
+    if (this.available >= n || ms <= 0 || signal.aborted) return;
+    const over = new AbortController();
+    const end = () => over.abort();
+    const timer = setTimeout(end, ms);
+    signal.addEventListener("abort", end, { once: true });
+    try {
+      while (this.available < n && !over.signal.aborted) await this.changed(over.signal);
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", end);
+    }
   }
 
   /** Takes one unit, waiting until one is free; `null` when `signal` aborts first. */

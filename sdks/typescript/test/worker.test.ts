@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 
 import { Client, FatalError, RetryableError, Worker, type JobSpec, type StepContext } from "../src/index.js";
-import { REPORTS_PER_SLOT } from "../src/worker.js";
+import { REPORTS_PER_SLOT, Semaphore } from "../src/worker.js";
 import { deferred, recordingFetch, reportedLeases, startServer, until, type RunningServer } from "./helpers.js";
 
 let server: RunningServer;
@@ -300,4 +300,30 @@ test("a slot is free once its handler returns, before its report is answered", a
     for (const j of jobs) assert.equal((await client.wait(j.id, { timeoutMs: 20_000 })).state, "succeeded");
   });
   assert.deepEqual([...started].sort((x, y) => x - y), payloads);
+});
+
+test("a lease request gathers the slots that come free within the wait, and no longer", async () => {
+  // Proves the poll loop's gathering: it returns once enough slots are free, and a slot that
+  // stays busy is not waited for past the gather time.
+  const slots = new Semaphore(4);
+  const held = [slots.take(), slots.take(), slots.take(), slots.take()];
+  const never = new AbortController().signal;
+  held[0].release();
+  setTimeout(() => held[1].release(), 10);
+  setTimeout(() => held[2].release(), 20);
+  let started = performance.now();
+  await slots.gather(3, 5_000, never);
+  assert.equal(slots.available, 3);
+  assert.ok(performance.now() - started < 1_000, "returns once enough are free");
+  started = performance.now();
+  await slots.gather(4, 50, never);
+  const waited = performance.now() - started;
+  assert.equal(slots.available, 3);
+  assert.ok(waited >= 45 && waited < 1_000, `waited ${waited} ms for a busy slot`);
+  const stop = new AbortController();
+  setTimeout(() => stop.abort(), 10);
+  started = performance.now();
+  await slots.gather(4, 5_000, stop.signal);
+  assert.ok(performance.now() - started < 1_000, "stopping ends the wait");
+  held[3].release();
 });

@@ -36,6 +36,12 @@ BACKOFF_MAX = 5.0
 # drain (4 workers x 32) ran 6,430 steps/s with one per slot, 8,200 with four. Still bounded,
 # so a server slow to answer slows the claims.
 REPORTS_PER_SLOT = 4
+# While the server has a backlog (the last answer filled every slot asked for), how long a lease
+# request waits for more slots to come free, so that short handlers ending one by one do not
+# each cost the server a claim of one lease. An idle worker never waits. Measured with the Rust
+# SDK: a PostgreSQL drain (4 workers x 32) went from claims of 16 leases to 30 and from
+# 6,061 to 7,984 steps/s.
+GATHER = 0.001
 
 
 class _Slots:
@@ -43,15 +49,29 @@ class _Slots:
     slots, and `REPORTS_PER_SLOT` reports per slot may wait for their answers (`reports`)."""
 
     def __init__(self, n: int) -> None:
+        self.size = n
         self.free = n
         self._freed = asyncio.Event()
         self.reports = asyncio.Semaphore(n * REPORTS_PER_SLOT)
 
-    async def take_some(self, most: int) -> int:
+    async def take_some(self, most: int, gather: float = 0.0) -> int:
+        """Takes the free slots, up to `most`, once at least one is; with `gather` > 0 also
+        those that come free within `gather` seconds, until `most` (or every slot) are free."""
         # Only the name's poll loop waits here, so one event is enough.
         while self.free == 0:
             self._freed.clear()
             await self._freed.wait()
+        enough = min(most, self.size)
+        deadline = asyncio.get_running_loop().time() + gather
+        while gather > 0 and self.free < enough:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            self._freed.clear()
+            try:
+                await asyncio.wait_for(self._freed.wait(), left)
+            except asyncio.TimeoutError:
+                break
         n = min(self.free, most)
         self.free -= n
         return n
@@ -107,7 +127,9 @@ class Worker:
     handlers of each agent name running at once (each name has its own long-poll loop and
     its own slots, so an idle name never holds back a busy one). A slot is free again as soon
     as its handler returns, and `REPORTS_PER_SLOT` reports per slot may wait for their answers;
-    when that many do, a finished attempt keeps its slot until one is answered. Plain `def`
+    when that many do, a finished attempt keeps its slot until one is answered. While the
+    server has a backlog, a lease request waits up to `gather` seconds (default 1 ms) for more
+    slots to come free, so it asks for many leases at once. Plain `def`
     handlers run in a thread pool; `async def` handlers run on the worker's event loop."""
 
     def __init__(
@@ -118,6 +140,7 @@ class Worker:
         concurrency: int = 4,
         poll_wait: float = 20.0,
         transport: Optional[httpx.AsyncBaseTransport] = None,
+        gather: float = GATHER,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -126,6 +149,7 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-py"
         self.concurrency = concurrency
         self.poll_wait = poll_wait
+        self.gather = gather
         self.transport = transport
         self.handlers: Dict[str, Handler] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -232,8 +256,10 @@ class Worker:
         assert self._stopping is not None
         loop = asyncio.get_running_loop()
         backoff = 0.1
+        backlog = False
         while not self._stopping.is_set():
-            n = await self._until_stopped(slots.take_some(LEASES_PER_CALL))
+            gather = self.gather if backlog else 0.0
+            n = await self._until_stopped(slots.take_some(LEASES_PER_CALL, gather))
             if n is None:
                 return
             sent_at = loop.time()
@@ -242,6 +268,7 @@ class Worker:
                     client.take_leases(agent, self.worker_id, n, self.poll_wait)
                 )
             except (TransportError, ApiError) as e:
+                backlog = False
                 slots.give(n)
                 if isinstance(e, ApiError) and e.status < 500 and e.status != 429:
                     log.error("agent %s: lease request refused: %s", agent, e)
@@ -258,6 +285,7 @@ class Worker:
                 slots.give(n)
                 return
             backoff = 0.1
+            backlog = len(leases) >= n
             slots.give(n - len(leases))
             for lease in leases:
                 self._start_attempt(client, pool, slots, lease, sent_at)
