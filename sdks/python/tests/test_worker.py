@@ -430,27 +430,32 @@ def test_slot_is_free_while_the_report_waits_for_its_answer(server: Any, client:
     ], jobs
 
 
-def test_a_lease_request_gathers_slots_that_come_free_within_the_wait() -> None:
-    # Proves the poll loop's slot gathering: without a wait it takes what is free at once;
-    # with one it also takes the slots freed meanwhile, and it never waits past `gather`.
+def test_a_lease_request_gathers_the_slots_of_ending_handlers() -> None:
+    # Proves the poll loop's slot gathering: with `gather` it also takes the slots that handlers
+    # ending now free while it lets them run; a slot still working is not waited for (no
+    # timer); without `gather` it takes what is free at once.
     from overseer.worker import _Slots
+
+    async def ends_after_a_turn(slots: _Slots) -> None:
+        await asyncio.sleep(0)
+        slots.give(1)
 
     async def scenario() -> None:
         slots = _Slots(4)
         loop = asyncio.get_running_loop()
         assert await slots.take_some(100) == 4
         slots.give(1)
-        loop.call_later(0.01, slots.give, 1)
-        loop.call_later(0.02, slots.give, 2)
+        ending = [asyncio.ensure_future(ends_after_a_turn(slots)) for _ in range(3)]
+        assert await slots.take_some(100, gather=True) == 4
+        await asyncio.gather(*ending)
+        slots.give(1)
+        loop.call_later(5.0, slots.give, 3)
         started = loop.time()
-        assert await slots.take_some(100, gather=5.0) == 4
-        assert loop.time() - started < 1.0, "returns once every slot is free"
-        slots.give(2)
-        loop.call_later(0.01, slots.give, 2)
-        assert await slots.take_some(100) == 2, "no wait without `gather`"
-        await asyncio.sleep(0.02)
-        started = loop.time()
-        assert await slots.take_some(100, gather=0.05) == 2
-        assert 0.04 <= loop.time() - started < 1.0, "a busy slot is not waited for past `gather`"
+        assert await slots.take_some(100, gather=True) == 1
+        assert loop.time() - started < 1.0, "busy slots are not waited for"
+        slots.give(1)
+        ending = [asyncio.ensure_future(ends_after_a_turn(slots))]
+        assert await slots.take_some(100) == 1, "no gathering without a backlog"
+        await asyncio.gather(*ending)
 
     asyncio.run(scenario())
