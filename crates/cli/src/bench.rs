@@ -111,6 +111,10 @@ pub struct BenchArgs {
     /// `recovery`: the step timeout (how long a silent lease lives).
     #[arg(long, default_value = "1s")]
     pub step_timeout: Span,
+    /// `drain` and `dag`: how long each handler works (a sleep) before it succeeds; the default
+    /// no-op handlers measure the scheduler alone, e.g. `--work 10ms` a workload of short calls.
+    #[arg(long, default_value = "0s")]
+    pub work: Span,
     /// The in-process server's supervisor sweep interval.
     #[arg(long, default_value = "1s")]
     pub sweep_interval: Span,
@@ -351,6 +355,8 @@ pub struct Ctx {
     pub load_rate: usize,
     pub pending: usize,
     pub step_timeout: Span,
+    /// See `--work`.
+    pub work: Duration,
     /// The server's sweep interval, when this process started the server.
     pub sweep_interval: Option<Span>,
     pub timeout: Duration,
@@ -543,6 +549,10 @@ fn check(args: &BenchArgs) -> anyhow::Result<()> {
         args.step_timeout >= Span::from_millis(100),
         "--step-timeout must be at least 100ms"
     );
+    anyhow::ensure!(
+        args.work <= Span::from_secs(60),
+        "--work must be at most 60s"
+    );
     Ok(())
 }
 
@@ -618,6 +628,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             load_rate: args.load_rate,
             pending: args.pending,
             step_timeout: args.step_timeout,
+            work: args.work.as_std(),
             sweep_interval: args.server.is_none().then_some(args.sweep_interval),
             timeout: args.timeout.as_std(),
             steady: args.steady,

@@ -94,10 +94,11 @@ async fn drain(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let seconds = run_to_completion(ctx, &agent, n).await?;
     Ok(vec![Row::new("drain", n, seconds).rate(n).steps(n).note(
         format!(
-            "{} workers × concurrency {}; first lease → last completion; the {n} jobs were \
-             loaded first in batches of {PRELOAD_BATCH} at {:.0} jobs/s",
+            "{} workers × concurrency {}, handlers working {:?}; first lease → last completion; \
+             the {n} jobs were loaded first in batches of {PRELOAD_BATCH} at {:.0} jobs/s",
             ctx.workers,
             ctx.concurrency,
+            ctx.work,
             rate(n, load.seconds).unwrap_or(0.0)
         ),
     )])
@@ -117,10 +118,12 @@ async fn dag(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let seconds = run_to_completion(ctx, &agent, 4 * n).await?;
     Ok(vec![Row::new("dag", n, seconds).rate(n).steps(4 * n).note(
         format!(
-            "a → (b, c) → d, 4 steps per job; {} workers × concurrency {}; first lease → last \
-             completion; loaded first in batches of {PRELOAD_BATCH} at {:.0} jobs/s",
+            "a → (b, c) → d, 4 steps per job; {} workers × concurrency {}, handlers working \
+             {:?}; first lease → last completion; loaded first in batches of {PRELOAD_BATCH} at \
+             {:.0} jobs/s",
             ctx.workers,
             ctx.concurrency,
+            ctx.work,
             rate(n, load.seconds).unwrap_or(0.0)
         ),
     )])
@@ -132,11 +135,17 @@ async fn run_to_completion(ctx: &Ctx, agent: &str, steps: usize) -> anyhow::Resu
     let first: Arc<OnceLock<Instant>> = Arc::default();
     let done = Arc::new(Countdown::new(steps));
     let handler = {
-        let (first, done) = (first.clone(), done.clone());
+        let (first, done, work) = (first.clone(), done.clone(), ctx.work);
         move |_: StepContext| {
             first.get_or_init(Instant::now);
-            done.hit();
-            std::future::ready(Ok::<_, StepError>(Value::Null))
+            let done = done.clone();
+            async move {
+                if !work.is_zero() {
+                    tokio::time::sleep(work).await;
+                }
+                done.hit();
+                Ok::<_, StepError>(Value::Null)
+            }
         }
     };
     let agents = Agents::start(ctx, agent, "run", ctx.workers, ctx.concurrency, handler)?;
