@@ -110,9 +110,10 @@ impl Pool {
         let Some(mut permits) = self.slots_to_ask(running, stops).await else {
             return Round::Stop;
         };
+        let asked = permits.len();
         let request = LeaseRequest {
             worker: self.shared.worker_id.to_string(),
-            max: Some(permits.len()),
+            max: Some(asked),
             wait: Some(self.wait),
         };
         // Taken before sending: every lease in the answer is counted from this instant.
@@ -125,7 +126,7 @@ impl Pool {
         match answer {
             Ok(response) => {
                 running.backoff.reset();
-                running.backlog = response.leases.len() >= request.max.unwrap_or(1);
+                running.backlog = response.leases.len() >= asked;
                 if response.leases.is_empty()
                     && sent_at.elapsed() < EMPTY_POLL_MIN
                     && !stops.pause(EMPTY_POLL_MIN).await
@@ -165,12 +166,9 @@ impl Pool {
             permit = running.slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
         };
         let most = self.concurrency.min(LEASES_PER_CALL_MAX);
+        // Gathering only yields a few turns, never sleeps: a stop is seen by the request next.
         let gather = self.gather && running.backlog;
-        tokio::select! {
-            biased;
-            _ = stops.stopping() => None,
-            permits = gather_slots(&running.slots, first, most, gather) => Some(permits),
-        }
+        Some(gather_slots(&running.slots, first, most, gather).await)
     }
 
     /// Starts an attempt for `lease` in the slot `permit` holds, or gives the lease back when
