@@ -63,6 +63,9 @@ mod schema;
 mod stats;
 mod syncer;
 mod tokens;
+// FFI: `sync_file_range` has no wrapper in the standard library.
+#[allow(unsafe_code)]
+mod writeback;
 mod writer;
 mod written;
 
@@ -321,6 +324,7 @@ impl SqliteStore {
         let max_batch = options.max_batch.max(1);
         let durability = syncer::Durability::new();
         let log = writer::Log {
+            wal: wal_path(&options.path),
             commits: commits.clone(),
             durability: durability.clone(),
             syncer: syncer::Syncer::start(wal_path(&options.path), durability.clone())?,
@@ -1045,14 +1049,15 @@ mod tests {
     // Proves a prune takes every row of the jobs it removes and nothing of any other job: with
     // no foreign keys, a statement that missed a table would leave rows behind unnoticed. Each
     // job has a step, history, a retired lease, a label and two deliveries (one settled, one
-    // still due); the still-due delivery is the one row of a removed job that stays.
+    // still due); the still-due delivery is the one row of a removed job that stays. Six jobs
+    // go: a full statement's worth of jobs, then a statement padded with `NULL`s.
     #[cfg(feature = "testing")]
     #[tokio::test]
     async fn a_prune_takes_every_row_of_its_jobs_and_no_other() {
         use crate::conformance::{job_id, maintenance::end_job};
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
-        for n in 1..=3 {
+        for n in 1..=7 {
             end_job(
                 &store,
                 n,
@@ -1062,7 +1067,7 @@ mod tests {
             )
             .await;
         }
-        let ids: Vec<String> = (1..=3).map(|n| rows::job_id_text(job_id(n))).collect();
+        let ids: Vec<String> = (1..=7).map(|n| rows::job_id_text(job_id(n))).collect();
         let extra = ids.clone();
         store
             .write(move |conn| {
@@ -1119,9 +1124,9 @@ mod tests {
             );
             before.push(counts);
         }
-        let pruned = prune_a_day_after(&store, 2_000).await;
-        assert_eq!(pruned.ids.len(), 2, "jobs 1 and 2 are past their retention");
-        for id in &ids[..2] {
+        let pruned = prune_a_day_after(&store, 6_000).await;
+        assert_eq!(pruned.ids.len(), 6, "jobs 1 to 6 are past their retention");
+        for id in &ids[..6] {
             let counts = rows_of(id.clone()).await.expect("rows");
             assert_eq!(
                 counts,
@@ -1129,8 +1134,8 @@ mod tests {
                 "{id}: only its due delivery stays"
             );
         }
-        let kept = rows_of(ids[2].clone()).await.expect("rows");
-        assert_eq!(kept, before[2], "job 3 keeps every row");
+        let kept = rows_of(ids[6].clone()).await.expect("rows");
+        assert_eq!(kept, before[6], "job 7 keeps every row");
     }
 
     // Proves upkeep yields to other writes: a background write sees a write queued behind it and
@@ -1185,5 +1190,48 @@ mod tests {
             .await
             .expect("read");
         assert_eq!(keys, ["background", "foreground"]);
+    }
+
+    // Proves an upkeep commit never overlaps a sync of the log: while the syncer's turn is
+    // taken (as during a sync), a background write runs but does not commit; once the turn is
+    // free it commits and is answered.
+    #[tokio::test]
+    async fn an_upkeep_commit_waits_for_a_sync_under_way() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("o.db"))).expect("open");
+        let before = store.commit_count();
+        // The turn is held on a thread of its own, as the syncer holds it.
+        let durability = store.inner.durability.clone();
+        let (held, taken) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _turn = durability.turn();
+            let _ = held.send(());
+            let _ = released.recv();
+        });
+        taken.recv().expect("the turn is taken");
+        let (ran, running) = tokio::sync::oneshot::channel();
+        let mut background = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write_background(move |conn, _| {
+                        let _ = ran.send(());
+                        insert_setting("upkeep")(conn)
+                    })
+                    .await
+            }
+        });
+        running.await.expect("the background write runs");
+        let answered = tokio::time::timeout(Duration::from_millis(200), &mut background).await;
+        assert!(answered.is_err(), "answered during a sync: {answered:?}");
+        assert_eq!(store.commit_count(), before, "committed during a sync");
+        release.send(()).expect("release the turn");
+        holder.join().expect("the holder ends");
+        background
+            .await
+            .expect("join")
+            .expect("committed once the sync is over");
+        assert_eq!(store.commit_count() - before, 1);
     }
 }

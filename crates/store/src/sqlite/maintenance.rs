@@ -12,7 +12,7 @@ use crate::{Error, Maintenance, Prune, Pruned, Result};
 /// Jobs removed between two looks at the writer's queue: one piece of a removal write, what a
 /// claim may wait behind (about 0.2 ms). Pieces of 16 held claims' p99 at 2.9 ms while a
 /// backlog was removed, pieces of 4 at 2.5 ms (`steady` benchmark, BENCHMARKS.md).
-const PRUNE_PIECE: usize = 4;
+const PRUNE_PIECE: usize = super::removal::ROWS_OF_AT_ONCE;
 
 #[async_trait::async_trait]
 impl Maintenance for SqliteStore {
@@ -89,8 +89,8 @@ fn prune_jobs(conn: &Connection, prune: &Prune, pressure: &Pressure) -> Result<P
 }
 
 /// Deletes up to `limit` jobs past their retention: one range of `jobs_finished` per terminal
-/// state (the core's cutoffs) and one of `jobs_retention_own`; then each job's steps, labels,
-/// history and leases ([`delete_rows_of`]), and its settled deliveries by `deliveries_job`.
+/// state (the core's cutoffs) and one of `jobs_retention_own`; then the jobs' steps, labels,
+/// history, leases and settled deliveries, a few jobs per statement ([`delete_rows_of`]).
 fn prune_piece(conn: &Connection, prune: &Prune, limit: usize) -> Result<Vec<JobId>> {
     let [(s1, c1), (s2, c2), (s3, c3)] = prune.retention.cutoffs(prune.now);
     let arm = "SELECT id FROM jobs INDEXED BY jobs_finished WHERE state = ? AND \
@@ -122,16 +122,11 @@ fn prune_piece(conn: &Connection, prune: &Prune, limit: usize) -> Result<Vec<Job
         .db()?
         .collect::<rusqlite::Result<_>>()
         .db()?;
-    let mut settled = conn
-        .prepare_cached(
-            "DELETE FROM deliveries WHERE job_id = ?1 AND (dead <> 0 OR delivered_at IS NOT NULL)",
-        )
-        .db()?;
+    let texts: Vec<&str> = ids.iter().map(String::as_str).collect();
+    delete_rows_of(conn, &texts, true)?;
     let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        delete_rows_of(conn, &id)?;
-        settled.execute([&id]).db()?;
-        let id = rows::job_id(&id)?;
+    for id in &ids {
+        let id = rows::job_id(id)?;
         super::written::forget(id);
         out.push(id);
     }

@@ -33,21 +33,40 @@ fn delete_one(conn: &Connection, id: JobId, states: &[JobState]) -> Result<bool>
         .db()?
         .execute([&id])
         .db()?;
-    delete_rows_of(conn, &id)?;
+    delete_rows_of(conn, &[&id], false)?;
     Ok(n == 1)
 }
 
-/// Deletes the steps, labels, history and retired leases of job `id` (its row goes separately).
-/// Every path that removes a job calls this in the same write, so no row outlives its job.
-pub(super) fn delete_rows_of(conn: &Connection, id: &str) -> Result<()> {
-    const DEPENDENTS: [&str; 4] = [
-        "DELETE FROM steps WHERE job_id = ?1",
-        "DELETE FROM job_labels WHERE job_id = ?1",
-        "DELETE FROM events WHERE job_id = ?1",
-        "DELETE FROM leases WHERE job_id = ?1",
+/// Jobs whose dependent rows one statement deletes: the width of the `IN` lists below, padded
+/// with `NULL`s (which match nothing) when fewer are given.
+pub(super) const ROWS_OF_AT_ONCE: usize = 4;
+
+/// Deletes the steps, labels, history and retired leases of the jobs `ids` (their rows go
+/// separately), [`ROWS_OF_AT_ONCE`] jobs per statement; with `settled`, their settled deliveries
+/// too. Every path that removes a job calls this in the same write, so no row outlives its job.
+pub(super) fn delete_rows_of(conn: &Connection, ids: &[&str], settled: bool) -> Result<()> {
+    const DEPENDENTS: [&str; 5] = [
+        "DELETE FROM steps WHERE job_id IN (?1, ?2, ?3, ?4)",
+        "DELETE FROM job_labels WHERE job_id IN (?1, ?2, ?3, ?4)",
+        "DELETE FROM events WHERE job_id IN (?1, ?2, ?3, ?4)",
+        "DELETE FROM leases WHERE job_id IN (?1, ?2, ?3, ?4)",
+        "DELETE FROM deliveries WHERE job_id IN (?1, ?2, ?3, ?4) \
+           AND (dead <> 0 OR delivered_at IS NOT NULL)",
     ];
-    for sql in DEPENDENTS {
-        conn.prepare_cached(sql).db()?.execute([id]).db()?;
+    let tables = if settled {
+        &DEPENDENTS[..]
+    } else {
+        &DEPENDENTS[..4]
+    };
+    for chunk in ids.chunks(ROWS_OF_AT_ONCE) {
+        let mut padded: [Option<&str>; ROWS_OF_AT_ONCE] = [None; ROWS_OF_AT_ONCE];
+        for (slot, id) in padded.iter_mut().zip(chunk) {
+            *slot = Some(id);
+        }
+        for sql in tables {
+            let mut stmt = conn.prepare_cached(sql).db()?;
+            stmt.execute(rusqlite::params_from_iter(padded)).db()?;
+        }
     }
     Ok(())
 }
