@@ -14,20 +14,12 @@ use super::writes::{EventColumns, StepColumns};
 use super::{jobs, Res};
 use crate::NewJob;
 
-/// Inserts the job rows of a batch, in batch order, leaving out those whose idempotency key is
-/// taken (by a stored job, or by an earlier job of the batch). Answers the submission sequence
-/// number of each job inserted, by id. A key being inserted by another transaction is waited for.
-pub(super) async fn insert_job_rows(
-    tx: &Transaction<'_>,
-    jobs: &[&NewJob],
-) -> Res<HashMap<Uuid, i64>> {
-    let mut c = JobRows::default();
-    for new in jobs {
-        c.push(&new.transition.job, new.transition.events.len() as i64)?;
-    }
-    let rows = query(
-        tx,
-        "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
+/// The job rows of a batch, inserted in batch order (so submission sequence numbers follow it),
+/// then `$tail`.
+macro_rules! insert_jobs_sql {
+    ($tail:literal) => {
+        concat!(
+            "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
            ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
            finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, \
            deadline_due, round, job_retry, rerun_of, rerun_by) \
@@ -44,9 +36,37 @@ pub(super) async fn insert_job_rows(
              ordering_key, callback_url, on_failure, state, desired_state, created_at, \
              updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, \
              submitted_by, deadline, deadline_due, round, job_retry, rerun_of, rerun_by, n) \
-         ORDER BY n \
-         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
-         RETURNING id, seq",
+         ORDER BY n ",
+            $tail
+        )
+    };
+}
+
+/// Inserts the job rows of a batch, in batch order, leaving out those whose idempotency key is
+/// taken (by a stored job, or by an earlier job of the batch). Answers the submission sequence
+/// number of each job inserted, by id. A key being inserted by another transaction is waited for.
+///
+/// Only a batch holding a key inserts with `ON CONFLICT`: that makes every row a speculative
+/// insertion, confirmed by a second log record and buffer lock of its own, which a row without
+/// a key (a fresh UUID) cannot need.
+pub(super) async fn insert_job_rows(
+    tx: &Transaction<'_>,
+    jobs: &[&NewJob],
+) -> Res<HashMap<Uuid, i64>> {
+    let mut c = JobRows::default();
+    for new in jobs {
+        c.push(&new.transition.job, new.transition.events.len() as i64)?;
+    }
+    let sql = match c.idempotency_key.iter().any(Option::is_some) {
+        true => insert_jobs_sql!(
+            "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
+             RETURNING id, seq"
+        ),
+        false => insert_jobs_sql!("RETURNING id, seq"),
+    };
+    let rows = query(
+        tx,
+        sql,
         &[
             &c.id,
             &c.idempotency_key,

@@ -199,6 +199,29 @@ pub async fn idempotent_resubmit_and_conflicts(f: &Fixture) {
         .expect("list");
     assert_eq!(ids(&all), vec![job_id(6), job_id(4), job_id(1)]);
     assert_eq!(all_events(store, job_id(1)).await.len(), first.events.len());
+
+    // Jobs without a key around a repeated one (PostgreSQL inserts a batch without any key
+    // another way): both stored, the repeat answered with the stored job.
+    let plain = spec(json!({"steps": [{"name": "s", "agent": "w"}]}));
+    let mixed = store
+        .jobs_submit(vec![
+            admitted(job_id(10), &plain, at(10)),
+            admitted(job_id(11), &keyed("order-1", 1), at(10)),
+            admitted(job_id(12), &plain, at(10)),
+        ])
+        .await
+        .expect("a batch with and without keys");
+    match mixed.as_slice() {
+        [Submitted::Created(a), Submitted::Existing(j), Submitted::Created(b)] => {
+            assert_eq!(
+                (a.job.id, j.id, b.job.id),
+                (job_id(10), job_id(1), job_id(12))
+            );
+        }
+        other => panic!("expected created, existing, created; got {other:?}"),
+    }
+    assert!(store.job_get(job_id(11)).await.expect("get").is_none());
+    assert!(store.job_get(job_id(12)).await.expect("get").is_some());
 }
 
 // Proves the submitter is kept with a job (the job reads back with it, also after a change of
