@@ -3,7 +3,9 @@
 // worker process with a local queue drains them; drain = first handler start -> no job left in
 // the table (completions committed). Env: DATABASE_URL, N (40000), C (concurrency, 24),
 // LQ (local queue size, 500), BD (completeJobBatchDelay ms, -1 = off).
-const { run, makeWorkerUtils } = require("graphile-worker");
+const { run, makeWorkerUtils, Logger } = require("graphile-worker");
+// Silent, as Overseer's bench logs nothing per job.
+const logger = new Logger(() => () => {});
 const { Client } = require("pg");
 const N = +(process.env.N || 40000), C = +(process.env.C || 24);
 const LQ = +(process.env.LQ || 500), BD = +(process.env.BD ?? -1);
@@ -11,7 +13,7 @@ const cs = process.env.DATABASE_URL;
 const secs = (a, b) => Number(b - a) / 1e9;
 
 (async () => {
-  const utils = await makeWorkerUtils({ connectionString: cs });
+  const utils = await makeWorkerUtils({ connectionString: cs, logger });
   await utils.migrate();
   const t0 = process.hrtime.bigint();
   let next = 0;
@@ -27,7 +29,7 @@ const secs = (a, b) => Number(b - a) / 1e9;
   let first = null, done = 0, resolve;
   const handled = new Promise((r) => (resolve = r));
   const runner = await run({
-    connectionString: cs, concurrency: C, noHandleSignals: true, pollInterval: 1000,
+    connectionString: cs, concurrency: C, noHandleSignals: true, pollInterval: 1000, logger,
     taskList: { noop: async () => { if (first === null) first = process.hrtime.bigint(); if (++done === N) resolve(); } },
     preset: { worker: { localQueue: { size: LQ }, completeJobBatchDelay: BD, maxPoolSize: C + 2 } },
   });
