@@ -15,9 +15,9 @@ use super::{jobs, Res};
 use crate::NewJob;
 
 /// The job rows of a batch, inserted in batch order (so submission sequence numbers follow it),
-/// then `$tail`.
+/// with `$conflict` (empty, or what a taken key does), answering each row's id and `seq`.
 macro_rules! insert_jobs_sql {
-    ($tail:literal) => {
+    ($conflict:literal) => {
         concat!(
             "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
            ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
@@ -37,7 +37,8 @@ macro_rules! insert_jobs_sql {
              updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, \
              submitted_by, deadline, deadline_due, round, job_retry, rerun_of, rerun_by, n) \
          ORDER BY n ",
-            $tail
+            $conflict,
+            " RETURNING id, seq"
         )
     };
 }
@@ -59,10 +60,9 @@ pub(super) async fn insert_job_rows(
     }
     let sql = match c.idempotency_key.iter().any(Option::is_some) {
         true => insert_jobs_sql!(
-            "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
-             RETURNING id, seq"
+            "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
         ),
-        false => insert_jobs_sql!("RETURNING id, seq"),
+        false => insert_jobs_sql!(""),
     };
     let rows = query(
         tx,
