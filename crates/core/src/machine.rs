@@ -318,6 +318,11 @@ pub struct Transition {
     /// round): a step row names only its latest lease, so a store keeps these elsewhere for a
     /// late report on them to be fenced as stale rather than answered as unknown.
     pub retired_leases: Vec<RetiredLease>,
+    /// Whether the transition only leased work: its entries are all `step_leased`, it changed
+    /// no job field but `updated_at`, made no effect and retired no lease. Everything such a
+    /// transition changed is in the rows of the steps it leased, so a store may keep its entries
+    /// with those rows and log them with the job's next write.
+    pub leases_only: bool,
 }
 
 /// A lease that no longer stands for its step's latest attempt (see
@@ -352,6 +357,21 @@ fn retired_leases(before: &Job, after: &Job) -> Vec<RetiredLease> {
 impl Transition {
     pub fn is_noop(&self) -> bool {
         !self.job_changed && self.changed_steps.is_empty() && self.events.is_empty()
+    }
+
+    /// See the field: decided from what the transition changed, `job_fields_changed` meaning
+    /// any job field but `updated_at`.
+    fn only_leases(
+        events: &[NewEvent],
+        effects: &[Effect],
+        retired: &[RetiredLease],
+        job_fields_changed: bool,
+    ) -> bool {
+        !events.is_empty()
+            && events.iter().all(|e| e.kind == EventKind::StepLeased)
+            && effects.is_empty()
+            && retired.is_empty()
+            && !job_fields_changed
     }
 
     /// The ordering key this transition hands on: the job reached a terminal state, so the next
@@ -391,6 +411,7 @@ impl Transition {
             effects,
             reply: next.reply,
             retired_leases,
+            leases_only: self.leases_only && next.leases_only,
         }
     }
 

@@ -167,7 +167,8 @@ CREATE TABLE public.steps (
     attempt_ends_at bigint,
     progress text,
     progress_at bigint,
-    progress_events boolean DEFAULT false NOT NULL
+    progress_events boolean DEFAULT false NOT NULL,
+    unlogged_entry text
 );
 
 CREATE TABLE public.tokens (

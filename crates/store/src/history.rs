@@ -79,6 +79,51 @@ pub(crate) fn more_text<T: Borrow<NewEvent>>(rest: &[T]) -> Result<Option<String
     serde_json::to_string(&out).map(Some).map_err(corrupt)
 }
 
+/// An entry a store logs later (PostgreSQL keeps a claim's entry in the step row it leased: see
+/// its `unlogged` module) as it waits: the entry's fields as in `more`, and `n`, its place among
+/// the job's waiting entries (from 1), which numbers it when it is read or logged.
+#[derive(Serialize)]
+struct UnloggedOut<'a> {
+    n: u32,
+    #[serde(flatten)]
+    entry: MoreOut<'a>,
+}
+
+#[derive(Deserialize)]
+struct UnloggedIn {
+    n: u32,
+    #[serde(flatten)]
+    entry: MoreIn,
+}
+
+/// The text an entry waits as, `n`th among its job's waiting entries.
+pub(crate) fn unlogged_text(n: u32, e: &NewEvent) -> Result<String> {
+    let out = UnloggedOut {
+        n,
+        entry: MoreOut {
+            at: e.at.as_millis(),
+            kind: e.kind.as_str(),
+            step: e.step.as_deref(),
+            attempt: e.attempt,
+            detail: e.detail.as_ref(),
+        },
+    };
+    serde_json::to_string(&out).map_err(corrupt)
+}
+
+/// A waiting entry read back: its place and the entry.
+pub(crate) fn unlogged_entry(text: &str) -> Result<(u32, NewEvent)> {
+    let UnloggedIn { n, entry: m } = serde_json::from_str(text).map_err(corrupt)?;
+    let entry = NewEvent {
+        at: Timestamp::from_millis(m.at),
+        kind: m.kind.parse().map_err(corrupt)?,
+        step: m.step,
+        attempt: m.attempt,
+        detail: m.detail,
+    };
+    Ok((n, entry))
+}
+
 /// The entries of one row: `first` (its own columns) and those in its `more` text, numbered on
 /// from `first.seq`.
 pub(crate) fn expand(first: Event, more: Option<&str>) -> Result<Vec<Event>> {
@@ -140,6 +185,22 @@ mod tests {
         assert_eq!(all[1].detail, written[1].detail);
         assert_eq!(more_text::<NewEvent>(&[]).unwrap(), None);
         assert!(expand(first, Some("[{\"at\": 1}]")).is_err());
+    }
+
+    #[test]
+    fn a_waiting_entry_reads_back_as_written() {
+        let mut e = entry(EventKind::StepLeased, 9);
+        assert_eq!(
+            unlogged_entry(&unlogged_text(3, &e).unwrap()).unwrap(),
+            (3, e.clone())
+        );
+        e.detail = Some(Value::Null);
+        e.step = None;
+        assert_eq!(
+            unlogged_entry(&unlogged_text(1, &e).unwrap()).unwrap(),
+            (1, e)
+        );
+        assert!(unlogged_entry("{\"n\": 1}").is_err());
     }
 
     #[test]

@@ -48,6 +48,7 @@ mod stats;
 mod tls;
 mod tokens;
 mod tx;
+mod unlogged;
 mod writes;
 
 use self::tx::Transaction;

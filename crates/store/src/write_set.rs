@@ -22,6 +22,8 @@ pub(crate) struct JobWrite<'a> {
     pub steps: Vec<usize>,
     /// Every transition's events, in the order they were made.
     pub events: Vec<&'a NewEvent>,
+    /// Whether every transition only leased work (see `Transition::leases_only`).
+    pub leases_only: bool,
 }
 
 impl JobWrite<'_> {
@@ -43,6 +45,7 @@ pub(crate) fn by_job<'a>(
             job_changed: false,
             steps: Vec::new(),
             events: Vec::new(),
+            leases_only: true,
         });
         debug_assert!(
             t.job.updated_at >= w.job.updated_at,
@@ -51,6 +54,7 @@ pub(crate) fn by_job<'a>(
         );
         w.job = &t.job;
         w.job_changed |= t.job_changed;
+        w.leases_only &= t.leases_only;
         w.steps.extend(t.changed_steps.iter().copied());
         w.events.extend(t.events.iter());
     }
@@ -102,5 +106,6 @@ mod tests {
             "the last transition's job is written"
         );
         assert!(w.touches_job_row());
+        assert!(w.leases_only, "two leases and nothing else");
     }
 }

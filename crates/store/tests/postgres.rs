@@ -632,8 +632,8 @@ async fn event_kinds_are_stored_as_their_names() {
 
 // Proves the history is stored one row per write and that trimming deletes the rows wholly
 // older than the entries kept, not only hides them: with 3 entries kept, a one-step job run to
-// the end (a submit's three entries, a claim's one, a report's two) keeps two rows, the claim's
-// and the report's, and shows entries 4 to 6. Reads leave out the older entries of a row that
+// the end (a submit's three entries, a claim's one, logged with the report's two) keeps one row,
+// the report's, and shows entries 4 to 6. Reads leave out the older entries of a row that
 // straddles the cut, so without the deletes the entries shown would be the same: the row count
 // is what fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -673,7 +673,7 @@ async fn trimming_deletes_whole_history_rows() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(rows, [4, 5], "one row per write, the submit's deleted");
+    assert_eq!(rows, [4], "one row per write, the submit's deleted");
     let page = EventPage {
         job: id,
         after_seq: 0,
@@ -687,6 +687,78 @@ async fn trimming_deletes_whole_history_rows() {
         .map(|e| e.seq)
         .collect();
     assert_eq!(seqs, [4, 5, 6]);
+}
+
+// Proves a first lease writes its step row only, its entry waiting there, and that the entry
+// survives the store going away before the job's next write: a new store reads the same history
+// and the same job time, and the next write logs the entry under the number it was read with.
+// (Fails if a claim writes the job row or a history row again, or if a waiting entry lives only
+// in memory.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_lease_entry_survives_the_store_and_is_logged_by_the_next_write() {
+    let _ticket = suite::Ticket::new();
+    let (store, db) = fresh().await;
+    submit_ok(&store, 1).await;
+    let id = job_id(1);
+    let raw = overseer_store::pgtest::connect(db.url())
+        .await
+        .expect("connect");
+    let stored = async || -> (i64, i64, i64, Option<String>) {
+        let row = raw
+            .query_one(
+                "SELECT j.updated_at, j.last_event_seq, \
+                   (SELECT count(*) FROM events WHERE job_id = j.id), s.unlogged_entry \
+                 FROM jobs j JOIN steps s ON s.job_id = j.id WHERE j.id = $1",
+                &[&id.0],
+            )
+            .await
+            .expect("rows");
+        (row.get(0), row.get(1), row.get(2), row.get(3))
+    };
+    let submitted = stored().await;
+    let claimed = store
+        .steps_claim(Claim::of_worker("w", "w-1", vec![lease_id(1)], at(10)))
+        .await
+        .expect("claim")
+        .claimed;
+    assert_eq!(claimed.len(), 1);
+    let (updated, last, rows, waiting) = stored().await;
+    assert_eq!(
+        (updated, last, rows),
+        (submitted.0, submitted.1, submitted.2),
+        "the claim left the job row and the history alone"
+    );
+    assert!(waiting.is_some_and(|w| w.contains("step_leased")));
+    let page = EventPage {
+        job: id,
+        after_seq: 0,
+        limit: 100,
+    };
+    let before = store.job_events(page).await.expect("events");
+    assert_eq!(
+        before.last().map(|e| (e.seq, e.kind)),
+        Some((4, overseer_core::EventKind::StepLeased))
+    );
+    drop(store);
+
+    let store = open(db.url()).await;
+    assert_eq!(store.job_events(page).await.expect("events"), before);
+    let job = store.job_get(id).await.expect("get").expect("job");
+    assert_eq!(job.updated_at, at(10), "dated by its waiting entry");
+    let done = overseer_core::Command::Complete {
+        step: 0,
+        attempt: 1,
+        result: json!(true),
+    };
+    store
+        .job_apply(Apply::new(id, done, at(20)))
+        .await
+        .expect("complete");
+    let after = store.job_events(page).await.expect("events");
+    assert_eq!(after[..before.len()], before[..], "logged as it was read");
+    assert_eq!(after.len(), before.len() + 2);
+    let (updated, last, _, waiting) = stored().await;
+    assert_eq!((updated, last, waiting), (at(20).as_millis(), 6, None));
 }
 
 /// Connections to `db` from Overseer stores (their `application_name`), and how many of them

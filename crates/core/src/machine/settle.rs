@@ -132,7 +132,14 @@ impl Work {
                 .all(|r| changed_steps.contains(&r.step)),
             "a lease was retired from a step the transition does not write"
         );
+        let leases_only = Transition::only_leases(
+            &self.events,
+            &self.effects,
+            &retired_leases,
+            job_fields_changed,
+        );
         Transition {
+            leases_only,
             job: self.job,
             job_changed,
             changed_steps,

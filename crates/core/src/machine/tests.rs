@@ -1223,6 +1223,29 @@ fn check_transition(
         fields_moved || after.updated_at != before.updated_at,
         "{here}"
     );
+    // Only a first lease of work leases only, and then everything it did is in its step's row:
+    // the entry's time, attempt and worker are the step's.
+    let leased_only = tr.events.iter().all(|e| e.kind == EventKind::StepLeased)
+        && !tr.events.is_empty()
+        && tr.retired_leases.is_empty()
+        && tr.effects.is_empty()
+        && !fields_moved;
+    assert_eq!(tr.leases_only, leased_only, "{here}");
+    if tr.leases_only {
+        assert!(matches!(command, Command::Claim { .. }), "{here}");
+        for e in &tr.events {
+            let s = after
+                .steps
+                .iter()
+                .find(|s| Some(&s.name) == e.step.as_ref());
+            let s = s.expect("a leased step");
+            assert_eq!(
+                (Some(e.at), e.attempt, s.state),
+                (s.started_at, Some(s.attempt), StepState::Running),
+                "{here}"
+            );
+        }
+    }
     let mut rest = after.clone();
     rest.steps = before.steps.clone();
     rest.state = before.state;
@@ -1665,6 +1688,18 @@ fn claim_leases_a_ready_step() {
     assert_eq!(tr.job.updated_at, at(1_500));
     assert!(tr.effects.is_empty());
     assert_eq!(tr.reply, Reply::Done);
+    assert!(
+        tr.leases_only,
+        "a first lease changes its step and the job's time only"
+    );
+    // A retry's lease retires the first one, so it is more than a lease.
+    let fail = sim.fail_cmd("a", 1, true);
+    sim.ok(fail);
+    sim.set_time(100_000);
+    let claim = sim.claim_cmd(0);
+    let retry = sim.ok(claim);
+    assert_eq!(retry.retired_leases.len(), 1);
+    assert!(!retry.leases_only);
 }
 
 // Proves a claim is refused (and changes nothing) unless the job runs, wants the work, and the

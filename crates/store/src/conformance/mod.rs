@@ -93,6 +93,7 @@ macro_rules! conformance_tests {
             complete_promotes_dependants_and_finishes_job,
             run_at_jobs_come_due_and_activate,
             history_keeps_the_newest_events,
+            history_reads_the_same_before_and_after_later_writes,
             cancel_settles_steps_and_refuses_late_results,
             unknown_ids_and_event_paging,
             jobs_active_pages_through_unfinished_jobs,

@@ -32,6 +32,7 @@ async fn delete_one(tx: &Transaction<'_>, id: JobId, states: &[JobState]) -> Res
         &[&id.0],
     )
     .await?;
+    tx.unlogged().forget(id);
     Ok(n == 1)
 }
 

@@ -145,7 +145,7 @@ macro_rules! step_columns {
          lease_id, worker, created_at, ready_at, started_at, finished_at, lease_expires_at, \
          next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, \
          comp_failures, comp_budget_from, backoff_formula, http, deadline_ms, attempt_ends_at, \
-         progress, progress_at, progress_events"
+         progress, progress_at, progress_events, unlogged_entry"
     };
 }
 
@@ -187,8 +187,16 @@ fn job_from_row(row: &Row) -> Res<Job> {
     })
 }
 
-/// Decodes a step row; returns its index too, so the caller can check the steps are contiguous.
-fn step_from_row(row: &Row) -> Res<(i32, Step)> {
+/// A step row as read: its index (the caller checks the steps are contiguous), the step, and its
+/// entry waiting to be logged, if any (see `super::unlogged`).
+struct StepRow {
+    idx: i32,
+    step: Step,
+    unlogged: Option<String>,
+}
+
+/// Decodes a step row.
+fn step_from_row(row: &Row) -> Res<StepRow> {
     let idx: i32 = get(row, 0, "steps.idx")?;
     let payload: String = get(row, 3, "steps.payload")?;
     let depends_on: String = get(row, 4, "steps.depends_on")?;
@@ -266,7 +274,11 @@ fn step_from_row(row: &Row) -> Res<(i32, Step)> {
         progress_at: ts(get(row, 34, "steps.progress_at")?),
         progress_events: get(row, 35, "steps.progress_events")?,
     };
-    Ok((idx, step))
+    Ok(StepRow {
+        idx,
+        step,
+        unlogged: get(row, 36, "steps.unlogged_entry")?,
+    })
 }
 
 /// How a job row is read.
@@ -298,10 +310,17 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
         return Ok(None);
     };
     let mut job = job_from_row(&row)?;
+    let mut unlogged = Vec::new();
     for row in &rows {
-        let (idx, step) = step_from_row(row)?;
+        let StepRow {
+            idx,
+            step,
+            unlogged: text,
+        } = step_from_row(row)?;
+        unlogged.extend(text.map(|t| (job.steps.len(), t)));
         crate::decide::push_step(&mut job, i64::from(idx), step)?;
     }
+    super::unlogged::loaded(tx, &mut job, unlogged)?;
     Ok(Some(crate::decide::loaded(job)?))
 }
 
@@ -371,16 +390,21 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
             params,
         ),
     )?;
-    let mut jobs: std::collections::HashMap<Uuid, Job> = std::collections::HashMap::new();
+    type Loading = (Job, Vec<(usize, String)>);
+    let mut jobs: std::collections::HashMap<Uuid, Loading> = std::collections::HashMap::new();
     for row in &rows {
         let job = job_from_row(row)?;
-        jobs.insert(job.id.0, job);
+        jobs.insert(job.id.0, (job, Vec::new()));
     }
     for row in &step_rows {
         // `job_id` comes after the step's own columns.
         let job_id: Uuid = get(row, row.len() - 1, "steps.job_id")?;
-        let (idx, step) = step_from_row(row)?;
-        let Some(job) = jobs.get_mut(&job_id) else {
+        let StepRow {
+            idx,
+            step,
+            unlogged,
+        } = step_from_row(row)?;
+        let Some((job, waiting)) = jobs.get_mut(&job_id) else {
             continue;
         };
         if usize::try_from(idx).ok() != Some(job.steps.len()) {
@@ -389,14 +413,16 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
                 format!("job {job_id} has step index {idx} out of order"),
             ));
         }
+        waiting.extend(unlogged.map(|t| (job.steps.len(), t)));
         job.steps.push(step);
     }
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some(job) = jobs.remove(&id.0) {
+        if let Some((mut job, waiting)) = jobs.remove(&id.0) {
             if job.steps.is_empty() {
                 return Err(corrupt("steps", format!("job {id} has no steps")));
             }
+            super::unlogged::loaded(tx, &mut job, waiting)?;
             out.push(job);
         }
     }
@@ -405,8 +431,9 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
 
 /// Up to `limit` entries of job `id` numbered after `after_seq`, oldest first, of those its
 /// history keeps (the newest `keep`; see `crate::history`): from the row that holds the first
-/// entry asked for. Trimming leaves a row holding entries on both sides of its cut, so entries
-/// up to the job's `last_event_seq - keep` are left out here.
+/// entry asked for, then the entries waiting to be logged (see `super::unlogged`), numbered after
+/// the job's `last_event_seq` in their order. Trimming leaves a row holding entries on both sides
+/// of its cut, so entries up to the job's newest number less `keep` are left out here.
 pub(super) async fn load_events(
     tx: &Transaction<'_>,
     id: JobId,
@@ -417,29 +444,68 @@ pub(super) async fn load_events(
     let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
     // Every row holds at least one entry, and only the first row may hold none of those asked.
     let rows = limit_param(limit.saturating_add(1));
-    let rows = query(tx, LOAD_EVENTS_SQL, &[&id.0, &after_seq, &rows, &keep]).await?;
+    // A read sees one snapshot: the two statements agree.
+    let (events, job): (&Params<'_>, &Params<'_>) = (&[&id.0, &after_seq, &rows, &keep], &[&id.0]);
+    let (rows, waiting) = futures::try_join!(
+        query(tx, LOAD_EVENTS_SQL, events),
+        query(tx, WAITING_ENTRIES_SQL, job),
+    )?;
     let mut out = Vec::with_capacity(limit.min(rows.len() * 2));
     for row in &rows {
         let after: i64 = get(row, 7, "events.after")?;
         out.extend(entries(row)?.into_iter().filter(|e| e.seq > after));
-        if out.len() >= limit {
-            out.truncate(limit);
-            break;
+    }
+    let mut last = 0;
+    let mut unlogged = Vec::new();
+    for row in &waiting {
+        last = get(row, 0, "jobs.last_event_seq")?;
+        if let Some(text) = get::<Option<&str>>(row, 1, "steps.unlogged_entry")? {
+            unlogged.push(crate::history::unlogged_entry(text)?);
         }
     }
+    unlogged.sort_by_key(|(n, _)| *n);
+    if out.len() >= limit {
+        // The rows asked for were all there were not: what waits comes after more of them.
+        out.truncate(limit);
+        return Ok(out);
+    }
+    let newest = last + unlogged.len() as i64;
+    let after = after_seq.max(newest - keep);
+    for (seq, (_, e)) in (last + 1..).zip(unlogged) {
+        if seq > after {
+            out.push(Event {
+                seq,
+                at: e.at,
+                kind: e.kind,
+                step: e.step,
+                attempt: e.attempt,
+                detail: e.detail,
+            });
+        }
+    }
+    out.truncate(limit);
     Ok(out)
 }
 
 /// The rows of [`load_events`], each with the number its entries must be above: `$2`, or the
-/// newest entry not kept when that is later.
+/// newest entry not kept when that is later (the newest entry counts those waiting).
 const LOAD_EVENTS_SQL: &str = "\
 WITH f AS (SELECT GREATEST($2::bigint, \
-    (SELECT last_event_seq FROM jobs WHERE id = $1) - $4::bigint) AS after) \
+    (SELECT last_event_seq FROM jobs WHERE id = $1) \
+    + (SELECT count(*) FROM steps WHERE job_id = $1 AND unlogged_entry IS NOT NULL) \
+    - $4::bigint) AS after) \
 SELECT e.seq, e.at, e.kind, e.step, e.attempt, e.detail, e.more, f.after \
 FROM f CROSS JOIN events e \
 WHERE e.job_id = $1 AND e.seq >= COALESCE( \
   (SELECT max(seq) FROM events WHERE job_id = $1 AND seq <= f.after), f.after + 1) \
 ORDER BY e.seq LIMIT $3";
+
+/// The job's newest logged number, with each entry waiting to be logged (none: one row with
+/// a `NULL` entry; no job: no row).
+const WAITING_ENTRIES_SQL: &str = "\
+SELECT j.last_event_seq, s.unlogged_entry FROM jobs j \
+LEFT JOIN steps s ON s.job_id = j.id AND s.unlogged_entry IS NOT NULL \
+WHERE j.id = $1";
 
 /// The entries of one history row, numbered.
 fn entries(row: &Row) -> Res<Vec<Event>> {

@@ -29,6 +29,8 @@ use deadpool_postgres::{ClientWrapper, Object};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_postgres::Statement;
 
+use super::unlogged::Seen;
+
 /// A connection inside a transaction, as the work sees it: every statement method of the pooled
 /// client (its statement cache included), and no way to end the transaction. Statements take
 /// their turn through [`Transaction::in_turn`] (as `rows::query` and its siblings do) or
@@ -37,9 +39,15 @@ pub(crate) struct Transaction<'a> {
     client: &'a ClientWrapper,
     /// Held by the statement being prepared and sent; waiters get it in the order they asked.
     turn: &'a Mutex<()>,
+    unlogged: &'a Seen,
 }
 
 impl Transaction<'_> {
+    /// The waiting entries of the jobs this transaction loaded (see `super::unlogged`).
+    pub(super) fn unlogged(&self) -> &Seen {
+        self.unlogged
+    }
+
     /// Prepares `sql` (from the connection's cache when it can) and starts `send` with it, after
     /// every statement issued before this one in the transaction was sent, and before any
     /// statement issued after it. `send` must write its statement to the connection the first
@@ -90,6 +98,7 @@ pub(super) struct Open {
     client: Option<Object>,
     ended: AtomicBool,
     turn: Mutex<()>,
+    unlogged: Seen,
 }
 
 impl Open {
@@ -100,6 +109,7 @@ impl Open {
             client: Some(client),
             ended: AtomicBool::new(false),
             turn: Mutex::new(()),
+            unlogged: Seen::default(),
         }
     }
 
@@ -114,6 +124,7 @@ impl Open {
         Transaction {
             client: self.client(),
             turn: &self.turn,
+            unlogged: &self.unlogged,
         }
     }
 

@@ -20,7 +20,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::rows::{self, corrupt, get, idx_param, json_text, ms, query_one, text};
-use super::{jobs, Res};
+use super::{jobs, unlogged, Res};
 use crate::history;
 use crate::write_set::{self, JobWrite};
 use crate::LeaseRef;
@@ -37,7 +37,9 @@ pub(super) async fn persist_all(
     if transitions.is_empty() {
         return Ok(());
     }
-    let writes = write_set::by_job(transitions.iter().copied());
+    let waiting = unlogged::take(tx, transitions);
+    let mut writes = write_set::by_job(transitions.iter().copied());
+    let kept = unlogged::plan(tx, &mut writes, &waiting)?;
     let mut signals: Vec<String> = transitions
         .iter()
         .flat_map(|t| jobs::signals_of(t))
@@ -46,7 +48,7 @@ pub(super) async fn persist_all(
     signals.dedup();
     futures::try_join!(
         write_jobs(tx, &writes, history_per_job),
-        write_steps(tx, &writes),
+        write_steps(tx, &writes, &kept),
         futures::future::try_join_all(
             transitions
                 .iter()
@@ -298,12 +300,19 @@ impl<'a> EventColumns<'a> {
 }
 
 /// Overwrites the run-time columns of every changed step, with the columns derived from them
-/// for the queries that find work: one statement.
-async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
+/// for the queries that find work, and the entry each keeps waiting to be logged (`kept`; see
+/// `super::unlogged`): one statement.
+async fn write_steps(
+    tx: &Transaction<'_>,
+    writes: &[JobWrite<'_>],
+    kept: &unlogged::Kept,
+) -> Res<()> {
     let mut c = StepColumns::default();
+    let mut waiting: Vec<Option<&str>> = Vec::new();
     for w in writes {
         for &idx in &w.steps {
             c.push(w, idx)?;
+            waiting.push(kept.get(&(w.job.id, idx)).map(String::as_str));
         }
     }
     if c.job_id.is_empty() {
@@ -313,7 +322,9 @@ async fn write_steps(tx: &Transaction<'_>, writes: &[JobWrite<'_>]) -> Res<()> {
         1 => WRITE_ONE_STEP_SQL,
         _ => WRITE_STEPS_SQL,
     };
-    let n = rows::execute(tx, sql, &c.params()).await?;
+    let mut params = c.params();
+    params.push(&waiting);
+    let n = rows::execute(tx, sql, &params).await?;
     all_written("steps", n, c.job_id.len())?;
     Ok(())
 }
@@ -361,16 +372,17 @@ UPDATE steps SET priority = v.priority, state = v.state, attempt = v.attempt, \
   budget_from = v.budget_from, comp_phase = v.comp_phase, comp_attempts = v.comp_attempts, \
   comp_failures = v.comp_failures, comp_budget_from = v.comp_budget_from, \
   claim_agent = v.claim_agent, lease_agent = v.lease_agent, claim_rank = v.claim_rank, \
-  attempt_ends_at = v.attempt_ends_at, progress = v.progress, progress_at = v.progress_at \
+  attempt_ends_at = v.attempt_ends_at, progress = v.progress, progress_at = v.progress_at, \
+  unlogged_entry = v.unlogged_entry \
 FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], $6::bigint[], \
             $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], \
             $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], $18::bigint[], \
             $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
-            $24::bigint[], $25::text[], $26::bigint[]) \
+            $24::bigint[], $25::text[], $26::bigint[], $27::text[]) \
   AS v (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
         started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, \
         budget_from, comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, \
-        lease_agent, claim_rank, attempt_ends_at, progress, progress_at) \
+        lease_agent, claim_rank, attempt_ends_at, progress, progress_at, unlogged_entry) \
 WHERE steps.job_id = v.job_id AND steps.idx = v.idx AND steps.job_id = ANY($1::uuid[])";
 
 /// [`WRITE_STEPS_SQL`] for a batch of one step, with the same parameters taken out of their
@@ -388,7 +400,7 @@ UPDATE steps SET priority = ($3::integer[])[1], state = ($4::text[])[1], \
   comp_budget_from = ($20::bigint[])[1], claim_agent = ($21::text[])[1], \
   lease_agent = ($22::text[])[1], claim_rank = ($23::bigint[])[1], \
   attempt_ends_at = ($24::bigint[])[1], progress = ($25::text[])[1], \
-  progress_at = ($26::bigint[])[1] \
+  progress_at = ($26::bigint[])[1], unlogged_entry = ($27::text[])[1] \
 WHERE job_id = ($1::uuid[])[1] AND idx = ($2::integer[])[1]";
 
 /// The run-time columns of step rows, column by column (in `WRITE_STEPS_SQL`'s order).
@@ -553,7 +565,7 @@ mod tests {
             .batch_execute(super::super::WRITE_BEGIN_SQL)
             .await
             .expect("begin");
-        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 20), ("step", WRITE_STEPS_SQL, 26)] {
+        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 20), ("step", WRITE_STEPS_SQL, 27)] {
             let plan = generic_plan(&client, sql, params).await;
             assert!(
                 !plan.contains("Seq Scan"),
@@ -575,7 +587,7 @@ mod tests {
         let client = crate::pgtest::connect(db.url()).await.expect("connect");
         for (name, sql, params) in [
             ("job", WRITE_ONE_JOB_SQL, 20),
-            ("step", WRITE_ONE_STEP_SQL, 26),
+            ("step", WRITE_ONE_STEP_SQL, 27),
         ] {
             let plan = generic_plan(&client, sql, params).await;
             assert!(

@@ -121,3 +121,88 @@ pub async fn unknown_ids_and_event_paging(f: &Fixture) {
         .expect("past the end")
         .is_empty());
 }
+
+/// Checks `later` is what `earlier` became: every entry numbered in both is the same entry, and
+/// `later` has every number `earlier` had past its own oldest.
+fn consistent(earlier: &[overseer_core::Event], later: &[overseer_core::Event], here: &str) {
+    let oldest = later.first().map_or(i64::MAX, |e| e.seq);
+    for e in earlier.iter().filter(|e| e.seq >= oldest) {
+        let same = later.iter().find(|l| l.seq == e.seq);
+        assert_eq!(same, Some(e), "entry {} changed {here}", e.seq);
+    }
+    let seqs: Vec<i64> = later.iter().map(|e| e.seq).collect();
+    let contiguous: Vec<i64> = (oldest..oldest + later.len() as i64).collect();
+    assert_eq!(seqs, contiguous, "numbers {here}");
+    assert!(
+        later.windows(2).all(|w| w[0].at <= w[1].at),
+        "entries in time order {here}"
+    );
+}
+
+// Proves a history reads the same whenever it is read: what a reader saw after each claim,
+// heartbeat and report is exactly what every later read shows under the same numbers, the job is
+// dated by its newest entry, and paging one entry at a time reads the same. (A store may log a
+// claim's entry with the job's next write: these reads fall on both sides of that write, with
+// several claims waiting at once and the oldest entries trimmed.)
+pub async fn history_reads_the_same_before_and_after_later_writes(f: &Fixture) {
+    let store = &*f.store;
+    let keep = f.history_per_job;
+    let n = keep + 1;
+    let steps: Vec<Value> = (0..n)
+        .map(|i| json!({"name": format!("s{i}"), "agent": "h", "timeout": "1m"}))
+        .collect();
+    let id = job_id(1);
+    submit(store, admitted(id, &spec(json!({ "steps": steps })), at(0))).await;
+    let mut seen = vec![all_events(store, id).await];
+    let mut read = async |here: &str, newest: i64| {
+        let now = all_events(store, id).await;
+        consistent(seen.last().expect("a read"), &now, here);
+        assert_eq!(get(store, id).await.updated_at, at(newest), "dated {here}");
+        let mut paged = Vec::new();
+        while let Some(e) = store
+            .job_events(EventPage {
+                job: id,
+                after_seq: paged.last().map_or(0, |e: &overseer_core::Event| e.seq),
+                limit: 1,
+            })
+            .await
+            .expect("page")
+            .pop()
+        {
+            paged.push(e);
+        }
+        assert_eq!(paged, now, "paged one at a time {here}");
+        seen.push(now.clone());
+        now
+    };
+    // One claim, then the rest of the steps at once: more entries wait than are kept.
+    let leases = |events: &[overseer_core::Event]| {
+        let leased = events.iter().filter(|e| e.kind == EventKind::StepLeased);
+        leased
+            .map(|e| e.step.clone().expect("a step"))
+            .collect::<Vec<_>>()
+    };
+    let first = claim(store, "h", 1, 1, at(10)).await;
+    let now = read("after the first claim", 10).await;
+    assert_eq!(leases(&now), ["s0"]);
+    let rest = claim(store, "h", n as u128, 2, at(20)).await;
+    assert_eq!((first.len(), rest.len()), (1, n - 1));
+    let now = read("after every step was claimed", 20).await;
+    let names: Vec<String> = (1..n).map(|i| format!("s{i}")).collect();
+    assert_eq!(leases(&now), names, "the newest kept");
+    let beat = Command::Heartbeat {
+        step: first[0].step,
+        attempt: 1,
+        progress: None,
+    };
+    apply(store, id, beat, at(25)).await;
+    read("after a heartbeat", 20).await;
+    let mut last = Vec::new();
+    for (i, c) in first.iter().chain(&rest).enumerate() {
+        let t = 30 + i as i64;
+        apply(store, id, complete(c.step, 1, json!(i)), at(t)).await;
+        last = read(&format!("after report {i}"), t).await;
+    }
+    assert_eq!(last.len(), keep);
+    assert_eq!(last.last().map(|e| e.kind), Some(EventKind::JobSucceeded));
+}
