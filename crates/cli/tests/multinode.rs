@@ -390,7 +390,25 @@ fn leader_kills_and_a_postgres_restart_lose_nothing() {
             problems.push(format!("the journal has {job}/{step}, never submitted"));
         }
     }
-    bounds.expiries = rt.block_on(load::expiries(&http, &urls[0], &acked));
+    let histories = rt.block_on(load::histories(&http, &urls[0], &acked));
+    bounds.expiries = load::expiries(&histories);
+    for a in &acked {
+        let (Some(Some(job)), Some(events)) = (views.get(&a.id), histories.get(&a.id)) else {
+            continue;
+        };
+        let attempts: Vec<(String, u64)> = job["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["name"].as_str().unwrap().to_string(),
+                    s["attempt"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        problems.extend(checks::history_violations(&a.id, events, &attempts));
+    }
     let overlaps = journal.overlaps(&bounds);
     problems.extend(overlaps.iter().cloned());
     problems.extend(journal.dependency_violations(&depends_on, &recorded));

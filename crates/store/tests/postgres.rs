@@ -645,21 +645,8 @@ async fn trimming_deletes_whole_history_rows() {
     let store = PgStore::open(options).await.expect("open");
     submit_ok(&store, 1).await;
     let id = job_id(1);
-    let claimed = store
-        .steps_claim(Claim::of_worker("w", "w-1", vec![lease_id(1)], at(10)))
-        .await
-        .expect("claim")
-        .claimed;
-    assert_eq!(claimed.len(), 1);
-    let done = overseer_core::Command::Complete {
-        step: 0,
-        attempt: 1,
-        result: json!(true),
-    };
-    store
-        .job_apply(Apply::new(id, done, at(20)))
-        .await
-        .expect("complete");
+    claim_first_at_10(&store).await;
+    complete_first_at_20(&store).await;
     let raw = overseer_store::pgtest::connect(db.url())
         .await
         .expect("connect");
@@ -716,12 +703,7 @@ async fn a_waiting_lease_entry_survives_the_store_and_is_logged_by_the_next_writ
         (row.get(0), row.get(1), row.get(2), row.get(3))
     };
     let submitted = stored().await;
-    let claimed = store
-        .steps_claim(Claim::of_worker("w", "w-1", vec![lease_id(1)], at(10)))
-        .await
-        .expect("claim")
-        .claimed;
-    assert_eq!(claimed.len(), 1);
+    claim_first_at_10(&store).await;
     let (updated, last, rows, waiting) = stored().await;
     assert_eq!(
         (updated, last, rows),
@@ -745,15 +727,7 @@ async fn a_waiting_lease_entry_survives_the_store_and_is_logged_by_the_next_writ
     assert_eq!(store.job_events(page).await.expect("events"), before);
     let job = store.job_get(id).await.expect("get").expect("job");
     assert_eq!(job.updated_at, at(10), "dated by its waiting entry");
-    let done = overseer_core::Command::Complete {
-        step: 0,
-        attempt: 1,
-        result: json!(true),
-    };
-    store
-        .job_apply(Apply::new(id, done, at(20)))
-        .await
-        .expect("complete");
+    complete_first_at_20(&store).await;
     let after = store.job_events(page).await.expect("events");
     assert_eq!(after[..before.len()], before[..], "logged as it was read");
     assert_eq!(after.len(), before.len() + 2);
@@ -818,6 +792,29 @@ async fn a_dropped_store_closes_its_connections() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Leases the one step of job 1 (agent `w`) at `at(10)` under lease 1.
+async fn claim_first_at_10(store: &PgStore) {
+    let claimed = store
+        .steps_claim(Claim::of_worker("w", "w-1", vec![lease_id(1)], at(10)))
+        .await
+        .expect("claim")
+        .claimed;
+    assert_eq!(claimed.len(), 1);
+}
+
+/// Completes attempt 1 of job 1's one step at `at(20)`.
+async fn complete_first_at_20(store: &PgStore) {
+    let done = overseer_core::Command::Complete {
+        step: 0,
+        attempt: 1,
+        result: json!(true),
+    };
+    store
+        .job_apply(Apply::new(job_id(1), done, at(20)))
+        .await
+        .expect("complete");
 }
 
 async fn submit_ok(store: &PgStore, n: u64) {

@@ -15,6 +15,38 @@ pub struct CronFires {
     pub gaps: Vec<i64>,
 }
 
+/// What is wrong with the history `events` (as `GET /v1/jobs/{id}/events` lists it, never
+/// trimmed here) of a job whose steps the server counts `attempts` of (name → attempt): its
+/// entries must be numbered 1, 2, 3, … with no gap, and each step must have one lease entry
+/// (`step_leased` or `compensation_leased`) for each of its attempts, 1 to its count, in order.
+/// (On PostgreSQL a first lease's entry waits in its step row until the job's next write: a
+/// node killed, or PostgreSQL restarted, in between must lose or double none of them.)
+pub fn history_violations(
+    job: &str,
+    events: &[serde_json::Value],
+    attempts: &[(String, u64)],
+) -> Vec<String> {
+    let mut found = Vec::new();
+    let seqs: Vec<i64> = events.iter().filter_map(|e| e["seq"].as_i64()).collect();
+    if seqs.len() != events.len() || seqs.iter().zip(1..).any(|(&s, n)| s != n) {
+        found.push(format!("{job}: history numbered {seqs:?}"));
+    }
+    for (step, count) in attempts {
+        let leased: Vec<u64> = events
+            .iter()
+            .filter(|e| e["step"] == step.as_str())
+            .filter(|e| e["kind"] == "step_leased" || e["kind"] == "compensation_leased")
+            .filter_map(|e| e["attempt"].as_u64())
+            .collect();
+        if leased != (1..=*count).collect::<Vec<u64>>() {
+            found.push(format!(
+                "{job}/{step}: {count} attempts, lease entries for {leased:?}"
+            ));
+        }
+    }
+    found
+}
+
 /// Reads the due times (ms) out of the jobs' idempotency keys (`schedule/{name}/{due_ms}`) of a
 /// schedule firing once per second, and counts duplicates and missing seconds.
 pub fn cron_fires(dues_ms: &[i64], period_ms: i64) -> CronFires {
@@ -87,6 +119,29 @@ mod tests {
     }
 
     // Proves due times are read from schedule keys only, and only for the named schedule.
+    #[test]
+    fn history_check_catches_gaps_and_lost_or_doubled_leases() {
+        use serde_json::json;
+        let entry = |seq: i64, kind: &str, step: &str, attempt: u64| json!({"seq": seq, "kind": kind, "step": step, "attempt": attempt});
+        let good = vec![
+            json!({"seq": 1, "kind": "job_submitted"}),
+            entry(2, "step_leased", "a", 1),
+            entry(3, "step_lease_expired", "a", 1),
+            entry(4, "step_leased", "a", 2),
+            entry(5, "step_leased", "b", 1),
+        ];
+        let attempts = [("a".to_string(), 2), ("b".to_string(), 1)];
+        assert!(history_violations("j", &good, &attempts).is_empty());
+        let mut gap = good.clone();
+        gap.remove(2);
+        assert_eq!(history_violations("j", &gap, &attempts).len(), 1);
+        let lost = &good[..4];
+        assert_eq!(history_violations("j", lost, &attempts).len(), 1);
+        let mut doubled = good.clone();
+        doubled.push(entry(6, "step_leased", "b", 1));
+        assert_eq!(history_violations("j", &doubled, &attempts).len(), 1);
+    }
+
     #[test]
     fn due_times_come_from_schedule_keys() {
         assert_eq!(

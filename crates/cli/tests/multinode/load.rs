@@ -283,22 +283,32 @@ pub async fn list_all(http: &reqwest::Client, url: &str) -> Vec<Value> {
 /// The server's `step_lease_expired` events: (job, step, attempt) → the event's instant in ns
 /// (whole milliseconds, no earlier than the lease's `lease_expires_at`; see
 /// `journal::Bounds::end_bound`).
-pub async fn expiries(
+/// Every acknowledged job's history as `GET /v1/jobs/{id}/events` lists it (a lost job has
+/// none: it is reported already).
+pub async fn histories(
     http: &reqwest::Client,
     url: &str,
     acked: &[Acked],
-) -> HashMap<(String, String, u32), i64> {
+) -> HashMap<String, Vec<Value>> {
     let mut out = HashMap::new();
     for a in acked {
         let (status, body) = get(http, &format!("{url}/v1/jobs/{}/events", a.id)).await;
-        if status != 200 {
-            continue; // a lost job, reported already
+        if status == 200 {
+            out.insert(a.id.clone(), body["events"].as_array().unwrap().clone());
         }
-        for e in body["events"].as_array().unwrap() {
+    }
+    out
+}
+
+/// When each lease expiry of `histories` was recorded, in ns.
+pub fn expiries(histories: &HashMap<String, Vec<Value>>) -> HashMap<(String, String, u32), i64> {
+    let mut out = HashMap::new();
+    for (id, events) in histories {
+        for e in events {
             if e["kind"] == "step_lease_expired" {
                 let step = e["step"].as_str().unwrap().to_string();
                 let attempt = e["attempt"].as_u64().unwrap() as u32;
-                out.insert((a.id.clone(), step, attempt), millis(&e["at"]) * 1_000_000);
+                out.insert((id.clone(), step, attempt), millis(&e["at"]) * 1_000_000);
             }
         }
     }
