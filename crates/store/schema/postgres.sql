@@ -257,8 +257,6 @@ CREATE INDEX steps_claim ON public.steps USING btree (claim_agent, claim_rank, j
 
 CREATE INDEX steps_claim_due ON public.steps USING btree (next_attempt_at) WHERE ((claim_agent IS NOT NULL) AND (next_attempt_at > ready_at));
 
-CREATE INDEX steps_lease_agent ON public.steps USING btree (lease_agent) WHERE ((lease_expires_at IS NOT NULL) AND (lease_agent IS NOT NULL));
-
-CREATE INDEX steps_lease_expiry ON public.steps USING btree (lease_expires_at, job_id, idx) WHERE (lease_expires_at IS NOT NULL);
+CREATE INDEX steps_lease_expiry ON public.steps USING btree (lease_agent, lease_expires_at, job_id, idx) WHERE (lease_expires_at IS NOT NULL);
 
 CREATE INDEX steps_lease_id ON public.steps USING btree (lease_id) WHERE (lease_id IS NOT NULL);

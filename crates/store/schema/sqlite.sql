@@ -196,9 +196,7 @@ CREATE INDEX steps_claim ON steps (claim_agent, claim_rank, job_id, idx)
 CREATE INDEX steps_claim_due ON steps (next_attempt_at)
     WHERE claim_agent IS NOT NULL AND next_attempt_at > ready_at;
 
-CREATE INDEX steps_lease_agent ON steps (lease_agent) WHERE lease_expires_at IS NOT NULL;
-
-CREATE INDEX steps_lease_expiry ON steps (lease_expires_at, job_id, idx)
+CREATE INDEX steps_lease_expiry ON steps (lease_agent, lease_expires_at, job_id, idx)
     WHERE lease_expires_at IS NOT NULL;
 
 CREATE INDEX steps_lease_id ON steps (lease_id) WHERE lease_id IS NOT NULL;

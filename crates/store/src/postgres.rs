@@ -30,6 +30,22 @@
 //!
 //! Nodes hear each other through `LISTEN/NOTIFY` (see `listen`): [`crate::Maintenance::signals`].
 
+/// `leasing (agent)`: the agents holding live leases, as the start of a `WITH RECURSIVE`, one
+/// probe of `steps_lease_expiry` each (it is keyed by agent first, then expiry). A live lease
+/// always names its agent (`Step::lease_agent`), so the walk misses none.
+macro_rules! leasing_agents {
+    () => {
+        "WITH RECURSIVE leasing (agent) AS ( \
+           (SELECT lease_agent FROM steps WHERE lease_expires_at IS NOT NULL \
+            ORDER BY lease_agent LIMIT 1) \
+           UNION ALL \
+           SELECT (SELECT s.lease_agent FROM steps s \
+                   WHERE s.lease_expires_at IS NOT NULL AND s.lease_agent > l.agent \
+                   ORDER BY s.lease_agent LIMIT 1) \
+           FROM leasing l WHERE l.agent IS NOT NULL) "
+    };
+}
+
 mod agents;
 mod announce;
 mod deliveries;

@@ -36,6 +36,22 @@ macro_rules! unfinished {
     };
 }
 
+/// `leasing (agent)`: the agents holding live leases, as the start of a `WITH RECURSIVE`, one
+/// probe of `steps_lease_expiry` each (it is keyed by agent first, then expiry); its last row
+/// is `NULL`. A live lease always names its agent (`Step::lease_agent`), so the walk misses none.
+macro_rules! leasing_agents {
+    () => {
+        "WITH RECURSIVE leasing (agent) AS ( \
+           SELECT (SELECT lease_agent FROM steps INDEXED BY steps_lease_expiry \
+                   WHERE lease_expires_at IS NOT NULL ORDER BY lease_agent LIMIT 1) \
+           UNION ALL \
+           SELECT (SELECT s.lease_agent FROM steps AS s INDEXED BY steps_lease_expiry \
+                   WHERE s.lease_expires_at IS NOT NULL AND s.lease_agent > leasing.agent \
+                   ORDER BY s.lease_agent LIMIT 1) \
+           FROM leasing WHERE leasing.agent IS NOT NULL) "
+    };
+}
+
 mod agents;
 mod checkpoint;
 mod deliveries;

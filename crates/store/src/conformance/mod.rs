@@ -126,6 +126,7 @@ macro_rules! conformance_tests {
             stale_report_is_rejected_and_changes_nothing,
             lease_reports_apply_each_and_refuse_only_their_own,
             expired_lease_requeues_with_backoff,
+            expiries_are_oldest_first_across_agents,
             lease_find_resolves_superseded_leases,
             leases_taken_off_by_an_unwind_stay_fenced,
             undo_is_claimed_by_its_compensate_agent,

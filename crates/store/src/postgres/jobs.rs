@@ -436,24 +436,30 @@ pub(super) async fn past_deadline(
 /// waiting behind its head, or a retry already due, counts only while still in the future, or
 /// the supervisor would wake again at once for something it cannot act on.
 pub(super) async fn next_due_at(tx: &Transaction<'_>, now: Timestamp) -> Res<Option<Timestamp>> {
-    let row = rows::query_one(
-        tx,
-        "SELECT LEAST( \
+    let row = rows::query_one(tx, NEXT_DUE_SQL, &[&now.as_millis()]).await?;
+    let due: Option<i64> = get(&row, 0, "next due")?;
+    Ok(due.map(Timestamp::from_millis))
+}
+
+/// The earliest instant the supervisor must act at (see [`next_due_at`]); the next lease to
+/// end is the earliest of each leasing agent's first.
+const NEXT_DUE_SQL: &str = concat!(
+    leasing_agents!(),
+    ", lease_ends (at) AS (SELECT min(e.at) FROM leasing l CROSS JOIN LATERAL ( \
+       SELECT lease_expires_at AS at FROM steps \
+       WHERE lease_agent = l.agent AND lease_expires_at IS NOT NULL \
+       ORDER BY lease_expires_at LIMIT 1) e) \
+     SELECT LEAST( \
            (SELECT MIN(run_at) FROM jobs WHERE state = 'pending' AND ordering_key IS NULL), \
            (SELECT MIN(COALESCE(run_at, created_at)) FROM jobs \
               WHERE state = 'pending' AND COALESCE(run_at, created_at) > $1), \
            (SELECT MIN(next_attempt_at) FROM steps \
               WHERE claim_agent IS NOT NULL AND next_attempt_at > ready_at \
                 AND next_attempt_at > $1), \
-           (SELECT MIN(lease_expires_at) FROM steps WHERE lease_expires_at IS NOT NULL), \
+           (SELECT at FROM lease_ends), \
            (SELECT MIN(deadline_due) FROM jobs WHERE deadline_due IS NOT NULL), \
-           (SELECT MIN(next_fire_at) FROM schedules WHERE NOT paused))",
-        &[&now.as_millis()],
-    )
-    .await?;
-    let due: Option<i64> = get(&row, 0, "next due")?;
-    Ok(due.map(Timestamp::from_millis))
-}
+           (SELECT MIN(next_fire_at) FROM schedules WHERE NOT paused))"
+);
 
 /// The head of `key` (its unfinished job submitted first) and how many unfinished jobs of the key
 /// wait behind it.

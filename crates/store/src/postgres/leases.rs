@@ -466,13 +466,22 @@ impl Leases for PgStore {
     }
 }
 
+/// Up to `$2` leases ended by `$1`, oldest expiry first: the oldest of each agent's, then
+/// merged.
+const EXPIRED_SQL: &str = concat!(
+    leasing_agents!(),
+    "SELECT e.job_id, e.idx, e.attempt, e.lease_id FROM leasing l CROSS JOIN LATERAL ( \
+       SELECT job_id, idx, attempt, lease_id, lease_expires_at FROM steps \
+       WHERE lease_agent = l.agent AND lease_expires_at IS NOT NULL AND lease_expires_at <= $1 \
+       ORDER BY lease_expires_at, job_id, idx LIMIT $2) e \
+     ORDER BY e.lease_expires_at, e.job_id, e.idx LIMIT $2"
+);
+
 /// Leased steps whose lease ended by `due.now`, oldest expiry first.
 async fn expired(tx: &Transaction<'_>, due: Due) -> Res<Vec<LeaseRef>> {
     let rows = query(
         tx,
-        "SELECT job_id, idx, attempt, lease_id FROM steps \
-         WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= $1 \
-         ORDER BY lease_expires_at, job_id, idx LIMIT $2",
+        EXPIRED_SQL,
         &[&due.now.as_millis(), &limit_param(due.limit)],
     )
     .await?;

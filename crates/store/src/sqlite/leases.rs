@@ -27,7 +27,7 @@ const CLAIM_SKIPS_MAX: usize = 1_000;
 fn in_flight(conn: &Connection, agent: &str) -> Result<u64> {
     let n: i64 = conn
         .prepare_cached(
-            "SELECT COUNT(*) FROM steps INDEXED BY steps_lease_agent \
+            "SELECT COUNT(*) FROM steps INDEXED BY steps_lease_expiry \
              WHERE lease_agent = ?1 AND lease_expires_at IS NOT NULL",
         )
         .db()?
@@ -217,11 +217,13 @@ impl Leases for SqliteStore {
 /// Leased steps whose lease ended by `due.now`, oldest expiry first.
 fn expired(conn: &Connection, due: Due) -> Result<Vec<LeaseRef>> {
     let mut stmt = conn
-        .prepare_cached(
+        .prepare_cached(concat!(
+            leasing_agents!(),
             "SELECT job_id, idx, attempt, lease_id FROM steps INDEXED BY steps_lease_expiry \
-             WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= ?1 \
+             WHERE lease_agent IN (SELECT agent FROM leasing) \
+               AND lease_expires_at IS NOT NULL AND lease_expires_at <= ?1 \
              ORDER BY lease_expires_at, job_id, idx LIMIT ?2",
-        )
+        ))
         .db()?;
     let mut found = stmt
         .query(params![due.now.as_millis(), limit_param(due.limit)])

@@ -40,7 +40,8 @@ impl Maintenance for SqliteStore {
             // its head, or a retry already due, counts only while still in the future, or the
             // supervisor would wake again at once for something it cannot act on.
             let due: Option<i64> = conn
-                .prepare_cached(
+                .prepare_cached(concat!(
+                    leasing_agents!(),
                     "SELECT MIN(t) FROM ( \
                        SELECT MIN(run_at) AS t FROM jobs INDEXED BY jobs_pending_unkeyed \
                          WHERE state = 'pending' AND ordering_key IS NULL \
@@ -53,15 +54,18 @@ impl Maintenance for SqliteStore {
                          WHERE claim_agent IS NOT NULL AND next_attempt_at > ready_at \
                            AND next_attempt_at > ?1 \
                        UNION ALL \
-                       SELECT MIN(lease_expires_at) FROM steps INDEXED BY steps_lease_expiry \
-                         WHERE lease_expires_at IS NOT NULL \
+                       SELECT MIN(( \
+                         SELECT lease_expires_at FROM steps INDEXED BY steps_lease_expiry \
+                         WHERE lease_agent = leasing.agent AND lease_expires_at IS NOT NULL \
+                         ORDER BY lease_expires_at LIMIT 1)) \
+                         FROM leasing WHERE agent IS NOT NULL \
                        UNION ALL \
                        SELECT MIN(deadline_due) FROM jobs INDEXED BY jobs_deadline_due \
                          WHERE deadline_due IS NOT NULL \
                        UNION ALL \
                        SELECT MIN(next_fire_at) FROM schedules INDEXED BY schedules_due \
                          WHERE paused = 0)",
-                )
+                ))
                 .db()?
                 .query_row([now.as_millis()], |r| r.get(0))
                 .db()?;

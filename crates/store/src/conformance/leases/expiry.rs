@@ -141,3 +141,54 @@ pub async fn step_deadline_caps_the_stored_lease(f: &Fixture) {
         .as_deref()
         .is_some_and(|e| e.starts_with("deadline exceeded")));
 }
+
+// Proves expired leases are listed oldest expiry first across agents, the limit taking the
+// oldest of all of them, and the next wake-up is the earliest lease end of any agent: leases of
+// three agents whose ends interleave (each agent's leases sorted by agent name would read in
+// another order).
+pub async fn expiries_are_oldest_first_across_agents(f: &Fixture) {
+    let store = &*f.store;
+    // (job, agent, timeout s, claimed at s): ends at 4, 5, 6, 7, 8, 9 s.
+    let leases = [
+        (1, "c", 3, 1),
+        (2, "a", 2, 3),
+        (3, "b", 5, 1),
+        (4, "c", 6, 1),
+        (5, "a", 4, 4),
+        (6, "b", 8, 1),
+    ];
+    for (n, agent, timeout, _) in leases {
+        let s = spec(
+            json!({"steps": [{"name": "s", "agent": agent, "timeout": format!("{timeout}s")}]}),
+        );
+        submit(store, admitted(job_id(n), &s, at(0))).await;
+    }
+    for (n, agent, _, claimed) in leases {
+        let got = claim(store, agent, 1, n as u128, at(claimed * 1_000)).await;
+        assert_eq!(claimed_jobs(&got), [job_id(n)]);
+    }
+    assert_eq!(
+        store.next_due_at(at(0)).await.expect("due"),
+        Some(at(4_000))
+    );
+    let expired = |now: i64, limit: usize| async move {
+        let found = store
+            .leases_expired(Due {
+                now: at(now),
+                limit,
+            })
+            .await
+            .expect("expired");
+        found.iter().map(|l| l.job_id).collect::<Vec<_>>()
+    };
+    assert_eq!(expired(3_999, 10).await, []);
+    assert_eq!(expired(7_000, 10).await, [1, 2, 3, 4].map(job_id));
+    assert_eq!(expired(60_000, 3).await, [1, 2, 3].map(job_id));
+    assert_eq!(expired(60_000, 10).await, [1, 2, 3, 4, 5, 6].map(job_id));
+    apply(store, job_id(1), expire(0, 1), at(4_000)).await;
+    apply(store, job_id(2), expire(0, 1), at(5_000)).await;
+    assert_eq!(
+        store.next_due_at(at(5_000)).await.expect("due"),
+        Some(at(6_000))
+    );
+}
