@@ -60,22 +60,48 @@ fn corrupt(detail: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("events.more: {detail}"))
 }
 
-/// The `more` text of the entries after a row's first, `None` when there are none.
-pub(crate) fn more_text<T: Borrow<NewEvent>>(rest: &[T]) -> Result<Option<String>> {
-    if rest.is_empty() {
-        return Ok(None);
-    }
-    let out: Vec<MoreOut> = rest
-        .iter()
-        .map(Borrow::borrow)
-        .map(|e: &NewEvent| MoreOut {
+impl<'a> MoreOut<'a> {
+    fn of(e: &'a NewEvent) -> Self {
+        MoreOut {
             at: e.at.as_millis(),
             kind: e.kind.as_str(),
             step: e.step.as_deref(),
             attempt: e.attempt,
             detail: e.detail.as_ref(),
+        }
+    }
+}
+
+impl MoreIn {
+    fn entry(self) -> Result<NewEvent> {
+        Ok(NewEvent {
+            at: Timestamp::from_millis(self.at),
+            kind: self.kind.parse().map_err(corrupt)?,
+            step: self.step,
+            attempt: self.attempt,
+            detail: self.detail,
         })
-        .collect();
+    }
+}
+
+/// Entry `e` under number `seq`.
+pub(crate) fn numbered(seq: i64, e: NewEvent) -> Event {
+    Event {
+        seq,
+        at: e.at,
+        kind: e.kind,
+        step: e.step,
+        attempt: e.attempt,
+        detail: e.detail,
+    }
+}
+
+/// The `more` text of the entries after a row's first, `None` when there are none.
+pub(crate) fn more_text<T: Borrow<NewEvent>>(rest: &[T]) -> Result<Option<String>> {
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let out: Vec<MoreOut> = rest.iter().map(Borrow::borrow).map(MoreOut::of).collect();
     serde_json::to_string(&out).map(Some).map_err(corrupt)
 }
 
@@ -100,28 +126,15 @@ struct UnloggedIn {
 pub(crate) fn unlogged_text(n: u32, e: &NewEvent) -> Result<String> {
     let out = UnloggedOut {
         n,
-        entry: MoreOut {
-            at: e.at.as_millis(),
-            kind: e.kind.as_str(),
-            step: e.step.as_deref(),
-            attempt: e.attempt,
-            detail: e.detail.as_ref(),
-        },
+        entry: MoreOut::of(e),
     };
     serde_json::to_string(&out).map_err(corrupt)
 }
 
 /// A waiting entry read back: its place and the entry.
 pub(crate) fn unlogged_entry(text: &str) -> Result<(u32, NewEvent)> {
-    let UnloggedIn { n, entry: m } = serde_json::from_str(text).map_err(corrupt)?;
-    let entry = NewEvent {
-        at: Timestamp::from_millis(m.at),
-        kind: m.kind.parse().map_err(corrupt)?,
-        step: m.step,
-        attempt: m.attempt,
-        detail: m.detail,
-    };
-    Ok((n, entry))
+    let UnloggedIn { n, entry } = serde_json::from_str(text).map_err(corrupt)?;
+    Ok((n, entry.entry()?))
 }
 
 /// The entries of one row: `first` (its own columns) and those in its `more` text, numbered on
@@ -134,15 +147,8 @@ pub(crate) fn expand(first: Event, more: Option<&str>) -> Result<Vec<Event>> {
     let seq = first.seq;
     let mut out = Vec::with_capacity(1 + more.len());
     out.push(first);
-    for (i, m) in more.into_iter().enumerate() {
-        out.push(Event {
-            seq: seq + 1 + i as i64,
-            at: Timestamp::from_millis(m.at),
-            kind: m.kind.parse().map_err(corrupt)?,
-            step: m.step,
-            attempt: m.attempt,
-            detail: m.detail,
-        });
+    for (next, m) in (seq + 1..).zip(more) {
+        out.push(numbered(next, m.entry()?));
     }
     Ok(out)
 }

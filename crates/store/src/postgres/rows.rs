@@ -473,14 +473,7 @@ pub(super) async fn load_events(
     let after = after_seq.max(newest - keep);
     for (seq, (_, e)) in (last + 1..).zip(unlogged) {
         if seq > after {
-            out.push(Event {
-                seq,
-                at: e.at,
-                kind: e.kind,
-                step: e.step,
-                attempt: e.attempt,
-                detail: e.detail,
-            });
+            out.push(crate::history::numbered(seq, e));
         }
     }
     out.truncate(limit);
