@@ -77,7 +77,8 @@ CREATE TABLE public.jobs (
     round bigint DEFAULT 1 NOT NULL,
     job_retry text,
     rerun_of uuid,
-    rerun_by uuid
+    rerun_by uuid,
+    unlogged_entries text
 );
 
 ALTER TABLE public.jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (

@@ -5,10 +5,13 @@
 //! stored as one row of `events`: the first entry in the row's own columns (`seq` is its number),
 //! the others in `more`, a JSON array in order, numbered `seq + 1`, `seq + 2`, …. Every row
 //! costs an index entry to insert and later to remove, so a one-step job keeps three rows instead
-//! of six. Readers see entries, never rows: a backend expands each row with [`expand`].
+//! of six (one on PostgreSQL, whose submits and first leases leave their entries waiting for the
+//! job's next write: see its `unlogged` module). Readers see entries, never rows: a backend
+//! expands each row with [`expand`].
 //!
 //! What a backend decides here and only turns into SQL: which of a write's entries are stored at
-//! all ([`stored`]), the `more` text ([`more_text`]), and the entries a row holds ([`expand`]).
+//! all ([`stored`]), the `more` text ([`more_text`], read back by [`more_entries`]), and the
+//! entries a row holds ([`expand`]).
 
 use std::borrow::Borrow;
 
@@ -105,6 +108,12 @@ pub(crate) fn more_text<T: Borrow<NewEvent>>(rest: &[T]) -> Result<Option<String
     serde_json::to_string(&out).map(Some).map_err(corrupt)
 }
 
+/// The entries of a `more` text (as [`more_text`] wrote them), in order.
+pub(crate) fn more_entries(text: &str) -> Result<Vec<NewEvent>> {
+    let more: Vec<MoreIn> = serde_json::from_str(text).map_err(corrupt)?;
+    more.into_iter().map(MoreIn::entry).collect()
+}
+
 /// An entry a store logs later (PostgreSQL keeps a claim's entry in the step row it leased: see
 /// its `unlogged` module) as it waits: the entry's fields as in `more`, and `n`, its place among
 /// the job's waiting entries (from 1), which numbers it when it is read or logged.
@@ -140,16 +149,14 @@ pub(crate) fn unlogged_entry(text: &str) -> Result<(u32, NewEvent)> {
 /// The entries of one row: `first` (its own columns) and those in its `more` text, numbered on
 /// from `first.seq`.
 pub(crate) fn expand(first: Event, more: Option<&str>) -> Result<Vec<Event>> {
-    let more: Vec<MoreIn> = match more {
-        Some(text) => serde_json::from_str(text).map_err(corrupt)?,
+    let more = match more {
+        Some(text) => more_entries(text)?,
         None => Vec::new(),
     };
     let seq = first.seq;
     let mut out = Vec::with_capacity(1 + more.len());
     out.push(first);
-    for (next, m) in (seq + 1..).zip(more) {
-        out.push(numbered(next, m.entry()?));
-    }
+    out.extend((seq + 1..).zip(more).map(|(next, e)| numbered(next, e)));
     Ok(out)
 }
 

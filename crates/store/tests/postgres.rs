@@ -584,9 +584,10 @@ async fn text_with_nul_is_stored_not_refused() {
     assert_eq!(found.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
 }
 
-// Proves the history holds each event kind's name (a submit's three entries in one row: the
-// first in the row's columns, the others in `more`), and that a name this build does not know,
-// in either place, is reported as corrupt rather than panicking.
+// Proves the history holds each event kind's name (a one-step job's entries in one row, logged
+// by its report: the first in the row's columns, the others in `more`; before that, a submit's
+// entries waiting in the job row), and that a name this build does not know, in any of these
+// places, is reported as corrupt rather than panicking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn event_kinds_are_stored_as_their_names() {
     let _ticket = suite::Ticket::new();
@@ -596,6 +597,36 @@ async fn event_kinds_are_stored_as_their_names() {
         .await
         .expect("connect");
     let id = job_id(1);
+    let page = EventPage {
+        job: id,
+        after_seq: 0,
+        limit: 10,
+    };
+    let waiting: String = raw
+        .query_one("SELECT unlogged_entries FROM jobs WHERE id = $1", &[&id.0])
+        .await
+        .expect("waiting")
+        .get(0);
+    raw.execute(
+        "UPDATE jobs SET unlogged_entries = replace(unlogged_entries, 'job_started', \
+           'job_exploded') WHERE id = $1",
+        &[&id.0],
+    )
+    .await
+    .expect("vandalise");
+    let events = store.job_events(page).await;
+    assert!(
+        matches!(&events, Err(Error::Corrupt(e)) if e.contains("`job_exploded`")),
+        "a waiting entry: {events:?}"
+    );
+    raw.execute(
+        "UPDATE jobs SET unlogged_entries = $2 WHERE id = $1",
+        &[&id.0, &waiting],
+    )
+    .await
+    .expect("restore");
+    claim_first_at_10(&store).await;
+    complete_first_at_20(&store).await;
     let stored: Vec<(i64, String, String)> = raw
         .query(
             "SELECT seq, kind, (more::jsonb -> 0 ->> 'kind') || ',' || (more::jsonb -> 1 ->> 'kind') \
@@ -611,11 +642,6 @@ async fn event_kinds_are_stored_as_their_names() {
         stored,
         [(1, "job_submitted".into(), "job_started,step_ready".into())]
     );
-    let page = EventPage {
-        job: id,
-        after_seq: 0,
-        limit: 10,
-    };
     for vandal in [
         "UPDATE events SET more = jsonb_set(more::jsonb, '{0,kind}', '\"step_exploded\"')::text \
          WHERE job_id = $1",
@@ -676,13 +702,14 @@ async fn trimming_deletes_whole_history_rows() {
     assert_eq!(seqs, [4, 5, 6]);
 }
 
-// Proves a first lease writes its step row only, its entry waiting there, and that the entry
-// survives the store going away before the job's next write: a new store reads the same history
-// and the same job time, and the next write logs the entry under the number it was read with.
-// (Fails if a claim writes the job row or a history row again, or if a waiting entry lives only
-// in memory.)
+// Proves a submit writes no history row, its entries waiting in the job row, and a first lease
+// writes its step row only, its entry waiting there; that the entries survive the store going
+// away before the job's next write (a new store reads the same history and the same job time);
+// and that the next write logs them all, under the numbers they were read with, in one history
+// row. (Fails if a submit or a claim writes a history row again, or a claim the job row, or if a
+// waiting entry lives only in memory.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_waiting_lease_entry_survives_the_store_and_is_logged_by_the_next_write() {
+async fn waiting_entries_survive_the_store_and_are_logged_by_the_next_write() {
     let _ticket = suite::Ticket::new();
     let (store, db) = fresh().await;
     submit_ok(&store, 1).await;
@@ -690,24 +717,34 @@ async fn a_waiting_lease_entry_survives_the_store_and_is_logged_by_the_next_writ
     let raw = overseer_store::pgtest::connect(db.url())
         .await
         .expect("connect");
-    let stored = async || -> (i64, i64, i64, Option<String>) {
+    let stored = async || -> (i64, i64, i64, Option<String>, Option<String>) {
         let row = raw
             .query_one(
                 "SELECT j.updated_at, j.last_event_seq, \
-                   (SELECT count(*) FROM events WHERE job_id = j.id), s.unlogged_entry \
+                   (SELECT count(*) FROM events WHERE job_id = j.id), s.unlogged_entry, \
+                   j.unlogged_entries \
                  FROM jobs j JOIN steps s ON s.job_id = j.id WHERE j.id = $1",
                 &[&id.0],
             )
             .await
             .expect("rows");
-        (row.get(0), row.get(1), row.get(2), row.get(3))
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
     };
     let submitted = stored().await;
-    claim_first_at_10(&store).await;
-    let (updated, last, rows, waiting) = stored().await;
     assert_eq!(
-        (updated, last, rows),
-        (submitted.0, submitted.1, submitted.2),
+        (submitted.1, submitted.2),
+        (0, 0),
+        "the submit wrote no history row"
+    );
+    assert!(submitted
+        .4
+        .as_ref()
+        .is_some_and(|w| w.contains("job_submitted")));
+    claim_first_at_10(&store).await;
+    let (updated, last, rows, waiting, in_job_row) = stored().await;
+    assert_eq!(
+        (updated, last, rows, &in_job_row),
+        (submitted.0, submitted.1, submitted.2, &submitted.4),
         "the claim left the job row and the history alone"
     );
     assert!(waiting.is_some_and(|w| w.contains("step_leased")));
@@ -731,8 +768,12 @@ async fn a_waiting_lease_entry_survives_the_store_and_is_logged_by_the_next_writ
     let after = store.job_events(page).await.expect("events");
     assert_eq!(after[..before.len()], before[..], "logged as it was read");
     assert_eq!(after.len(), before.len() + 2);
-    let (updated, last, _, waiting) = stored().await;
-    assert_eq!((updated, last, waiting), (at(20).as_millis(), 6, None));
+    let (updated, last, rows, waiting, in_job_row) = stored().await;
+    assert_eq!(
+        (updated, last, rows, waiting, in_job_row),
+        (at(20).as_millis(), 6, 1, None, None),
+        "the report logged every entry in one history row"
+    );
 }
 
 /// Connections to `db` from Overseer stores (their `application_name`), and how many of them

@@ -1,18 +1,18 @@
 //! Inserting a batch of submitted jobs with one statement per table: the job rows first (so the
-//! idempotency index decides which of them are new), then the steps, labels and histories of the
-//! new ones together. A batch of a thousand one-step jobs costs two round trips, not a thousand.
+//! idempotency index decides which of them are new, and each keeps its admission entries waiting
+//! to be logged), then the steps and labels of the new ones together. A batch of a thousand one-step jobs costs two round trips, not a thousand.
 
 use std::collections::HashMap;
 
 use super::tx::Transaction;
 use overseer_core::backoff::Formula;
-use overseer_core::{Job, JobId};
+use overseer_core::{Job, JobId, NewEvent};
 use uuid::Uuid;
 
 use super::rows::{self, corrupt, get, json_text, ms, query, text};
-use super::writes::{EventColumns, StepColumns};
-use super::{jobs, Res};
-use crate::NewJob;
+use super::writes::StepColumns;
+use super::{jobs, unlogged, Res};
+use crate::{history, NewJob};
 
 /// The job rows of a batch, inserted in batch order (so submission sequence numbers follow it),
 /// with `$conflict` (empty, or what a taken key does), answering each row's id and `seq`.
@@ -22,20 +22,21 @@ macro_rules! insert_jobs_sql {
             "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
            ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
            finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, \
-           deadline_due, round, job_retry, rerun_of, rerun_by) \
+           deadline_due, round, job_retry, rerun_of, rerun_by, unlogged_entries) \
          SELECT id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
            callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
            blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, deadline_due, \
-           round, job_retry, rerun_of, rerun_by \
+           round, job_retry, rerun_of, rerun_by, unlogged_entries \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], \
            $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
            $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[], \
            $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], \
-           $22::text[], $23::uuid[], $24::uuid[]) \
+           $22::text[], $23::uuid[], $24::uuid[], $25::text[]) \
            WITH ORDINALITY AS v (id, idempotency_key, fingerprint, labels, priority, run_at, \
              ordering_key, callback_url, on_failure, state, desired_state, created_at, \
              updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, \
-             submitted_by, deadline, deadline_due, round, job_retry, rerun_of, rerun_by, n) \
+             submitted_by, deadline, deadline_due, round, job_retry, rerun_of, rerun_by, \
+             unlogged_entries, n) \
          ORDER BY n ",
             $conflict,
             " RETURNING id, seq"
@@ -47,16 +48,20 @@ macro_rules! insert_jobs_sql {
 /// taken (by a stored job, or by an earlier job of the batch). Answers the submission sequence
 /// number of each job inserted, by id. A key being inserted by another transaction is waited for.
 ///
+/// Each row keeps its admission entries waiting to be logged (the newest `keep`; see
+/// `super::unlogged`): a submit writes no history row.
+///
 /// Only a batch holding a key inserts with `ON CONFLICT`: that makes every row a speculative
 /// insertion, confirmed by a second log record and buffer lock of its own, which a row without
 /// a key (a fresh UUID) cannot need.
 pub(super) async fn insert_job_rows(
     tx: &Transaction<'_>,
     jobs: &[&NewJob],
+    keep: usize,
 ) -> Res<HashMap<Uuid, i64>> {
     let mut c = JobRows::default();
     for new in jobs {
-        c.push(&new.transition.job, new.transition.events.len() as i64)?;
+        c.push(&new.transition.job, &new.transition.events, keep)?;
     }
     let sql = match c.idempotency_key.iter().any(Option::is_some) {
         true => insert_jobs_sql!(
@@ -92,12 +97,19 @@ pub(super) async fn insert_job_rows(
             &c.job_retry,
             &c.rerun_of,
             &c.rerun_by,
+            &c.unlogged,
         ],
     )
     .await?;
     let mut inserted = HashMap::with_capacity(rows.len());
     for row in &rows {
         inserted.insert(get(row, 0, "jobs.id")?, get(row, 1, "jobs.seq")?);
+    }
+    for (new, waiting) in jobs.iter().zip(c.unlogged) {
+        let id = new.transition.job.id;
+        if inserted.contains_key(&id.0) {
+            unlogged::inserted(tx, id, waiting);
+        }
     }
     Ok(inserted)
 }
@@ -129,10 +141,12 @@ struct JobRows<'a> {
     job_retry: Vec<Option<String>>,
     rerun_of: Vec<Option<Uuid>>,
     rerun_by: Vec<Option<Uuid>>,
+    unlogged: Vec<Option<String>>,
 }
 
 impl<'a> JobRows<'a> {
-    fn push(&mut self, job: &'a Job, events: i64) -> Res<()> {
+    fn push(&mut self, job: &'a Job, events: &[NewEvent], keep: usize) -> Res<()> {
+        let (waiting, first) = history::stored(events, keep);
         self.id.push(job.id.0);
         self.idempotency_key.push(job.idempotency_key.as_deref());
         self.fingerprint.push(&job.fingerprint);
@@ -151,7 +165,9 @@ impl<'a> JobRows<'a> {
         self.finished_at.push(ms(job.finished_at));
         self.blocked_reason
             .push(job.blocked_reason.as_deref().map(text));
-        self.last_event_seq.push(events);
+        // The entries not kept are numbered as if logged; the kept ones wait after them.
+        self.last_event_seq.push(first - 1);
+        self.unlogged.push(history::more_text(waiting)?);
         self.retention_ms
             .push(job.retention.map(|r| r.as_millis_i64()));
         self.submitted_by.push(job.submitted_by.as_deref());
@@ -171,18 +187,10 @@ impl<'a> JobRows<'a> {
     }
 }
 
-/// Inserts what belongs to new jobs besides their rows: steps, labels and admission histories,
-/// one statement each, sent together.
-pub(super) async fn insert_job_parts(
-    tx: &Transaction<'_>,
-    jobs: &[&NewJob],
-    history_per_job: usize,
-) -> Res<()> {
-    futures::try_join!(
-        insert_steps(tx, jobs),
-        insert_labels(tx, jobs),
-        insert_events(tx, jobs, history_per_job),
-    )?;
+/// Inserts what belongs to new jobs besides their rows: steps and labels, one statement each,
+/// sent together. (Their admission histories wait in the job rows: see `insert_job_rows`.)
+pub(super) async fn insert_job_parts(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
+    futures::try_join!(insert_steps(tx, jobs), insert_labels(tx, jobs))?;
     Ok(())
 }
 
@@ -319,27 +327,6 @@ async fn insert_labels(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
         "INSERT INTO job_labels (job_id, key, value) \
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[])",
         &[&ids, &keys, &values],
-    )
-    .await?;
-    Ok(())
-}
-
-/// The admission histories, one row per job (see `crate::history`): its kept entries (the
-/// newest `keep`) numbered from 1 among all the admission made.
-async fn insert_events(tx: &Transaction<'_>, jobs: &[&NewJob], keep: usize) -> Res<()> {
-    let mut rows = EventColumns::default();
-    for new in jobs {
-        rows.push_row(new.transition.job.id.0, &new.transition.events, keep)?;
-    }
-    if rows.is_empty() {
-        return Ok(());
-    }
-    rows::execute(
-        tx,
-        "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
-         SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
-           $6::bigint[], $7::text[], $8::text[])",
-        &rows.row_params(),
     )
     .await?;
     Ok(())

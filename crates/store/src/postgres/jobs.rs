@@ -258,7 +258,7 @@ async fn submit_locked(
     first_index: usize,
     history_per_job: usize,
 ) -> Res<Vec<Submitted>> {
-    let seqs = inserts::insert_job_rows(tx, jobs).await?;
+    let seqs = inserts::insert_job_rows(tx, jobs, history_per_job).await?;
     let is_new = |n: &&NewJob| seqs.contains_key(&n.transition.job.id.0);
     let new: Vec<&NewJob> = jobs.iter().copied().filter(is_new).collect();
     let signals = inserts::signals(&new);
@@ -267,7 +267,7 @@ async fn submit_locked(
         .iter()
         .map(|n| rows::insert_deliveries(tx, &n.transition, n.transition.job.updated_at));
     futures::try_join!(
-        inserts::insert_job_parts(tx, &new, history_per_job),
+        inserts::insert_job_parts(tx, &new),
         futures::future::try_join_all(deliveries),
         notify(tx, &signals),
     )?;

@@ -133,9 +133,12 @@ macro_rules! job_columns {
         "id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
          callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
          blocked_reason, retention_ms, submitted_by, deadline, round, job_retry, rerun_of, \
-         rerun_by"
+         rerun_by, unlogged_entries"
     };
 }
+
+/// Where [`job_columns`] puts `unlogged_entries`, read beside the job (see `super::unlogged`).
+const JOB_UNLOGGED: usize = 22;
 
 /// The step columns every read decodes (see [`job_columns`]).
 macro_rules! step_columns {
@@ -310,6 +313,7 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
         return Ok(None);
     };
     let mut job = job_from_row(&row)?;
+    let job_waiting: Option<&str> = get(&row, JOB_UNLOGGED, "jobs.unlogged_entries")?;
     let mut unlogged = Vec::new();
     for row in &rows {
         let StepRow {
@@ -320,7 +324,7 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
         unlogged.extend(text.map(|t| (job.steps.len(), t)));
         crate::decide::push_step(&mut job, i64::from(idx), step)?;
     }
-    super::unlogged::loaded(tx, &mut job, unlogged)?;
+    super::unlogged::loaded(tx, &mut job, job_waiting, unlogged)?;
     Ok(Some(crate::decide::loaded(job)?))
 }
 
@@ -390,11 +394,12 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
             params,
         ),
     )?;
-    type Loading = (Job, Vec<(usize, String)>);
+    type Loading<'r> = (Job, Option<&'r str>, Vec<(usize, String)>);
     let mut jobs: std::collections::HashMap<Uuid, Loading> = std::collections::HashMap::new();
     for row in &rows {
         let job = job_from_row(row)?;
-        jobs.insert(job.id.0, (job, Vec::new()));
+        let job_waiting = get(row, JOB_UNLOGGED, "jobs.unlogged_entries")?;
+        jobs.insert(job.id.0, (job, job_waiting, Vec::new()));
     }
     for row in &step_rows {
         // `job_id` comes after the step's own columns.
@@ -404,7 +409,7 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
             step,
             unlogged,
         } = step_from_row(row)?;
-        let Some((job, waiting)) = jobs.get_mut(&job_id) else {
+        let Some((job, _, waiting)) = jobs.get_mut(&job_id) else {
             continue;
         };
         if usize::try_from(idx).ok() != Some(job.steps.len()) {
@@ -418,11 +423,11 @@ pub(super) async fn load_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Jo
     }
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some((mut job, waiting)) = jobs.remove(&id.0) {
+        if let Some((mut job, job_waiting, waiting)) = jobs.remove(&id.0) {
             if job.steps.is_empty() {
                 return Err(corrupt("steps", format!("job {id} has no steps")));
             }
-            super::unlogged::loaded(tx, &mut job, waiting)?;
+            super::unlogged::loaded(tx, &mut job, job_waiting, waiting)?;
             out.push(job);
         }
     }
@@ -456,14 +461,22 @@ pub(super) async fn load_events(
         out.extend(entries(row)?.into_iter().filter(|e| e.seq > after));
     }
     let mut last = 0;
-    let mut unlogged = Vec::new();
+    let mut in_steps = Vec::new();
     for row in &waiting {
         last = get(row, 0, "jobs.last_event_seq")?;
         if let Some(text) = get::<Option<&str>>(row, 1, "steps.unlogged_entry")? {
-            unlogged.push(crate::history::unlogged_entry(text)?);
+            in_steps.push(crate::history::unlogged_entry(text)?);
         }
     }
-    unlogged.sort_by_key(|(n, _)| *n);
+    in_steps.sort_by_key(|(n, _)| *n);
+    let job_row = match waiting.first() {
+        Some(row) => super::unlogged::of_job_row(get(row, 2, "jobs.unlogged_entries")?)?,
+        None => Vec::new(),
+    };
+    let unlogged: Vec<_> = job_row
+        .into_iter()
+        .chain(in_steps.into_iter().map(|(_, e)| e))
+        .collect();
     if out.len() >= limit {
         // The rows asked for were all there were not: what waits comes after more of them.
         out.truncate(limit);
@@ -471,7 +484,7 @@ pub(super) async fn load_events(
     }
     let newest = last + unlogged.len() as i64;
     let after = after_seq.max(newest - keep);
-    for (seq, (_, e)) in (last + 1..).zip(unlogged) {
+    for (seq, e) in (last + 1..).zip(unlogged) {
         if seq > after {
             out.push(crate::history::numbered(seq, e));
         }
@@ -484,7 +497,8 @@ pub(super) async fn load_events(
 /// newest entry not kept when that is later (the newest entry counts those waiting).
 const LOAD_EVENTS_SQL: &str = "\
 WITH f AS (SELECT GREATEST($2::bigint, \
-    (SELECT last_event_seq FROM jobs WHERE id = $1) \
+    (SELECT last_event_seq + COALESCE(json_array_length(unlogged_entries::json), 0) \
+     FROM jobs WHERE id = $1) \
     + (SELECT count(*) FROM steps WHERE job_id = $1 AND unlogged_entry IS NOT NULL) \
     - $4::bigint) AS after) \
 SELECT e.seq, e.at, e.kind, e.step, e.attempt, e.detail, e.more, f.after \
@@ -493,10 +507,10 @@ WHERE e.job_id = $1 AND e.seq >= COALESCE( \
   (SELECT max(seq) FROM events WHERE job_id = $1 AND seq <= f.after), f.after + 1) \
 ORDER BY e.seq LIMIT $3";
 
-/// The job's newest logged number, with each entry waiting to be logged (none: one row with
-/// a `NULL` entry; no job: no row).
+/// The job's newest logged number, with each entry waiting to be logged in a step row (none: one
+/// row with a `NULL` entry; no job: no row), and those waiting in the job row (in every row).
 const WAITING_ENTRIES_SQL: &str = "\
-SELECT j.last_event_seq, s.unlogged_entry FROM jobs j \
+SELECT j.last_event_seq, s.unlogged_entry, j.unlogged_entries FROM jobs j \
 LEFT JOIN steps s ON s.job_id = j.id AND s.unlogged_entry IS NOT NULL \
 WHERE j.id = $1";
 

@@ -37,6 +37,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0018_history_rows_per_write.sql"),
     include_str!("../../migrations/postgres/0019_unlogged_lease_entries.sql"),
     include_str!("../../migrations/postgres/0020_one_lease_index.sql"),
+    include_str!("../../migrations/postgres/0021_unlogged_admission.sql"),
 ];
 
 /// Created before anything else, outside the numbered migrations.

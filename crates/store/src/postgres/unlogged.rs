@@ -1,21 +1,31 @@
-//! A claim's `step_leased` entry, logged with the job's next write instead of by the claim.
+//! Entries logged with the job's next write instead of by the write that made them: a new
+//! job's admission entries, and a claim's `step_leased` entry.
 //!
-//! A first lease of work changes its step row and nothing of its job but the time
-//! (`Transition::leases_only`). Writing the job row and a history row for it besides the step row
-//! made up about 15 % of a PostgreSQL drain (BENCHMARKS.md, thirty-seventh session), so such a
-//! claim writes only the step row, with its entry waiting in `steps.unlogged_entry` (and `n`, its
-//! place among the job's waiting entries). Then:
+//! A history row costs a row version and an index entry to insert (and later to remove). Two
+//! writes need no history row of their own:
+//! - a submit: its entries (`job_submitted`, `job_started` or `job_pending`, `step_ready`s) wait
+//!   in the job row it inserts, in `jobs.unlogged_entries`, numbered from `last_event_seq + 1`;
+//! - a first lease of work, which changes its step row and nothing of its job but the time
+//!   (`Transition::leases_only`): writing the job row and a history row for it besides the step
+//!   row made up about 15 % of a PostgreSQL drain (BENCHMARKS.md, thirty-seventh session), so such
+//!   a claim writes only the step row, with its entry waiting in `steps.unlogged_entry` (and `n`,
+//!   its place among the entries waiting in the job's step rows).
+//!
+//! Then:
 //! - a later write of the job that appends to its history appends the waiting entries first, in
-//!   their order, and clears them. It holds the job's lock, as every claim does, so no entry of
-//!   the job is logged in between, and a waiting entry's number is fixed from its claim on;
+//!   their order, in its own history row, and clears them. It holds the job's lock, as every
+//!   claim does, so no entry of the job is logged in between, and a waiting entry's number is
+//!   fixed from the write that made it on;
 //! - a write that appends nothing (a heartbeat) leaves them waiting, and writes them back into
-//!   the step rows it rewrites;
-//! - reads number waiting entries after the job's `last_event_seq`, in their order, and date the
-//!   job by the latest of them, so a reader sees the same history and the same `updated_at`
-//!   before the entries are logged as after.
+//!   the rows it rewrites;
+//! - reads number waiting entries after the job's `last_event_seq`, those of the job row first,
+//!   and date the job by the latest of them, so a reader sees the same history and the same
+//!   `updated_at` before the entries are logged as after.
 //!
-//! A crash loses nothing: the entry is in the committed step row until the write that logs it
-//! commits. SQLite logs every entry at once (its writer's cost is elsewhere); both read the same.
+//! A claim and a heartbeat never decode the entries of the job row: they only carry its text.
+//!
+//! A crash loses nothing: an entry is in a committed row until the write that logs it commits.
+//! SQLite logs every entry at once (its writer's cost is elsewhere); both read the same.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -32,19 +42,27 @@ use crate::write_set::JobWrite;
 #[derive(Clone, Debug)]
 pub(super) struct Unlogged {
     pub step: usize,
-    /// Its place among the job's waiting entries, from 1.
+    /// Its place among the entries waiting in the job's step rows, from 1.
     pub n: u32,
     pub entry: NewEvent,
 }
 
-/// The waiting entries of the jobs a transaction loaded (as it loaded them, or as its own writes
-/// left them), so that its writes know them without reading the step rows again.
+/// A job's waiting entries: those of its row, first (as stored: a `more` text, see
+/// `crate::history`), then those of its step rows, in their order.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Waiting {
+    pub job_row: Option<String>,
+    pub steps: Vec<Unlogged>,
+}
+
+/// The waiting entries of the jobs a transaction loaded or inserted (as it found them, or as its
+/// own writes left them), so that its writes know them without reading the rows again.
 #[derive(Default)]
-pub(super) struct Seen(Mutex<HashMap<JobId, Vec<Unlogged>>>);
+pub(super) struct Seen(Mutex<HashMap<JobId, Waiting>>);
 
 impl Seen {
-    fn note(&self, job: JobId, entries: Vec<Unlogged>) {
-        self.0.lock().expect("waiting entries").insert(job, entries);
+    fn note(&self, job: JobId, waiting: Waiting) {
+        self.0.lock().expect("waiting entries").insert(job, waiting);
     }
 
     /// Forgets what was noted of `job`, deleted by the transaction (with its steps).
@@ -52,75 +70,132 @@ impl Seen {
         self.0.lock().expect("waiting entries").remove(&job);
     }
 
-    fn take(&self, job: JobId) -> Vec<Unlogged> {
+    fn take(&self, job: JobId) -> Waiting {
         let mut seen = self.0.lock().expect("waiting entries");
         seen.remove(&job).unwrap_or_default()
     }
 }
 
-/// The waiting entries of a job just loaded, from its step rows' `(idx, unlogged_entry)`: in
-/// their order, noted for the transaction's writes. The job is dated by the latest of them.
-pub(super) fn loaded(tx: &Transaction<'_>, job: &mut Job, texts: Vec<(usize, String)>) -> Res<()> {
-    let mut entries = Vec::with_capacity(texts.len());
-    for (step, text) in texts {
+/// The waiting entries of a job just loaded, from its row's `unlogged_entries` (`job_row`) and
+/// its step rows' `(idx, unlogged_entry)`, noted for the transaction's writes. The job is dated
+/// by the latest entry of its step rows: those of its row are its admission's, no later than
+/// the row's `updated_at`.
+pub(super) fn loaded(
+    tx: &Transaction<'_>,
+    job: &mut Job,
+    job_row: Option<&str>,
+    step_texts: Vec<(usize, String)>,
+) -> Res<()> {
+    let mut steps = Vec::with_capacity(step_texts.len());
+    for (step, text) in step_texts {
         let (n, entry) = history::unlogged_entry(&text)?;
         job.updated_at = job.updated_at.max(entry.at);
-        entries.push(Unlogged { step, n, entry });
+        steps.push(Unlogged { step, n, entry });
     }
-    entries.sort_by_key(|u| u.n);
-    tx.unlogged().note(job.id, entries);
+    steps.sort_by_key(|u| u.n);
+    let job_row = job_row.map(str::to_string);
+    tx.unlogged().note(job.id, Waiting { job_row, steps });
     Ok(())
 }
 
-/// The waiting entries of the jobs `transitions` write, taken from what the transaction noted;
-/// [`plan`] notes them again as the writes leave them.
+/// Notes the entries a job row was just inserted with (`unlogged_entries`), for the
+/// transaction's later writes of the job.
+pub(super) fn inserted(tx: &Transaction<'_>, job: JobId, job_row: Option<String>) {
+    let steps = Vec::new();
+    tx.unlogged().note(job, Waiting { job_row, steps });
+}
+
+/// The entries of a job row's `unlogged_entries`, in order.
+pub(super) fn of_job_row(text: Option<&str>) -> Res<Vec<NewEvent>> {
+    Ok(text
+        .map(history::more_entries)
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// The waiting entries of the jobs `transitions` write, taken from what the transaction noted,
+/// with the entries of each job row decoded for the writes that log them; [`plan`] notes them
+/// again as the writes leave them.
 pub(super) fn take(
     tx: &Transaction<'_>,
     transitions: &[&Transition],
-) -> HashMap<JobId, Vec<Unlogged>> {
-    let mut out = HashMap::new();
+) -> Res<HashMap<JobId, (Waiting, Vec<NewEvent>)>> {
+    // Per job: whether its transitions append entries, and whether they all only lease work.
+    let mut writes: HashMap<JobId, (bool, bool)> = HashMap::new();
     for t in transitions {
-        out.entry(t.job.id)
-            .or_insert_with(|| tx.unlogged().take(t.job.id));
+        let (appends, leases_only) = writes.entry(t.job.id).or_insert((false, true));
+        *appends |= !t.events.is_empty();
+        *leases_only &= t.leases_only;
     }
-    out
+    writes
+        .into_iter()
+        .map(|(id, (appends, leases_only))| {
+            let waiting = tx.unlogged().take(id);
+            // As `plan` decides: the write logs what waits when it appends and does more than
+            // lease.
+            let job_row = match appends && !leases_only {
+                true => of_job_row(waiting.job_row.as_deref())?,
+                false => Vec::new(),
+            };
+            Ok((id, (waiting, job_row)))
+        })
+        .collect()
 }
 
-/// What each written step row keeps in `unlogged_entry` (rows not named keep none).
-pub(super) type Kept = HashMap<(JobId, usize), String>;
+/// A job with nothing waiting.
+static NONE: (Waiting, Vec<NewEvent>) = (
+    Waiting {
+        job_row: None,
+        steps: Vec::new(),
+    },
+    Vec::new(),
+);
 
-/// Decides, for each job's write, what becomes of its waiting entries `waiting` and its own
-/// entries: a write that only leases work keeps its entries waiting (they leave `w.events`, and
-/// the job row is not written); any other write that appends entries appends the waiting ones
-/// first and rewrites their step rows without them; a write that appends nothing leaves them
-/// waiting. Returns what the written step rows keep, and notes the waiting entries as they will
-/// be once the writes commit.
+/// What the written rows keep waiting: each step row's `unlogged_entry`, each job row's
+/// `unlogged_entries` (rows not named keep none).
+#[derive(Default)]
+pub(super) struct Kept {
+    pub steps: HashMap<(JobId, usize), String>,
+    pub jobs: HashMap<JobId, String>,
+}
+
+/// Decides, for each job's write, what becomes of its waiting entries `waiting` (with those of
+/// its row decoded when the write logs them) and its own entries: a write that only leases work
+/// keeps its entries waiting (they leave `w.events`, and the job row is not written); any other
+/// write that appends entries appends the waiting ones first and rewrites their rows without
+/// them; a write that appends nothing leaves them waiting. Returns what the written rows keep,
+/// and notes the waiting entries as they will be once the writes commit.
 pub(super) fn plan<'a>(
     tx: &Transaction<'_>,
     writes: &mut [JobWrite<'a>],
-    waiting: &'a HashMap<JobId, Vec<Unlogged>>,
+    waiting: &'a HashMap<JobId, (Waiting, Vec<NewEvent>)>,
 ) -> Res<Kept> {
-    let mut kept = Kept::new();
+    let mut kept = Kept::default();
+    let none: &'a (Waiting, Vec<NewEvent>) = &NONE;
     for w in writes {
         let id = w.job.id;
-        let waits: &'a [Unlogged] = waiting.get(&id).map_or(&[], Vec::as_slice);
+        let (waits, job_row) = waiting.get(&id).unwrap_or(none);
         let after = if w.leases_only {
-            let mut after = waits.to_vec();
-            after.extend(defer(w, waits)?);
+            let mut after = waits.clone();
+            after.steps.extend(defer(w, &waits.steps)?);
             after
         } else if !w.events.is_empty() {
-            w.events.splice(0..0, waits.iter().map(|u| &u.entry));
-            w.steps.extend(waits.iter().map(|u| u.step));
+            debug_assert_eq!(job_row.is_empty(), waits.job_row.is_none());
+            let step_entries = waits.steps.iter().map(|u| &u.entry);
+            w.events.splice(0..0, job_row.iter().chain(step_entries));
+            w.steps.extend(waits.steps.iter().map(|u| u.step));
             w.steps.sort_unstable();
             w.steps.dedup();
-            Vec::new()
+            Waiting::default()
         } else {
-            waits.to_vec()
+            waits.clone()
         };
-        for u in &after {
-            if w.steps.contains(&u.step) {
-                kept.insert((id, u.step), history::unlogged_text(u.n, &u.entry)?);
-            }
+        for u in after.steps.iter().filter(|u| w.steps.contains(&u.step)) {
+            kept.steps
+                .insert((id, u.step), history::unlogged_text(u.n, &u.entry)?);
+        }
+        if let Some(text) = &after.job_row {
+            kept.jobs.insert(id, text.clone());
         }
         tx.unlogged().note(id, after);
     }

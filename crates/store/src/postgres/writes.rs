@@ -37,7 +37,7 @@ pub(super) async fn persist_all(
     if transitions.is_empty() {
         return Ok(());
     }
-    let waiting = unlogged::take(tx, transitions);
+    let waiting = unlogged::take(tx, transitions)?;
     let mut writes = write_set::by_job(transitions.iter().copied());
     let kept = unlogged::plan(tx, &mut writes, &waiting)?;
     let mut signals: Vec<String> = transitions
@@ -47,7 +47,7 @@ pub(super) async fn persist_all(
     signals.sort_unstable();
     signals.dedup();
     futures::try_join!(
-        write_jobs(tx, &writes, history_per_job),
+        write_jobs(tx, &writes, &kept, history_per_job),
         write_steps(tx, &writes, &kept),
         futures::future::try_join_all(
             transitions
@@ -68,7 +68,12 @@ pub(super) async fn persist_all(
 ///
 /// The history trim looks each job up as one index range, whatever the planner's statistics
 /// say: a join of the batch against `events` is planned as a scan of the whole table.
-async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) -> Res<()> {
+async fn write_jobs(
+    tx: &Transaction<'_>,
+    writes: &[JobWrite<'_>],
+    kept: &unlogged::Kept,
+    keep: usize,
+) -> Res<()> {
     let writes: Vec<&JobWrite> = writes.iter().filter(|w| w.touches_job_row()).collect();
     if writes.is_empty() {
         return Ok(());
@@ -76,7 +81,7 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
     let mut jobs = JobColumns::default();
     let mut events = EventColumns::default();
     for w in &writes {
-        jobs.push(w);
+        jobs.push(w, kept.jobs.get(&w.job.id).map(String::as_str));
         events.push(w, keep)?;
     }
     // The newest entry always stays (`history::stored`).
@@ -111,6 +116,7 @@ async fn write_jobs(tx: &Transaction<'_>, writes: &[JobWrite<'_>], keep: usize) 
             &jobs.deadline_due,
             &jobs.round,
             &events.more,
+            &jobs.unlogged,
         ],
     )
     .await?;
@@ -146,14 +152,14 @@ const WRITE_JOBS_SQL: &str = "\
 WITH v AS ( \
   SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::text[], $5::text[], \
                        $6::bigint[], $7::bigint[], $8::text[], $9::bigint[], $18::bigint[], \
-                       $19::bigint[]) \
+                       $19::bigint[], $21::text[]) \
     AS v (id, priority, run_at, state, desired_state, updated_at, finished_at, blocked_reason, \
-          n_events, deadline_due, round)), \
+          n_events, deadline_due, round, unlogged_entries)), \
 j AS ( \
   UPDATE jobs SET priority = v.priority, run_at = v.run_at, state = v.state, \
     desired_state = v.desired_state, updated_at = v.updated_at, finished_at = v.finished_at, \
     blocked_reason = v.blocked_reason, last_event_seq = jobs.last_event_seq + v.n_events, \
-    deadline_due = v.deadline_due, round = v.round \
+    deadline_due = v.deadline_due, round = v.round, unlogged_entries = v.unlogged_entries \
   FROM v WHERE jobs.id = v.id AND jobs.id = ANY($1::uuid[]) \
   RETURNING jobs.id, jobs.last_event_seq AS last, v.n_events), \
 e AS ( \
@@ -184,7 +190,8 @@ WITH j AS ( \
     state = ($4::text[])[1], desired_state = ($5::text[])[1], \
     updated_at = ($6::bigint[])[1], finished_at = ($7::bigint[])[1], \
     blocked_reason = ($8::text[])[1], last_event_seq = last_event_seq + ($9::bigint[])[1], \
-    deadline_due = ($18::bigint[])[1], round = ($19::bigint[])[1] \
+    deadline_due = ($18::bigint[])[1], round = ($19::bigint[])[1], \
+    unlogged_entries = ($21::text[])[1] \
   WHERE id = ($1::uuid[])[1] \
   RETURNING id, last_event_seq AS last, ($9::bigint[])[1] AS n_events), \
 e AS ( \
@@ -215,10 +222,12 @@ struct JobColumns<'a> {
     events: Vec<i64>,
     deadline_due: Vec<Option<i64>>,
     round: Vec<i64>,
+    /// The entries the row keeps waiting (see `super::unlogged`).
+    unlogged: Vec<Option<&'a str>>,
 }
 
 impl<'a> JobColumns<'a> {
-    fn push(&mut self, w: &JobWrite<'a>) {
+    fn push(&mut self, w: &JobWrite<'a>, unlogged: Option<&'a str>) {
         let job = w.job;
         self.id.push(job.id.0);
         self.priority.push(job.priority);
@@ -232,6 +241,7 @@ impl<'a> JobColumns<'a> {
         self.events.push(w.events.len() as i64);
         self.deadline_due.push(ms(job.deadline_due()));
         self.round.push(i64::from(job.round));
+        self.unlogged.push(unlogged);
     }
 }
 
@@ -239,7 +249,7 @@ impl<'a> JobColumns<'a> {
 /// `crate::history`), holding the entries it keeps of them; `pos` numbers the row's first entry
 /// among the job's new events from 1.
 #[derive(Default)]
-pub(super) struct EventColumns<'a> {
+struct EventColumns<'a> {
     job_id: Vec<Uuid>,
     pos: Vec<i64>,
     at: Vec<i64>,
@@ -256,7 +266,7 @@ impl<'a> EventColumns<'a> {
     }
 
     /// Adds the row of job `job_id` for its new `events`, when it keeps the newest `keep`.
-    pub(super) fn push_row<E: Borrow<NewEvent>>(
+    fn push_row<E: Borrow<NewEvent>>(
         &mut self,
         job_id: Uuid,
         events: &'a [E],
@@ -277,26 +287,6 @@ impl<'a> EventColumns<'a> {
         self.more.push(history::more_text(rest)?);
         Ok(())
     }
-
-    /// Every column as statement parameters, in their order here (`job_id`, `pos`, `at`, `kind`,
-    /// `step`, `attempt`, `detail`, `more`): for a job's first write, an admission, `pos` is the
-    /// row's `seq`.
-    pub(super) fn is_empty(&self) -> bool {
-        self.job_id.is_empty()
-    }
-
-    pub(super) fn row_params(&self) -> [&(dyn ToSql + Sync); 8] {
-        [
-            &self.job_id,
-            &self.pos,
-            &self.at,
-            &self.kind,
-            &self.step,
-            &self.attempt,
-            &self.detail,
-            &self.more,
-        ]
-    }
 }
 
 /// Overwrites the run-time columns of every changed step, with the columns derived from them
@@ -312,7 +302,7 @@ async fn write_steps(
     for w in writes {
         for &idx in &w.steps {
             c.push(w, idx)?;
-            waiting.push(kept.get(&(w.job.id, idx)).map(String::as_str));
+            waiting.push(kept.steps.get(&(w.job.id, idx)).map(String::as_str));
         }
     }
     if c.job_id.is_empty() {
@@ -565,7 +555,7 @@ mod tests {
             .batch_execute(super::super::WRITE_BEGIN_SQL)
             .await
             .expect("begin");
-        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 20), ("step", WRITE_STEPS_SQL, 27)] {
+        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 21), ("step", WRITE_STEPS_SQL, 27)] {
             let plan = generic_plan(&client, sql, params).await;
             assert!(
                 !plan.contains("Seq Scan"),
@@ -586,7 +576,7 @@ mod tests {
         let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
         let client = crate::pgtest::connect(db.url()).await.expect("connect");
         for (name, sql, params) in [
-            ("job", WRITE_ONE_JOB_SQL, 20),
+            ("job", WRITE_ONE_JOB_SQL, 21),
             ("step", WRITE_ONE_STEP_SQL, 27),
         ] {
             let plan = generic_plan(&client, sql, params).await;
