@@ -4,10 +4,12 @@
 //! `step_ready`s; a report's `step_succeeded` and `job_succeeded`) are numbered together and
 //! stored as one row of `events`: the first entry in the row's own columns (`seq` is its number),
 //! the others in `more`, a JSON array in order, numbered `seq + 1`, `seq + 2`, …. Every row
-//! costs an index entry to insert and later to remove, so a one-step job keeps three rows instead
-//! of six (one on PostgreSQL, whose submits and first leases leave their entries waiting for the
-//! job's next write: see its `unlogged` module). Readers see entries, never rows: a backend
-//! expands each row with [`expand`].
+//! costs an index entry to insert and later to remove. A submit writes no history row on either
+//! store: SQLite keeps the admission's entries in the job row for good (`admission`, numbered from
+//! `admission_seq`), PostgreSQL until the job's next write logs them (see its `unlogged`
+//! module), so a one-step job keeps two rows on SQLite and one on PostgreSQL, where one entry
+//! per row would make six. Readers see entries, never rows: a backend expands each row with
+//! [`expand`].
 //!
 //! What a backend decides here and only turns into SQL: which of a write's entries are stored at
 //! all ([`stored`]), the `more` text ([`more_text`], read back by [`more_entries`]), and the

@@ -363,29 +363,76 @@ async fn bad_rows_are_corrupt_not_panics() {
         .await
         .expect("submit after");
 
-    // The history holds each kind's name (a submit's three entries in one row: the first in
-    // the row's columns, the others in `more`); a name this build does not know is corrupt
-    // too, in either place.
+    // The history holds each kind's name: a submit's three entries in the job row (a `more`
+    // text numbered from `admission_seq`), a later write's in a history row (the first in the
+    // row's columns, the others in `more`); a name this build does not know is corrupt too, in
+    // any of these places.
     let id = job_id(2).to_string();
-    let stored: Vec<(i64, String, String)> = raw
-        .prepare(
-            "SELECT seq, kind, json_extract(more, '$[0].kind') || ',' || \
-             json_extract(more, '$[1].kind') FROM events WHERE job_id = ?1 ORDER BY seq",
+    let admission: (i64, String) = raw
+        .query_row(
+            "SELECT admission_seq, json_extract(admission, '$[0].kind') || ',' || \
+             json_extract(admission, '$[1].kind') || ',' || json_extract(admission, '$[2].kind') \
+             FROM jobs WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
-        .expect("prepare")
-        .query_map([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .expect("query")
-        .collect::<rusqlite::Result<_>>()
-        .expect("kinds");
+        .expect("admission");
     assert_eq!(
-        stored,
-        [(1, "job_submitted".into(), "job_started,step_ready".into())]
+        admission,
+        (1, "job_submitted,job_started,step_ready".into())
     );
+    let rows: i64 = raw
+        .query_row(
+            "SELECT count(*) FROM events WHERE job_id = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .expect("rows");
+    assert_eq!(rows, 0, "a submit writes no history row");
     let page = EventPage {
         job: job_id(2),
         after_seq: 0,
         limit: 10,
     };
+    let read = |events: &Result<Vec<overseer_core::Event>, Error>| match events {
+        Ok(events) => events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        Err(e) => panic!("events: {e}"),
+    };
+    assert_eq!(
+        read(&store.job_events(page).await),
+        ["job_submitted", "job_started", "step_ready"]
+    );
+    let admission: String = raw
+        .query_row("SELECT admission FROM jobs WHERE id = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .expect("admission");
+    raw.execute(
+        "UPDATE jobs SET admission = json_set(admission, '$[1].kind', 'step_exploded') \
+         WHERE id = ?1",
+        [&id],
+    )
+    .expect("vandalise");
+    let events = store.job_events(page).await;
+    assert!(
+        matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
+        "the job row: {events:?}"
+    );
+    raw.execute(
+        "UPDATE jobs SET admission = ?2 WHERE id = ?1",
+        rusqlite::params![&id, &admission],
+    )
+    .expect("restore");
+    store
+        .job_apply(Apply::new(job_id(2), overseer_core::Command::Cancel, at(1)))
+        .await
+        .expect("cancel");
+    let events = store.job_events(page).await;
+    assert_eq!(
+        read(&events)[..3],
+        ["job_submitted", "job_started", "step_ready"]
+    );
+    assert!(read(&events).len() > 3, "the cancel's entries follow");
     for vandal in [
         "UPDATE events SET more = json_set(more, '$[0].kind', 'step_exploded') WHERE job_id = ?1",
         "UPDATE events SET more = NULL, kind = 'step_exploded' WHERE job_id = ?1",

@@ -25,7 +25,8 @@
 //! A claim and a heartbeat never decode the entries of the job row: they only carry its text.
 //!
 //! A crash loses nothing: an entry is in a committed row until the write that logs it commits.
-//! SQLite logs every entry at once (its writer's cost is elsewhere); both read the same.
+//! SQLite logs every entry at once, but for the admission's, which its job row keeps for good; both
+//! read the same.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,6 +1,9 @@
 //! A job's history on SQLite: one row per write, not per entry (see `crate::history` for the
-//! row's shape). Readers see entries, never rows: [`load_events`] expands them, and trimming
-//! keeps exactly the newest entries, rewriting the row that straddles the cut ([`trim_events`]).
+//! row's shape), but for the admission's entries, which the job row keeps (`admission`, numbered
+//! from `admission_seq`: a submit writes no history row). Readers see entries, never rows:
+//! [`load_events`] puts the admission's first and expands the rows, and trimming keeps exactly
+//! the newest entries, rewriting the row (or the admission) that straddles the cut
+//! ([`trim_events`]).
 
 use overseer_core::{Event, JobId, NewEvent, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -80,6 +83,7 @@ pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usi
         return Ok(());
     }
     let cut = last - keep;
+    trim_admission(conn, id_text, cut)?;
     conn.prepare_cached(
         "DELETE FROM events WHERE job_id = ?1 AND seq <= ?2 \
          AND seq + COALESCE(json_array_length(more), 0) <= ?2",
@@ -104,7 +108,14 @@ pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usi
         .db()?
         .execute(params![id_text, first])
         .db()?;
-    let kept: Vec<NewEvent> = entries
+    let kept = after_cut(entries, cut);
+    let mut insert = conn.prepare_cached(INSERT_EVENT_SQL).db()?;
+    insert_events(&mut insert, id_text, cut + 1, &kept)
+}
+
+/// The entries of `entries` numbered after `cut`, unnumbered again to be stored.
+fn after_cut(entries: Vec<Event>, cut: i64) -> Vec<NewEvent> {
+    entries
         .into_iter()
         .filter(|e| e.seq > cut)
         .map(|e| NewEvent {
@@ -114,9 +125,46 @@ pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usi
             attempt: e.attempt,
             detail: e.detail,
         })
-        .collect();
-    let mut insert = conn.prepare_cached(INSERT_EVENT_SQL).db()?;
-    insert_events(&mut insert, id_text, cut + 1, &kept)
+        .collect()
+}
+
+/// The admission's entries job `id_text` keeps in its row (a submit writes no history row: see
+/// `super::insert`), numbered: the job's first entries, before its history rows.
+fn admission(conn: &Connection, id_text: &str) -> Result<Vec<Event>> {
+    let row = conn
+        .prepare_cached("SELECT admission_seq, admission FROM jobs WHERE id = ?1")
+        .db()?
+        .query_row([id_text], |row| {
+            Ok((
+                row.get::<_, Option<i64>>(0)?,
+                row.get::<_, Option<String>>(1)?,
+            ))
+        })
+        .optional()
+        .db()?;
+    let Some((Some(first), Some(text))) = row else {
+        return Ok(Vec::new());
+    };
+    let entries = history::more_entries(&text)?;
+    Ok((first..)
+        .zip(entries)
+        .map(|(seq, e)| history::numbered(seq, e))
+        .collect())
+}
+
+/// Cuts the admission's entries in job `id_text`'s row at `cut` as [`trim_events`] cuts rows:
+/// the row keeps those numbered after it, or none.
+fn trim_admission(conn: &Connection, id_text: &str, cut: i64) -> Result<()> {
+    let entries = admission(conn, id_text)?;
+    if entries.first().is_none_or(|e| e.seq > cut) {
+        return Ok(());
+    }
+    let kept = history::more_text(&after_cut(entries, cut))?;
+    conn.prepare_cached("UPDATE jobs SET admission_seq = ?2, admission = ?3 WHERE id = ?1")
+        .db()?
+        .execute(params![id_text, kept.as_ref().map(|_| cut + 1), kept])
+        .db()?;
+    Ok(())
 }
 
 /// The entries of one history row, numbered.
@@ -138,9 +186,9 @@ fn entries(row: &Row<'_>) -> Result<Vec<Event>> {
     history::expand(first, more.as_deref())
 }
 
-/// Up to `limit` entries of job `id` numbered after `after_seq`, oldest first: from the row that
-/// holds entry `after_seq + 1` on (the newest row starting at or before `after_seq`, whose later
-/// entries may follow it).
+/// Up to `limit` entries of job `id` numbered after `after_seq`, oldest first: the admission's
+/// entries kept in the job row, then from the history row that holds entry `after_seq + 1` on
+/// (the newest row starting at or before `after_seq`, whose later entries may follow it).
 pub(super) fn load_events(
     conn: &Connection,
     id: JobId,
@@ -156,10 +204,16 @@ pub(super) fn load_events(
         .db()?;
     // Every row holds at least one entry, and only the first row may hold none of those asked.
     let rows = limit.saturating_add(1);
-    let mut rows = stmt
-        .query(params![job_id_text(id), after_seq, limit_param(rows)])
-        .db()?;
-    let mut out = Vec::new();
+    let id = job_id_text(id);
+    let mut out: Vec<Event> = admission(conn, &id)?
+        .into_iter()
+        .filter(|e| e.seq > after_seq)
+        .take(limit)
+        .collect();
+    if out.len() >= limit {
+        return Ok(out);
+    }
+    let mut rows = stmt.query(params![id, after_seq, limit_param(rows)]).db()?;
     while let Some(row) = rows.next().db()? {
         out.extend(entries(row)?.into_iter().filter(|e| e.seq > after_seq));
         if out.len() >= limit {

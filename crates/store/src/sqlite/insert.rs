@@ -14,10 +14,9 @@ use std::sync::OnceLock;
 use overseer_core::{Job, NewEvent};
 use rusqlite::{params, CachedStatement, Connection};
 
-use super::history::{insert_events, trim_events, INSERT_EVENT_SQL};
 use super::row_writes::{insert_step, insert_step_sql, placeholders, update_then_read};
 use super::rows::{corrupt, job_id_text, ms, retry_text, DbResult, JOB_COLUMNS};
-use crate::Result;
+use crate::{history, Result};
 
 /// Takes `n` submission sequence numbers at once and answers the first: each is greater than
 /// every number taken before it (see schema V3). Numbers left unused (a job found by its
@@ -38,35 +37,39 @@ pub(super) fn reserve_seqs(conn: &Connection, n: usize) -> Result<i64> {
 fn insert_job_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
-        let columns = JOB_COLUMNS.split(',').count() + 3;
+        let columns = JOB_COLUMNS.split(',').count() + 5;
         format!(
-            "INSERT INTO jobs ({JOB_COLUMNS}, seq, deadline_due, last_event_seq) VALUES ({})",
+            "INSERT INTO jobs ({JOB_COLUMNS}, seq, deadline_due, last_event_seq, admission_seq, \
+             admission) VALUES ({})",
             placeholders(columns)
         )
     })
+}
+
+/// A new job's admission entries as its row keeps them: the number of the first (`seq`) and the
+/// entries as a `more` text (see `crate::history`).
+struct Admission {
+    seq: i64,
+    text: Option<String>,
 }
 
 /// The statements new jobs are inserted with, taken from the statement cache once per submit
 /// rather than once per row: a lookup hashes the statement's text, and a batch of 1,000
 /// one-step jobs made 5,000 of them (6 % of the writer's time in a batch submit's profile).
 pub(super) struct NewRows<'c> {
-    conn: &'c Connection,
     job: CachedStatement<'c>,
     label: CachedStatement<'c>,
     step: CachedStatement<'c>,
-    event: CachedStatement<'c>,
 }
 
 impl<'c> NewRows<'c> {
     pub(super) fn prepare(conn: &'c Connection) -> Result<NewRows<'c>> {
         Ok(NewRows {
-            conn,
             job: conn.prepare_cached(insert_job_sql()).db()?,
             label: conn
                 .prepare_cached("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)")
                 .db()?,
             step: conn.prepare_cached(insert_step_sql()).db()?,
-            event: conn.prepare_cached(INSERT_EVENT_SQL).db()?,
         })
     }
 
@@ -82,23 +85,34 @@ impl<'c> NewRows<'c> {
     ) -> Result<()> {
         let id = job_id_text(job.id);
         let counted = i64::try_from(events.len()).map_err(|e| corrupt("jobs.last_event_seq", e))?;
-        self.insert_job(&id, job, seq, counted)?;
+        // The admission's entries stay in the job row: a submit writes no history row.
+        let (admission, first) = history::stored(events, keep);
+        let admission = Admission {
+            seq: first,
+            text: history::more_text(admission)?,
+        };
+        self.insert_job(&id, job, seq, counted, &admission)?;
         for (k, v) in &job.labels {
             self.label.execute(params![id, k, v]).db()?;
         }
         for idx in 0..job.steps.len() {
             insert_step(&mut self.step, job, idx)?;
         }
-        insert_events(&mut self.event, &id, 1, events)?;
-        trim_events(self.conn, &id, counted, keep)?;
         // Most jobs are claimed soon after they are submitted: the claim finds this one here
         // instead of reading and decoding its rows.
         super::written::remember(job, counted);
         Ok(())
     }
 
-    /// Inserts the job's own row, counting `events` history entries.
-    fn insert_job(&mut self, id: &str, job: &Job, seq: i64, events: i64) -> Result<()> {
+    /// Inserts the job's own row, counting `events` history entries, with its `admission`.
+    fn insert_job(
+        &mut self,
+        id: &str,
+        job: &Job,
+        seq: i64,
+        events: i64,
+        admission: &Admission,
+    ) -> Result<()> {
         let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
         self.job
             .execute(params![
@@ -127,6 +141,8 @@ impl<'c> NewRows<'c> {
                 seq,
                 ms(job.deadline_due()),
                 events,
+                admission.text.as_ref().map(|_| admission.seq),
+                admission.text,
             ])
             .db()?;
         Ok(())

@@ -31,4 +31,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0020_claim_due_deferred_only.sql"),
     include_str!("../../migrations/sqlite/0021_history_rows_per_write.sql"),
     include_str!("../../migrations/sqlite/0022_one_lease_index.sql"),
+    include_str!("../../migrations/sqlite/0023_admission_in_job_row.sql"),
 ];
