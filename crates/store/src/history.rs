@@ -90,7 +90,7 @@ impl MoreIn {
 }
 
 /// Entry `e` under number `seq`.
-pub(crate) fn numbered(seq: i64, e: NewEvent) -> Event {
+fn numbered(seq: i64, e: NewEvent) -> Event {
     Event {
         seq,
         at: e.at,
@@ -99,6 +99,14 @@ pub(crate) fn numbered(seq: i64, e: NewEvent) -> Event {
         attempt: e.attempt,
         detail: e.detail,
     }
+}
+
+/// `entries` numbered `first`, `first + 1`, ….
+pub(crate) fn numbered_from(
+    first: i64,
+    entries: impl IntoIterator<Item = NewEvent>,
+) -> impl Iterator<Item = Event> {
+    (first..).zip(entries).map(|(seq, e)| numbered(seq, e))
 }
 
 /// The `more` text of the entries after a row's first, `None` when there are none.
@@ -158,7 +166,7 @@ pub(crate) fn expand(first: Event, more: Option<&str>) -> Result<Vec<Event>> {
     let seq = first.seq;
     let mut out = Vec::with_capacity(1 + more.len());
     out.push(first);
-    out.extend((seq + 1..).zip(more).map(|(next, e)| numbered(next, e)));
+    out.extend(numbered_from(seq + 1, more));
     Ok(out)
 }
 

@@ -484,11 +484,7 @@ pub(super) async fn load_events(
     }
     let newest = last + unlogged.len() as i64;
     let after = after_seq.max(newest - keep);
-    for (seq, e) in (last + 1..).zip(unlogged) {
-        if seq > after {
-            out.push(crate::history::numbered(seq, e));
-        }
-    }
+    out.extend(crate::history::numbered_from(last + 1, unlogged).filter(|e| e.seq > after));
     out.truncate(limit);
     Ok(out)
 }

@@ -114,6 +114,28 @@ pub(super) fn of_job_row(text: Option<&str>) -> Res<Vec<NewEvent>> {
         .unwrap_or_default())
 }
 
+/// What a job's write does with the entries waiting for it: decided here once, for [`take`]
+/// (which decodes the job row's entries only for a write that logs them) and [`plan`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fate {
+    /// The write only leases work: its own entries wait too, after those already waiting.
+    Defer,
+    /// The write appends entries and does more than lease: it logs the waiting ones first.
+    Log,
+    /// The write appends nothing (a heartbeat): what waits goes on waiting.
+    Leave,
+}
+
+impl Fate {
+    fn of(leases_only: bool, appends: bool) -> Fate {
+        match (leases_only, appends) {
+            (true, _) => Fate::Defer,
+            (false, true) => Fate::Log,
+            (false, false) => Fate::Leave,
+        }
+    }
+}
+
 /// The waiting entries of the jobs `transitions` write, taken from what the transaction noted,
 /// with the entries of each job row decoded for the writes that log them; [`plan`] notes them
 /// again as the writes leave them.
@@ -121,22 +143,20 @@ pub(super) fn take(
     tx: &Transaction<'_>,
     transitions: &[&Transition],
 ) -> Res<HashMap<JobId, (Waiting, Vec<NewEvent>)>> {
-    // Per job: whether its transitions append entries, and whether they all only lease work.
+    // Per job: whether its transitions all only lease work, and whether they append entries.
     let mut writes: HashMap<JobId, (bool, bool)> = HashMap::new();
     for t in transitions {
-        let (appends, leases_only) = writes.entry(t.job.id).or_insert((false, true));
-        *appends |= !t.events.is_empty();
+        let (leases_only, appends) = writes.entry(t.job.id).or_insert((true, false));
         *leases_only &= t.leases_only;
+        *appends |= !t.events.is_empty();
     }
     writes
         .into_iter()
-        .map(|(id, (appends, leases_only))| {
+        .map(|(id, (leases_only, appends))| {
             let waiting = tx.unlogged().take(id);
-            // As `plan` decides: the write logs what waits when it appends and does more than
-            // lease.
-            let job_row = match appends && !leases_only {
-                true => of_job_row(waiting.job_row.as_deref())?,
-                false => Vec::new(),
+            let job_row = match Fate::of(leases_only, appends) {
+                Fate::Log => of_job_row(waiting.job_row.as_deref())?,
+                Fate::Defer | Fate::Leave => Vec::new(),
             };
             Ok((id, (waiting, job_row)))
         })
@@ -176,20 +196,22 @@ pub(super) fn plan<'a>(
     for w in writes {
         let id = w.job.id;
         let (waits, job_row) = waiting.get(&id).unwrap_or(none);
-        let after = if w.leases_only {
-            let mut after = waits.clone();
-            after.steps.extend(defer(w, &waits.steps)?);
-            after
-        } else if !w.events.is_empty() {
-            debug_assert_eq!(job_row.is_empty(), waits.job_row.is_none());
-            let step_entries = waits.steps.iter().map(|u| &u.entry);
-            w.events.splice(0..0, job_row.iter().chain(step_entries));
-            w.steps.extend(waits.steps.iter().map(|u| u.step));
-            w.steps.sort_unstable();
-            w.steps.dedup();
-            Waiting::default()
-        } else {
-            waits.clone()
+        let after = match Fate::of(w.leases_only, !w.events.is_empty()) {
+            Fate::Defer => {
+                let mut after = waits.clone();
+                after.steps.extend(defer(w, &waits.steps)?);
+                after
+            }
+            Fate::Log => {
+                debug_assert_eq!(job_row.is_empty(), waits.job_row.is_none());
+                let step_entries = waits.steps.iter().map(|u| &u.entry);
+                w.events.splice(0..0, job_row.iter().chain(step_entries));
+                w.steps.extend(waits.steps.iter().map(|u| u.step));
+                w.steps.sort_unstable();
+                w.steps.dedup();
+                Waiting::default()
+            }
+            Fate::Leave => waits.clone(),
         };
         for u in after.steps.iter().filter(|u| w.steps.contains(&u.step)) {
             kept.steps

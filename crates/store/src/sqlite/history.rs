@@ -146,10 +146,7 @@ fn admission(conn: &Connection, id_text: &str) -> Result<Vec<Event>> {
         return Ok(Vec::new());
     };
     let entries = history::more_entries(&text)?;
-    Ok((first..)
-        .zip(entries)
-        .map(|(seq, e)| history::numbered(seq, e))
-        .collect())
+    Ok(history::numbered_from(first, entries).collect())
 }
 
 /// Cuts the admission's entries in job `id_text`'s row at `cut` as [`trim_events`] cuts rows:
