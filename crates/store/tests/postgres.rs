@@ -585,9 +585,9 @@ async fn text_with_nul_is_stored_not_refused() {
 }
 
 // Proves the history holds each event kind's name (a one-step job's entries in one row, logged
-// by its report: the first in the row's columns, the others in `more`; before that, a submit's
-// entries waiting in the job row), and that a name this build does not know, in any of these
-// places, is reported as corrupt rather than panicking.
+// by the report of its failed first attempt: the first in the row's columns, the others in
+// `more`; before that, a submit's entries waiting in the job row), and that a name this build
+// does not know, in any of these places, is reported as corrupt rather than panicking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn event_kinds_are_stored_as_their_names() {
     let _ticket = suite::Ticket::new();
@@ -626,7 +626,7 @@ async fn event_kinds_are_stored_as_their_names() {
     .await
     .expect("restore");
     claim_first_at_10(&store).await;
-    complete_first_at_20(&store).await;
+    report_first(&store, failed(1), at(20)).await;
     let stored: Vec<(i64, String, String)> = raw
         .query(
             "SELECT seq, kind, (more::jsonb -> 0 ->> 'kind') || ',' || (more::jsonb -> 1 ->> 'kind') \
@@ -705,9 +705,11 @@ async fn trimming_deletes_whole_history_rows() {
 // Proves a submit writes no history row, its entries waiting in the job row, and a first lease
 // writes its step row only, its entry waiting there; that the entries survive the store going
 // away before the job's next write (a new store reads the same history and the same job time);
-// and that the next write logs them all, under the numbers they were read with, in one history
-// row. (Fails if a submit or a claim writes a history row again, or a claim the job row, or if a
-// waiting entry lives only in memory.)
+// that the next write, which does not finish the job (a failed attempt to retry), logs them all,
+// under the numbers they were read with, in one history row; and that the write that finishes
+// the job leaves its entries (and the retry's lease) in the job row, where they survive the store
+// too. (Fails if a submit or a claim writes a history row again, or a claim the job row, if a
+// waiting entry lives only in memory, or if a finishing write logs its entries or loses them.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiting_entries_survive_the_store_and_are_logged_by_the_next_write() {
     let _ticket = suite::Ticket::new();
@@ -764,16 +766,107 @@ async fn waiting_entries_survive_the_store_and_are_logged_by_the_next_write() {
     assert_eq!(store.job_events(page).await.expect("events"), before);
     let job = store.job_get(id).await.expect("get").expect("job");
     assert_eq!(job.updated_at, at(10), "dated by its waiting entry");
-    complete_first_at_20(&store).await;
+    report_first(&store, failed(1), at(20)).await;
     let after = store.job_events(page).await.expect("events");
     assert_eq!(after[..before.len()], before[..], "logged as it was read");
-    assert_eq!(after.len(), before.len() + 2);
+    assert!(after.len() > before.len());
+    let logged = after.len() as i64;
     let (updated, last, rows, waiting, in_job_row) = stored().await;
     assert_eq!(
         (updated, last, rows, waiting, in_job_row),
-        (at(20).as_millis(), 6, 1, None, None),
+        (at(20).as_millis(), logged, 1, None, None),
         "the report logged every entry in one history row"
     );
+
+    // A retry's lease retires the first one, so its write logs its entry at once.
+    claim_first(&store, lease_id(2), at(HOUR)).await;
+    report_first(&store, completed(2), at(HOUR + 10)).await;
+    let finished = store.job_events(page).await.expect("events");
+    assert_eq!(finished[..after.len()], after[..]);
+    let kinds: Vec<_> = finished[after.len()..]
+        .iter()
+        .map(|e| (e.seq, e.kind))
+        .collect();
+    use overseer_core::EventKind::{JobSucceeded, StepLeased, StepSucceeded};
+    assert_eq!(
+        kinds,
+        [
+            (logged + 1, StepLeased),
+            (logged + 2, StepSucceeded),
+            (logged + 3, JobSucceeded)
+        ]
+    );
+    let (updated, last, rows, waiting, in_job_row) = stored().await;
+    assert_eq!(
+        (updated, last, rows, waiting),
+        (at(HOUR + 10).as_millis(), logged + 1, 2, None),
+        "the finishing write logged nothing"
+    );
+    assert!(in_job_row.is_some_and(|w| w.contains("job_succeeded")));
+    drop(store);
+    let store = open(db.url()).await;
+    assert_eq!(store.job_events(page).await.expect("events"), finished);
+    let job = store.job_get(id).await.expect("get").expect("job");
+    assert_eq!(
+        (job.state, job.updated_at),
+        (JobState::Succeeded, at(HOUR + 10))
+    );
+}
+
+// Proves the history trim counts the entries a finishing write left in its job row: with 3
+// entries kept, a job whose first attempt failed (its entries logged in one row), whose retry's
+// lease was logged in a row of its own and whose second attempt finished it (two entries, left
+// in the job row) keeps only the lease's row, and reads show the three newest entries. (Fails if
+// the trim cuts from the logged entries only: the failure's row would stay.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_trim_counts_the_entries_kept_in_the_job_row() {
+    let _ticket = suite::Ticket::new();
+    let db = PgCluster::shared().database().await;
+    let mut options = options(db.url());
+    options.history_per_job = 3;
+    let store = PgStore::open(options).await.expect("open");
+    submit_ok(&store, 1).await;
+    let id = job_id(1);
+    claim_first_at_10(&store).await;
+    report_first(&store, failed(1), at(20)).await;
+    claim_first(&store, lease_id(2), at(HOUR)).await;
+    report_first(&store, completed(2), at(HOUR + 10)).await;
+    let raw = overseer_store::pgtest::connect(db.url())
+        .await
+        .expect("connect");
+    let last: i64 = raw
+        .query_one("SELECT last_event_seq FROM jobs WHERE id = $1", &[&id.0])
+        .await
+        .expect("job")
+        .get(0);
+    let rows: Vec<i64> = raw
+        .query(
+            "SELECT seq FROM events WHERE job_id = $1 ORDER BY seq",
+            &[&id.0],
+        )
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        rows,
+        [last],
+        "the failure's row is older than the three kept"
+    );
+    let page = EventPage {
+        job: id,
+        after_seq: 0,
+        limit: 10,
+    };
+    let seqs: Vec<i64> = store
+        .job_events(page)
+        .await
+        .expect("events")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [last, last + 1, last + 2]);
 }
 
 /// Connections to `db` from Overseer stores (their `application_name`), and how many of them
@@ -837,25 +930,53 @@ async fn a_dropped_store_closes_its_connections() {
 
 /// Leases the one step of job 1 (agent `w`) at `at(10)` under lease 1.
 async fn claim_first_at_10(store: &PgStore) {
+    claim_first(store, lease_id(1), at(10)).await;
+}
+
+/// An hour in milliseconds: past any retry's backoff.
+const HOUR: i64 = 3_600_000;
+
+/// Leases the one step of job 1 (agent `w`) at `when` under `lease`.
+async fn claim_first(store: &PgStore, lease: overseer_core::LeaseId, when: Timestamp) {
     let claimed = store
-        .steps_claim(Claim::of_worker("w", "w-1", vec![lease_id(1)], at(10)))
+        .steps_claim(Claim::of_worker("w", "w-1", vec![lease], when))
         .await
         .expect("claim")
         .claimed;
     assert_eq!(claimed.len(), 1);
 }
 
+/// Reports `command` on job 1 at `when`.
+async fn report_first(store: &PgStore, command: overseer_core::Command, when: Timestamp) {
+    store
+        .job_apply(Apply::new(job_id(1), command, when))
+        .await
+        .expect("report");
+}
+
+/// Attempt `attempt` of job 1's one step succeeded.
+fn completed(attempt: u32) -> overseer_core::Command {
+    overseer_core::Command::Complete {
+        step: 0,
+        attempt,
+        result: json!(true),
+    }
+}
+
+/// Attempt `attempt` of job 1's one step failed, to be retried.
+fn failed(attempt: u32) -> overseer_core::Command {
+    overseer_core::Command::Fail {
+        step: 0,
+        attempt,
+        error: "boom".into(),
+        retryable: true,
+        jitter: 0.0,
+    }
+}
+
 /// Completes attempt 1 of job 1's one step at `at(20)`.
 async fn complete_first_at_20(store: &PgStore) {
-    let done = overseer_core::Command::Complete {
-        step: 0,
-        attempt: 1,
-        result: json!(true),
-    };
-    store
-        .job_apply(Apply::new(job_id(1), done, at(20)))
-        .await
-        .expect("complete");
+    report_first(store, completed(1), at(20)).await;
 }
 
 async fn submit_ok(store: &PgStore, n: u64) {

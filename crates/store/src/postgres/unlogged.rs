@@ -1,7 +1,8 @@
-//! Entries logged with the job's next write instead of by the write that made them: a new
-//! job's admission entries, and a claim's `step_leased` entry.
+//! Entries logged with the job's next write instead of by the write that made them (a new
+//! job's admission entries, and a claim's `step_leased` entry), and entries a finishing write
+//! leaves in its job row for good.
 //!
-//! A history row costs a row version and an index entry to insert (and later to remove). Two
+//! A history row costs a row version and an index entry to insert (and later to remove). Three
 //! writes need no history row of their own:
 //! - a submit: its entries (`job_submitted`, `job_started` or `job_pending`, `step_ready`s) wait
 //!   in the job row it inserts, in `jobs.unlogged_entries`, numbered from `last_event_seq + 1`;
@@ -9,18 +10,26 @@
 //!   (`Transition::leases_only`): writing the job row and a history row for it besides the step
 //!   row made up about 15 % of a PostgreSQL drain (BENCHMARKS.md, thirty-seventh session), so such
 //!   a claim writes only the step row, with its entry waiting in `steps.unlogged_entry` (and `n`,
-//!   its place among the entries waiting in the job's step rows).
+//!   its place among the entries waiting in the job's step rows);
+//! - a write that finishes its job, with few entries (its own and those waiting, at most
+//!   [`IN_ROW_MAX`] and no more than the history keeps): it leaves them all in the job row it
+//!   writes anyway, where no later version of the row will carry them (a finished job is
+//!   written again only by an operator's action). A one-step job run to the end thus keeps its
+//!   whole history in its row and writes no history row at all (about 5 % of a drain,
+//!   BENCHMARKS.md, fortieth session).
 //!
 //! Then:
 //! - a later write of the job that appends to its history appends the waiting entries first, in
-//!   their order, in its own history row, and clears them. It holds the job's lock, as every
-//!   claim does, so no entry of the job is logged in between, and a waiting entry's number is
-//!   fixed from the write that made it on;
+//!   their order, in its own history row (or, if it finishes the job, in its row), and clears
+//!   them. It holds the job's lock, as every claim does, so no entry of the job is logged in
+//!   between, and a waiting entry's number is fixed from the write that made it on;
 //! - a write that appends nothing (a heartbeat) leaves them waiting, and writes them back into
 //!   the rows it rewrites;
 //! - reads number waiting entries after the job's `last_event_seq`, those of the job row first,
 //!   and date the job by the latest of them, so a reader sees the same history and the same
-//!   `updated_at` before the entries are logged as after.
+//!   `updated_at` before the entries are logged as after;
+//! - the history trim counts the entries a finishing write left in the job row: it cuts the
+//!   history rows from the newest entry, as if they had been logged.
 //!
 //! A claim and a heartbeat never decode the entries of the job row: they only carry its text.
 //!
@@ -79,8 +88,8 @@ impl Seen {
 
 /// The waiting entries of a job just loaded, from its row's `unlogged_entries` (`job_row`) and
 /// its step rows' `(idx, unlogged_entry)`, noted for the transaction's writes. The job is dated
-/// by the latest entry of its step rows: those of its row are its admission's, no later than
-/// the row's `updated_at`.
+/// by the latest entry of its step rows: those of its row (its admission's, or those its
+/// finishing write left there) are no later than the row's `updated_at`, written with them.
 pub(super) fn loaded(
     tx: &Transaction<'_>,
     job: &mut Job,
@@ -173,23 +182,41 @@ static NONE: (Waiting, Vec<NewEvent>) = (
 );
 
 /// What the written rows keep waiting: each step row's `unlogged_entry`, each job row's
-/// `unlogged_entries` (rows not named keep none).
+/// `unlogged_entries` (rows not named keep none), and for the jobs a write finished in their row
+/// (see [`stays_in_row`]) how many entries their row now holds, for the history trim.
 #[derive(Default)]
 pub(super) struct Kept {
     pub steps: HashMap<(JobId, usize), String>,
     pub jobs: HashMap<JobId, String>,
+    pub in_row: HashMap<JobId, i64>,
+}
+
+/// The most entries a finishing write leaves in its job row instead of a history row: a
+/// one-step job's whole history is six, and sixteen entries stay well under the 2 KB from which
+/// PostgreSQL moves a row's text out of line (TOAST).
+const IN_ROW_MAX: usize = 16;
+
+/// Whether write `w`, whose entries (with those that waited) are `w.events`, leaves them in its
+/// job row instead of a history row: it finishes the job, so no later version of the row will
+/// carry them, and they are few enough to keep whole (at most `keep`, the history's limit). A
+/// one-step job then keeps its whole history in its row and never writes a history row.
+fn stays_in_row(w: &JobWrite<'_>, keep: usize) -> bool {
+    w.job_changed && w.job.state.is_terminal() && w.events.len() <= keep.min(IN_ROW_MAX)
 }
 
 /// Decides, for each job's write, what becomes of its waiting entries `waiting` (with those of
 /// its row decoded when the write logs them) and its own entries: a write that only leases work
 /// keeps its entries waiting (they leave `w.events`, and the job row is not written); any other
 /// write that appends entries appends the waiting ones first and rewrites their rows without
-/// them; a write that appends nothing leaves them waiting. Returns what the written rows keep,
-/// and notes the waiting entries as they will be once the writes commit.
+/// them, or, when it finishes the job with few entries ([`stays_in_row`]), leaves them all in
+/// the job row (they leave `w.events`); a write that appends nothing leaves them waiting.
+/// `keep` is the history's limit per job. Returns what the written rows keep, and notes the
+/// waiting entries as they will be once the writes commit.
 pub(super) fn plan<'a>(
     tx: &Transaction<'_>,
     writes: &mut [JobWrite<'a>],
     waiting: &'a HashMap<JobId, (Waiting, Vec<NewEvent>)>,
+    keep: usize,
 ) -> Res<Kept> {
     let mut kept = Kept::default();
     let none: &'a (Waiting, Vec<NewEvent>) = &NONE;
@@ -209,7 +236,18 @@ pub(super) fn plan<'a>(
                 w.steps.extend(waits.steps.iter().map(|u| u.step));
                 w.steps.sort_unstable();
                 w.steps.dedup();
-                Waiting::default()
+                match stays_in_row(w, keep) {
+                    true => {
+                        kept.in_row.insert(id, w.events.len() as i64);
+                        let job_row = history::more_text(&w.events)?;
+                        w.events.clear();
+                        Waiting {
+                            job_row,
+                            steps: Vec::new(),
+                        }
+                    }
+                    false => Waiting::default(),
+                }
             }
             Fate::Leave => waits.clone(),
         };

@@ -39,7 +39,7 @@ pub(super) async fn persist_all(
     }
     let waiting = unlogged::take(tx, transitions)?;
     let mut writes = write_set::by_job(transitions.iter().copied());
-    let kept = unlogged::plan(tx, &mut writes, &waiting)?;
+    let kept = unlogged::plan(tx, &mut writes, &waiting, history_per_job)?;
     let mut signals: Vec<String> = transitions
         .iter()
         .flat_map(|t| jobs::signals_of(t))
@@ -81,7 +81,7 @@ async fn write_jobs(
     let mut jobs = JobColumns::default();
     let mut events = EventColumns::default();
     for w in &writes {
-        jobs.push(w, kept.jobs.get(&w.job.id).map(String::as_str));
+        jobs.push(w, kept);
         events.push(w, keep)?;
     }
     // The newest entry always stays (`history::stored`).
@@ -117,6 +117,7 @@ async fn write_jobs(
             &jobs.round,
             &events.more,
             &jobs.unlogged,
+            &jobs.in_row,
         ],
     )
     .await?;
@@ -152,16 +153,17 @@ const WRITE_JOBS_SQL: &str = "\
 WITH v AS ( \
   SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::text[], $5::text[], \
                        $6::bigint[], $7::bigint[], $8::text[], $9::bigint[], $18::bigint[], \
-                       $19::bigint[], $21::text[]) \
+                       $19::bigint[], $21::text[], $22::bigint[]) \
     AS v (id, priority, run_at, state, desired_state, updated_at, finished_at, blocked_reason, \
-          n_events, deadline_due, round, unlogged_entries)), \
+          n_events, deadline_due, round, unlogged_entries, in_row)), \
 j AS ( \
   UPDATE jobs SET priority = v.priority, run_at = v.run_at, state = v.state, \
     desired_state = v.desired_state, updated_at = v.updated_at, finished_at = v.finished_at, \
     blocked_reason = v.blocked_reason, last_event_seq = jobs.last_event_seq + v.n_events, \
     deadline_due = v.deadline_due, round = v.round, unlogged_entries = v.unlogged_entries \
   FROM v WHERE jobs.id = v.id AND jobs.id = ANY($1::uuid[]) \
-  RETURNING jobs.id, jobs.last_event_seq AS last, v.n_events), \
+  RETURNING jobs.id, jobs.last_event_seq AS last, v.n_events, \
+    jobs.last_event_seq + v.in_row AS newest, v.n_events + v.in_row AS n_new), \
 e AS ( \
   INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
   SELECT e.job_id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail, \
@@ -173,11 +175,11 @@ e AS ( \
 t AS ( \
   DELETE FROM events WHERE events.job_id = ANY($1::uuid[]) AND ctid = ANY(ARRAY( \
     SELECT o.ctid FROM j CROSS JOIN LATERAL ( \
-      SELECT ctid FROM events WHERE events.job_id = j.id AND events.seq <= j.last - $17::bigint \
+      SELECT ctid FROM events WHERE events.job_id = j.id AND events.seq <= j.newest - $17::bigint \
         AND events.seq + COALESCE(json_array_length(events.more::json), 0) \
-          <= j.last - $17::bigint \
+          <= j.newest - $17::bigint \
       OFFSET 0) o \
-    WHERE j.n_events > 0 AND j.last > $17::bigint))) \
+    WHERE j.n_new > 0 AND j.newest > $17::bigint))) \
 SELECT count(*) FROM j";
 
 /// [`WRITE_JOBS_SQL`] for a batch of one job, with the same parameters: the row's values are
@@ -202,9 +204,11 @@ e AS ( \
     AS e (job_id, pos, at, kind, step, attempt, detail, more) \
   CROSS JOIN j), \
 t AS ( \
-  DELETE FROM events WHERE job_id = ($1::uuid[])[1] AND ($9::bigint[])[1] > 0 \
-    AND seq <= (SELECT last FROM j) - $17::bigint \
-    AND seq + COALESCE(json_array_length(more::json), 0) <= (SELECT last FROM j) - $17::bigint) \
+  DELETE FROM events WHERE job_id = ($1::uuid[])[1] \
+    AND ($9::bigint[])[1] + ($22::bigint[])[1] > 0 \
+    AND seq <= (SELECT last FROM j) + ($22::bigint[])[1] - $17::bigint \
+    AND seq + COALESCE(json_array_length(more::json), 0) \
+      <= (SELECT last FROM j) + ($22::bigint[])[1] - $17::bigint) \
 SELECT count(*) FROM j";
 
 /// The job rows of a batch, column by column.
@@ -224,10 +228,13 @@ struct JobColumns<'a> {
     round: Vec<i64>,
     /// The entries the row keeps waiting (see `super::unlogged`).
     unlogged: Vec<Option<&'a str>>,
+    /// How many entries a row finished in it holds, 0 for the others: the newest entry's
+    /// number is the row's `last_event_seq` plus these, and the history trim cuts from it.
+    in_row: Vec<i64>,
 }
 
 impl<'a> JobColumns<'a> {
-    fn push(&mut self, w: &JobWrite<'a>, unlogged: Option<&'a str>) {
+    fn push(&mut self, w: &JobWrite<'a>, kept: &'a unlogged::Kept) {
         let job = w.job;
         self.id.push(job.id.0);
         self.priority.push(job.priority);
@@ -241,7 +248,10 @@ impl<'a> JobColumns<'a> {
         self.events.push(w.events.len() as i64);
         self.deadline_due.push(ms(job.deadline_due()));
         self.round.push(i64::from(job.round));
-        self.unlogged.push(unlogged);
+        self.unlogged
+            .push(kept.jobs.get(&job.id).map(String::as_str));
+        self.in_row
+            .push(kept.in_row.get(&job.id).copied().unwrap_or(0));
     }
 }
 
@@ -555,7 +565,7 @@ mod tests {
             .batch_execute(super::super::WRITE_BEGIN_SQL)
             .await
             .expect("begin");
-        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 21), ("step", WRITE_STEPS_SQL, 27)] {
+        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 22), ("step", WRITE_STEPS_SQL, 27)] {
             let plan = generic_plan(&client, sql, params).await;
             assert!(
                 !plan.contains("Seq Scan"),
@@ -576,7 +586,7 @@ mod tests {
         let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
         let client = crate::pgtest::connect(db.url()).await.expect("connect");
         for (name, sql, params) in [
-            ("job", WRITE_ONE_JOB_SQL, 21),
+            ("job", WRITE_ONE_JOB_SQL, 22),
             ("step", WRITE_ONE_STEP_SQL, 27),
         ] {
             let plan = generic_plan(&client, sql, params).await;
