@@ -66,7 +66,7 @@ CREATE TABLE jobs (
     finished_at     INTEGER,
     -- The seq of the newest event ever appended; kept here because trimming may delete it.
     last_event_seq  INTEGER NOT NULL DEFAULT 0
-, blocked_reason TEXT, seq INTEGER, retention_ms INTEGER, submitted_by TEXT, deadline INTEGER, deadline_due INTEGER, round INTEGER NOT NULL DEFAULT 1, job_retry TEXT, rerun_of TEXT, rerun_by TEXT, admission_seq INTEGER, admission TEXT);
+, blocked_reason TEXT, seq INTEGER, retention_ms INTEGER, submitted_by TEXT, deadline INTEGER, deadline_due INTEGER, round INTEGER NOT NULL DEFAULT 1, job_retry TEXT, rerun_of TEXT, rerun_by TEXT, admission_seq INTEGER, admission TEXT, ending_seq INTEGER, ending TEXT);
 
 CREATE TABLE leader (
     id         INTEGER PRIMARY KEY CHECK (id = 1),

@@ -7,12 +7,15 @@
 //! costs an index entry to insert and later to remove. A submit writes no history row on either
 //! store: SQLite keeps the admission's entries in the job row for good (`admission`, numbered from
 //! `admission_seq`), PostgreSQL until the job's next write logs them (see its `unlogged`
-//! module), so a one-step job keeps two rows on SQLite and one on PostgreSQL, where one entry
-//! per row would make six. Readers see entries, never rows: a backend expands each row with
-//! [`expand`].
+//! module). Nor does a write that finishes its job with few entries ([`stays_in_row`]): it
+//! leaves them in the job row it writes anyway (SQLite: `ending`, numbered from `ending_seq`;
+//! PostgreSQL: with the entries waiting there). So a one-step job run to the end keeps one
+//! history row on SQLite (its lease's) and none on PostgreSQL, where one entry per row would
+//! make six. Readers see entries, never rows: a backend expands each row with [`expand`].
 //!
 //! What a backend decides here and only turns into SQL: which of a write's entries are stored at
-//! all ([`stored`]), the `more` text ([`more_text`], read back by [`more_entries`]), and the
+//! all ([`stored`]), whether a finishing write's entries stay in the job row
+//! ([`stays_in_row`]), the `more` text ([`more_text`], read back by [`more_entries`]), and the
 //! entries a row holds ([`expand`]).
 
 use std::borrow::Borrow;
@@ -29,6 +32,20 @@ use crate::{Error, Result};
 pub(crate) fn stored<T>(events: &[T], keep: usize) -> (&[T], i64) {
     let skip = events.len().saturating_sub(keep.max(1));
     (&events[skip..], skip as i64 + 1)
+}
+
+/// The most entries a finishing write leaves in its job row instead of a history row: a
+/// one-step job's whole history is six, and sixteen entries stay well under the 2 KB from which
+/// PostgreSQL moves a row's text out of line (TOAST).
+const IN_ROW_MAX: usize = 16;
+
+/// Whether a write that finishes its job, with `entries` entries to store (its own, and on
+/// PostgreSQL those waiting), leaves them in the job row instead of a history row: the row is
+/// written anyway and no later version of it carries them (a finished job is written again only
+/// by an operator's action), and they are few enough to keep whole (at most `keep`, the
+/// history's limit, so a trim never cuts into them at that write).
+pub(crate) fn stays_in_row(entries: usize, keep: usize) -> bool {
+    entries > 0 && entries <= keep.min(IN_ROW_MAX)
 }
 
 /// An entry after a row's first, as `more` keeps it.

@@ -532,11 +532,20 @@ fn persist(
     history_per_job: usize,
 ) -> Result<()> {
     let id = t.job.id;
+    // A write that finishes the job with few entries leaves them in its row (see
+    // `history::stays_in_row`); a finished job written again logs its entries as rows.
+    let ending = !before.state.is_terminal()
+        && t.job.state.is_terminal()
+        && crate::history::stays_in_row(t.events.len(), history_per_job);
     // The event count is looked up only when the job or its history changes: a transition that
     // changes steps alone (a heartbeat) reads nothing more than it writes.
     let last_event_seq = if t.job_changed || !t.events.is_empty() {
         let last = rows::last_event_seq(conn, id)? + t.events.len() as i64;
-        row_writes::update_job(conn, before, &t.job, last)?;
+        let ending = match ending {
+            true => Some(row_writes::Ending::of(&t.events, last)?),
+            false => None,
+        };
+        row_writes::update_job(conn, before, &t.job, last, ending.as_ref())?;
         Some(last)
     } else {
         written::last_event_seq(id)
@@ -544,8 +553,12 @@ fn persist(
     for &idx in &t.changed_steps {
         row_writes::rewrite_step(conn, before, &t.job, idx)?;
     }
-    if let Some(last) = last_event_seq {
-        history::append_events(conn, id, &t.events, history_per_job, last)?;
+    match last_event_seq {
+        Some(last) if ending => {
+            history::trim_events(conn, &rows::job_id_text(id), last, history_per_job)?
+        }
+        Some(last) => history::append_events(conn, id, &t.events, history_per_job, last)?,
+        None => {}
     }
     for lease in crate::decide::retired_leases(t) {
         rows::insert_retired_lease(conn, &lease)?;

@@ -423,18 +423,61 @@ async fn bad_rows_are_corrupt_not_panics() {
         rusqlite::params![&id, &admission],
     )
     .expect("restore");
+    // A claim logs its entry in a history row; the report that finishes the job leaves its
+    // entries in the job row (`ending`).
+    let claim = overseer_store::Claim::of_worker("w", "w-1", vec![conformance::lease_id(1)], at(1));
+    assert_eq!(
+        store.steps_claim(claim).await.expect("claim").claimed.len(),
+        1
+    );
     store
-        .job_apply(Apply::new(job_id(2), overseer_core::Command::Cancel, at(1)))
+        .job_apply(Apply::new(
+            job_id(2),
+            overseer_core::Command::Complete {
+                step: 0,
+                attempt: 1,
+                result: json!(true),
+            },
+            at(2),
+        ))
         .await
-        .expect("cancel");
+        .expect("complete");
     let events = store.job_events(page).await;
     assert_eq!(
-        read(&events)[..3],
-        ["job_submitted", "job_started", "step_ready"]
+        read(&events)[..4],
+        ["job_submitted", "job_started", "step_ready", "step_leased"]
     );
-    assert!(read(&events).len() > 3, "the cancel's entries follow");
+    assert_eq!(read(&events)[4..], ["step_succeeded", "job_succeeded"]);
+    let (rows, ending_seq, ending): (i64, i64, String) = raw
+        .query_row(
+            "SELECT (SELECT count(*) FROM events WHERE job_id = ?1), ending_seq, ending \
+             FROM jobs WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .expect("rows");
+    assert_eq!(
+        (rows, ending_seq),
+        (1, 5),
+        "the report wrote no history row"
+    );
+    raw.execute(
+        "UPDATE jobs SET ending = json_set(ending, '$[0].kind', 'step_exploded') WHERE id = ?1",
+        [&id],
+    )
+    .expect("vandalise");
+    let events = store.job_events(page).await;
+    assert!(
+        matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
+        "the job row's ending: {events:?}"
+    );
+    raw.execute(
+        "UPDATE jobs SET ending = ?2 WHERE id = ?1",
+        rusqlite::params![&id, &ending],
+    )
+    .expect("restore");
     for vandal in [
-        "UPDATE events SET more = json_set(more, '$[0].kind', 'step_exploded') WHERE job_id = ?1",
+        "UPDATE events SET more = '[{\"at\": 1, \"kind\": \"step_exploded\"}]' WHERE job_id = ?1",
         "UPDATE events SET more = NULL, kind = 'step_exploded' WHERE job_id = ?1",
     ] {
         raw.execute(vandal, [&id]).expect("vandalise");

@@ -11,10 +11,10 @@
 //!   row made up about 15 % of a PostgreSQL drain (BENCHMARKS.md, thirty-seventh session), so such
 //!   a claim writes only the step row, with its entry waiting in `steps.unlogged_entry` (and `n`,
 //!   its place among the entries waiting in the job's step rows);
-//! - a write that finishes its job, with few entries (its own and those waiting, at most
-//!   [`IN_ROW_MAX`] and no more than the history keeps): it leaves them all in the job row it
-//!   writes anyway, where no later version of the row will carry them (a finished job is
-//!   written again only by an operator's action). A one-step job run to the end thus keeps its
+//! - a write that finishes its job, with few entries (its own and those waiting; see
+//!   `history::stays_in_row`): it leaves them all in the job row it writes anyway, where no
+//!   later version of the row will carry them (a finished job is written again only by an
+//!   operator's action). A one-step job run to the end thus keeps its
 //!   whole history in its row and writes no history row at all (about 5 % of a drain,
 //!   BENCHMARKS.md, fortieth session).
 //!
@@ -191,17 +191,12 @@ pub(super) struct Kept {
     pub in_row: HashMap<JobId, i64>,
 }
 
-/// The most entries a finishing write leaves in its job row instead of a history row: a
-/// one-step job's whole history is six, and sixteen entries stay well under the 2 KB from which
-/// PostgreSQL moves a row's text out of line (TOAST).
-const IN_ROW_MAX: usize = 16;
-
 /// Whether write `w`, whose entries (with those that waited) are `w.events`, leaves them in its
-/// job row instead of a history row: it finishes the job, so no later version of the row will
-/// carry them, and they are few enough to keep whole (at most `keep`, the history's limit). A
-/// one-step job then keeps its whole history in its row and never writes a history row.
+/// job row instead of a history row: it finishes the job and they are few
+/// ([`history::stays_in_row`]). A one-step job then keeps its whole history in its row and never
+/// writes a history row.
 fn stays_in_row(w: &JobWrite<'_>, keep: usize) -> bool {
-    w.job_changed && w.job.state.is_terminal() && w.events.len() <= keep.min(IN_ROW_MAX)
+    w.job_changed && w.job.state.is_terminal() && history::stays_in_row(w.events.len(), keep)
 }
 
 /// Decides, for each job's write, what becomes of its waiting entries `waiting` (with those of

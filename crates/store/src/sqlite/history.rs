@@ -1,9 +1,11 @@
 //! A job's history on SQLite: one row per write, not per entry (see `crate::history` for the
-//! row's shape), but for the admission's entries, which the job row keeps (`admission`, numbered
-//! from `admission_seq`: a submit writes no history row). Readers see entries, never rows:
-//! [`load_events`] puts the admission's first and expands the rows, and trimming keeps exactly
-//! the newest entries, rewriting the row (or the admission) that straddles the cut
-//! ([`trim_events`]).
+//! row's shape), but for two writes whose entries the job row keeps: the admission's
+//! (`admission`, numbered from `admission_seq`: a submit writes no history row), the job's first
+//! entries, and those of the write that finished the job, when they are few (`ending`, numbered
+//! from `ending_seq`; see `history::stays_in_row`), its last entries until an operator's action
+//! writes the finished job again. Readers see entries, never rows: [`load_events`] merges both
+//! lists with the expanded rows in order, and trimming keeps exactly the newest entries,
+//! rewriting the row (or the list) that straddles the cut ([`trim_events`]).
 
 use overseer_core::{Event, JobId, NewEvent, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -83,7 +85,7 @@ pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usi
         return Ok(());
     }
     let cut = last - keep;
-    trim_admission(conn, id_text, cut)?;
+    trim_in_row(conn, id_text, cut)?;
     conn.prepare_cached(
         "DELETE FROM events WHERE job_id = ?1 AND seq <= ?2 \
          AND seq + COALESCE(json_array_length(more), 0) <= ?2",
@@ -128,39 +130,77 @@ fn after_cut(entries: Vec<Event>, cut: i64) -> Vec<NewEvent> {
         .collect()
 }
 
-/// The admission's entries job `id_text` keeps in its row (a submit writes no history row: see
-/// `super::insert`), numbered: the job's first entries, before its history rows.
-fn admission(conn: &Connection, id_text: &str) -> Result<Vec<Event>> {
-    let row = conn
-        .prepare_cached("SELECT admission_seq, admission FROM jobs WHERE id = ?1")
-        .db()?
-        .query_row([id_text], |row| {
-            Ok((
-                row.get::<_, Option<i64>>(0)?,
-                row.get::<_, Option<String>>(1)?,
-            ))
-        })
-        .optional()
-        .db()?;
-    let Some((Some(first), Some(text))) = row else {
-        return Ok(Vec::new());
-    };
-    let entries = history::more_entries(&text)?;
-    Ok(history::numbered_from(first, entries).collect())
+/// The entries job `id_text` keeps in its row, numbered: the admission's (see `super::insert`),
+/// the job's first entries, and those of the write that finished it (see `super::persist`).
+#[derive(Default)]
+struct InRow {
+    admission: Vec<Event>,
+    ending: Vec<Event>,
 }
 
-/// Cuts the admission's entries in job `id_text`'s row at `cut` as [`trim_events`] cuts rows:
-/// the row keeps those numbered after it, or none.
-fn trim_admission(conn: &Connection, id_text: &str, cut: i64) -> Result<()> {
-    let entries = admission(conn, id_text)?;
-    if entries.first().is_none_or(|e| e.seq > cut) {
+impl InRow {
+    fn read(conn: &Connection, id_text: &str) -> Result<InRow> {
+        type Lists = [(Option<i64>, Option<String>); 2];
+        let row: Option<Lists> = conn
+            .prepare_cached(
+                "SELECT admission_seq, admission, ending_seq, ending FROM jobs WHERE id = ?1",
+            )
+            .db()?
+            .query_row([id_text], |row| {
+                Ok([(row.get(0)?, row.get(1)?), (row.get(2)?, row.get(3)?)])
+            })
+            .optional()
+            .db()?;
+        let Some([admission, ending]) = row else {
+            return Ok(InRow::default());
+        };
+        let list = |(first, text): (Option<i64>, Option<String>)| -> Result<Vec<Event>> {
+            match (first, text) {
+                (Some(first), Some(text)) => {
+                    let entries = history::more_entries(&text)?;
+                    Ok(history::numbered_from(first, entries).collect())
+                }
+                _ => Ok(Vec::new()),
+            }
+        };
+        Ok(InRow {
+            admission: list(admission)?,
+            ending: list(ending)?,
+        })
+    }
+}
+
+/// A list of entries kept in the row cut at `cut`: its first number and text, or `None` when
+/// nothing is left.
+fn cut_list(entries: Vec<Event>, cut: i64) -> Result<Option<(i64, String)>> {
+    let first = entries.iter().map(|e| e.seq).find(|&seq| seq > cut);
+    let kept = history::more_text(&after_cut(entries, cut))?;
+    Ok(first.zip(kept))
+}
+
+/// Cuts the entries in job `id_text`'s row at `cut` as [`trim_events`] cuts rows: each list
+/// keeps those numbered after it, or none.
+fn trim_in_row(conn: &Connection, id_text: &str, cut: i64) -> Result<()> {
+    let InRow { admission, ending } = InRow::read(conn, id_text)?;
+    let reaches = |list: &[Event]| list.first().is_some_and(|e| e.seq <= cut);
+    if !reaches(&admission) && !reaches(&ending) {
         return Ok(());
     }
-    let kept = history::more_text(&after_cut(entries, cut))?;
-    conn.prepare_cached("UPDATE jobs SET admission_seq = ?2, admission = ?3 WHERE id = ?1")
-        .db()?
-        .execute(params![id_text, kept.as_ref().map(|_| cut + 1), kept])
-        .db()?;
+    let admission = cut_list(admission, cut)?;
+    let ending = cut_list(ending, cut)?;
+    conn.prepare_cached(
+        "UPDATE jobs SET admission_seq = ?2, admission = ?3, ending_seq = ?4, ending = ?5 \
+         WHERE id = ?1",
+    )
+    .db()?
+    .execute(params![
+        id_text,
+        admission.as_ref().map(|a| a.0),
+        admission.map(|a| a.1),
+        ending.as_ref().map(|e| e.0),
+        ending.map(|e| e.1),
+    ])
+    .db()?;
     Ok(())
 }
 
@@ -185,7 +225,9 @@ fn entries(row: &Row<'_>) -> Result<Vec<Event>> {
 
 /// Up to `limit` entries of job `id` numbered after `after_seq`, oldest first: the admission's
 /// entries kept in the job row, then from the history row that holds entry `after_seq + 1` on
-/// (the newest row starting at or before `after_seq`, whose later entries may follow it).
+/// (the newest row starting at or before `after_seq`, whose later entries may follow it), with
+/// the finishing write's entries kept in the job row merged in by number (they are the newest,
+/// but for rows an operator's action appended after them).
 pub(super) fn load_events(
     conn: &Connection,
     id: JobId,
@@ -202,7 +244,9 @@ pub(super) fn load_events(
     // Every row holds at least one entry, and only the first row may hold none of those asked.
     let rows = limit.saturating_add(1);
     let id = job_id_text(id);
-    let mut out: Vec<Event> = admission(conn, &id)?
+    let in_row = InRow::read(conn, &id)?;
+    let mut out: Vec<Event> = in_row
+        .admission
         .into_iter()
         .filter(|e| e.seq > after_seq)
         .take(limit)
@@ -214,9 +258,88 @@ pub(super) fn load_events(
     while let Some(row) = rows.next().db()? {
         out.extend(entries(row)?.into_iter().filter(|e| e.seq > after_seq));
         if out.len() >= limit {
-            out.truncate(limit);
             break;
         }
     }
+    // The rows read hold every entry numbered below those of the rows not read, so the
+    // finishing write's entries merged in leave the first `limit` the right ones.
+    if !in_row.ending.is_empty() {
+        out.extend(in_row.ending.into_iter().filter(|e| e.seq > after_seq));
+        out.sort_by_key(|e| e.seq);
+    }
+    out.truncate(limit);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use overseer_core::EventKind;
+
+    use super::*;
+
+    const JOB: &str = "018bcfe5-6801-7000-8000-000000000001";
+
+    fn entry(at: i64) -> NewEvent {
+        NewEvent {
+            at: Timestamp::from_millis(at),
+            kind: EventKind::JobRepaired,
+            step: None,
+            attempt: None,
+            detail: None,
+        }
+    }
+
+    fn seqs(conn: &Connection, after_seq: i64, limit: usize) -> Vec<i64> {
+        let id = JobId(JOB.parse().expect("uuid"));
+        let events = load_events(conn, id, after_seq, limit).expect("events");
+        events.iter().map(|e| e.seq).collect()
+    }
+
+    // Proves the entries a finishing write left in the job row (`ending`) are read in their
+    // place and cut by the trim when history rows follow them (a finished job written again):
+    // reads merge them in by number, pages included, and a trim that reaches them rewrites the
+    // list, then clears it. (Fails if the ending is read after the rows, or left uncut.)
+    #[test]
+    fn entries_kept_at_the_end_are_merged_and_trimmed_like_rows() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        crate::sqlite::migrate(&mut conn).expect("migrate");
+        let admission = history::more_text(&[entry(1), entry(2), entry(3)]).expect("text");
+        let ending = history::more_text(&[entry(5), entry(6)]).expect("text");
+        conn.execute(
+            "INSERT INTO jobs (id, fingerprint, labels, priority, on_failure, state, \
+             desired_state, created_at, updated_at, last_event_seq, admission_seq, admission, \
+             ending_seq, ending) VALUES (?1, 'fp', '{}', 0, 'fail', 'failed', 'succeeded', 1, 6, \
+             6, 1, ?2, 5, ?3)",
+            params![JOB, admission, ending],
+        )
+        .expect("job");
+        let mut insert = conn.prepare(INSERT_EVENT_SQL).expect("prepare");
+        insert_events(&mut insert, JOB, 4, &[entry(4)]).expect("row 4");
+        drop(insert);
+        let id = JobId(JOB.parse().expect("uuid"));
+        append_events(&conn, id, &[entry(7), entry(8)], 5, 8).expect("rows 7-8");
+        assert_eq!(seqs(&conn, 0, 10), [4, 5, 6, 7, 8], "cut at 3");
+        assert_eq!(seqs(&conn, 5, 2), [6, 7]);
+        assert_eq!(seqs(&conn, 0, 3), [4, 5, 6]);
+        append_events(&conn, id, &[entry(9)], 4, 9).expect("row 9");
+        assert_eq!(
+            seqs(&conn, 0, 10),
+            [6, 7, 8, 9],
+            "cut at 5, inside the ending"
+        );
+        let stored: (Option<i64>, Option<i64>) = conn
+            .query_row(
+                "SELECT admission_seq, ending_seq FROM jobs WHERE id = ?1",
+                [JOB],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("row");
+        assert_eq!(stored, (None, Some(6)));
+        append_events(&conn, id, &[entry(10)], 2, 10).expect("row 10");
+        assert_eq!(seqs(&conn, 0, 10), [9, 10]);
+        let ending: Option<String> = conn
+            .query_row("SELECT ending FROM jobs WHERE id = ?1", [JOB], |r| r.get(0))
+            .expect("row");
+        assert_eq!(ending, None);
+    }
 }

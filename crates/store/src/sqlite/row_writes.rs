@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use overseer_core::backoff::Formula;
 use overseer_core::job::PRIORITY_AGING;
-use overseer_core::{CompPhase, Job};
+use overseer_core::{CompPhase, Job, NewEvent};
 use rusqlite::types::{ToSqlOutput, Value as SqlValue};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -239,8 +239,31 @@ fn changed_positions<T: PartialEq>(old: &[T], new: &[T]) -> Vec<usize> {
     (0..new.len()).filter(|&i| old[i] != new[i]).collect()
 }
 
+/// The position in an `UPDATE`'s cache key that marks a job update writing [`Ending`].
+const ENDING_KEY: usize = 63;
+
+/// The entries a write that finishes its job leaves in the job row instead of a history row
+/// (see `history::stays_in_row`): the number of the first and their `more` text.
+pub(super) struct Ending {
+    seq: i64,
+    text: String,
+}
+
+impl Ending {
+    /// `events`, the write's entries, the newest of them numbered `last`.
+    pub(super) fn of(events: &[NewEvent], last: i64) -> Result<Ending> {
+        let text = crate::history::more_text(events)?
+            .ok_or_else(|| corrupt("jobs.ending", "a finishing write with no entries"))?;
+        Ok(Ending {
+            seq: last - events.len() as i64 + 1,
+            text,
+        })
+    }
+}
+
 /// Writes back the job's own fields that the transition from `before` changed (its labels and
-/// idempotency key never change) with its new `last_event_seq`, in one statement. A changed
+/// idempotency key never change) with its new `last_event_seq` and the entries of a finishing
+/// write (`ending`), in one statement. A changed
 /// priority also moves the steps' copies of it (and their claim ranks).
 ///
 /// A transition that changed no field but the time (a claim, a step finished and its dependants
@@ -253,33 +276,42 @@ pub(super) fn update_job(
     before: &Job,
     job: &Job,
     last_event_seq: i64,
+    ending: Option<&Ending>,
 ) -> Result<()> {
     let id = job_id_text(job.id);
     let new = job_values(job)?;
     let changed = changed_positions(&job_values(before)?, &new);
-    if changed
-        .iter()
-        .all(|&c| JOB_UPDATE_COLUMNS[c] == "updated_at")
+    if ending.is_none()
+        && changed
+            .iter()
+            .all(|&c| JOB_UPDATE_COLUMNS[c] == "updated_at")
     {
         return Ok(());
     }
-    let sql = update_sql(UpdateOf::Job, &changed, || {
-        let mut set = set_items(&JOB_UPDATE_COLUMNS, &changed, 3);
+    let mut head = vec![
+        SqlValue::Text(id.clone()),
+        SqlValue::Integer(last_event_seq),
+    ];
+    let mut key = changed.clone();
+    if let Some(ending) = ending {
+        head.push(SqlValue::Integer(ending.seq));
+        head.push(SqlValue::Text(ending.text.clone()));
+        // A bit of the cache key of its own: no column position reaches it.
+        key.push(ENDING_KEY);
+    }
+    let sql = update_sql(UpdateOf::Job, &key, || {
+        let mut set = set_items(&JOB_UPDATE_COLUMNS, &changed, head.len() + 1);
         set.push("last_event_seq = ?2".into());
+        if ending.is_some() {
+            set.push("ending_seq = ?3, ending = ?4".into());
+        }
         format!("UPDATE jobs SET {} WHERE id = ?1", set.join(", "))
     });
     let values = changed.iter().map(|&c| &new[c]);
     let written = conn
         .prepare_cached(&sql)
         .db()?
-        .execute(rusqlite::params_from_iter(
-            [
-                SqlValue::Text(id.clone()),
-                SqlValue::Integer(last_event_seq),
-            ]
-            .iter()
-            .chain(values),
-        ))
+        .execute(rusqlite::params_from_iter(head.iter().chain(values)))
         .db()?;
     if written == 0 {
         return Err(Error::JobNotFound(job.id));

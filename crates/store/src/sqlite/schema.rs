@@ -32,4 +32,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0021_history_rows_per_write.sql"),
     include_str!("../../migrations/sqlite/0022_one_lease_index.sql"),
     include_str!("../../migrations/sqlite/0023_admission_in_job_row.sql"),
+    include_str!("../../migrations/sqlite/0024_ending_in_job_row.sql"),
 ];
