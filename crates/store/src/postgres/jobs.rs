@@ -92,10 +92,36 @@ pub(super) async fn lock_and_load(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Ve
     Ok(jobs)
 }
 
-pub(super) const LOCK_ONE_JOB_SQL: &str = "SELECT id FROM jobs WHERE id = $1 FOR UPDATE";
+/// The key of a job's lock: a transaction-level advisory lock on a 64-bit hash of its id, held until the
+/// transaction ends. Every write of a job's rows (or of its steps') holds it: claims take it
+/// without waiting ([`super::leases`] passes over jobs another transaction holds), reports and
+/// every other write of an existing job wait for it (`rows::load_job` with `Lock::Update` also
+/// locks the row, for the writes that delete it or link it). Unlike a row lock it writes
+/// nothing: a row lock marks the tuple and logs it, which at a claim and at a report cost two
+/// log records and a dirtied `jobs` page per job (BENCHMARKS.md, fortieth session). Ordering
+/// keys' locks (`lock_ordering_keys`) hash text, so the two never meet but by a 64-bit
+/// collision, which would only make one wait for the other.
+macro_rules! job_lock_key {
+    ($id:literal) => {
+        concat!("uuid_hash_extended(", $id, ", 0)")
+    };
+}
+pub(super) use job_lock_key;
 
-pub(super) const LOCK_JOBS_SQL: &str = "SELECT j.id FROM unnest($1::uuid[]) AS w (id) \
-     CROSS JOIN LATERAL (SELECT id FROM jobs WHERE id = w.id FOR UPDATE) j";
+/// Takes one job's lock ([`job_lock_key`]), waiting for it.
+pub(super) const LOCK_ONE_JOB_SQL: &str = concat!(
+    "SELECT pg_advisory_xact_lock(",
+    job_lock_key!("$1::uuid"),
+    ")"
+);
+
+/// Takes the locks of the jobs `$1`, in its order (ids sorted, so two batches sharing jobs wait
+/// for each other instead of deadlocking).
+pub(super) const LOCK_JOBS_SQL: &str = concat!(
+    "SELECT pg_advisory_xact_lock(",
+    job_lock_key!("w.id"),
+    ") FROM unnest($1::uuid[]) AS w (id)"
+);
 
 pub(super) async fn apply_command(
     tx: &Transaction<'_>,

@@ -302,16 +302,24 @@ impl ClaimRound {
 }
 
 /// The claimable steps of an agent that are due, best claim rank first (one ordered range of
-/// the `steps_claim` index), leaving out the steps in `($4, $5)`, locking each one's job row as
-/// it goes and passing over jobs another transaction holds (`SKIP LOCKED`): claimers never wait
-/// for each other, and the server skips held jobs without a round trip per job.
-const LOCK_CANDIDATES_SQL: &str = "SELECT s.job_id, s.idx FROM steps s \
-     JOIN jobs j ON j.id = s.job_id \
-     WHERE s.claim_agent = $1 AND s.next_attempt_at <= $2 \
-       AND (s.job_id, s.idx) NOT IN ( \
-         SELECT sj, si FROM unnest($4::uuid[], $5::integer[]) AS skipped (sj, si)) \
-     ORDER BY s.claim_rank, s.job_id, s.idx LIMIT $3 \
-     FOR UPDATE OF j SKIP LOCKED";
+/// the `steps_claim` index), leaving out the steps in `($4, $5)`, taking each one's job lock
+/// (`jobs::job_lock_key`, tried, not waited for) as it goes and passing over jobs another
+/// transaction holds: claimers never wait for each other, and the server skips held jobs
+/// without a round trip per job. The lock is tried in the outer query, so only on steps that
+/// passed every other condition, in the walk's order, until the limit: a step left out or not
+/// reached locks nothing. The rows this statement reads may be older than the lock it takes;
+/// the claim reads the jobs again after it (a statement's snapshot of its own, read committed).
+const LOCK_CANDIDATES_SQL: &str = concat!(
+    "SELECT c.job_id, c.idx FROM ( \
+       SELECT s.job_id, s.idx FROM steps s \
+       WHERE s.claim_agent = $1 AND s.next_attempt_at <= $2 \
+         AND (s.job_id, s.idx) NOT IN ( \
+           SELECT sj, si FROM unnest($4::uuid[], $5::integer[]) AS skipped (sj, si)) \
+       ORDER BY s.claim_rank, s.job_id, s.idx OFFSET 0) c \
+     WHERE pg_try_advisory_xact_lock(",
+    super::jobs::job_lock_key!("c.job_id"),
+    ") LIMIT $3"
+);
 
 /// Whether any claimable step of the agent is due, locked or not, leaving out `($3, $4)`.
 const CANDIDATES_SQL: &str = "SELECT 1 FROM steps \

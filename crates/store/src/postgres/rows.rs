@@ -304,11 +304,18 @@ pub(super) async fn load_job(tx: &Transaction<'_>, id: JobId, lock: Lock) -> Res
             " FROM jobs WHERE id = $1 FOR UPDATE"
         ),
     };
-    // Both statements are sent at once. The server runs them in order, so the steps are read
-    // after the job's lock is granted (read committed: a fresh snapshot per statement).
-    let (row, rows) = futures::try_join!(async { query_opt(tx, sql, &[&id.0]).await }, async {
-        query(tx, STEPS_OF_JOB, &[&id.0]).await
-    },)?;
+    // The statements are sent at once. The server runs them in order, so the job and its steps
+    // are read after the job's lock is granted (read committed: a fresh snapshot per statement).
+    let lock = async {
+        if lock == Lock::Update {
+            query(tx, super::jobs::LOCK_ONE_JOB_SQL, &[&id.0]).await?;
+        }
+        Ok(())
+    };
+    let (_, row, rows) =
+        futures::try_join!(lock, async { query_opt(tx, sql, &[&id.0]).await }, async {
+            query(tx, STEPS_OF_JOB, &[&id.0]).await
+        },)?;
     let Some(row) = row else {
         return Ok(None);
     };
@@ -337,7 +344,7 @@ pub(super) const STEPS_OF_JOB: &str = concat!(
     " FROM steps WHERE job_id = $1 ORDER BY idx"
 );
 
-const JOBS_BY_IDS_SQL: &str = concat!(
+pub(super) const JOBS_BY_IDS_SQL: &str = concat!(
     "SELECT j.* FROM unnest($1::uuid[]) AS wanted (id) \
      CROSS JOIN LATERAL (SELECT ",
     job_columns!(),
