@@ -138,9 +138,11 @@ impl Submits {
 pub struct ReportQueue(Batcher<Vec<Report>, Vec<Reported>>);
 
 impl ReportQueue {
-    /// Batches of at most `max` requests.
+    /// Batches of at most `max` reports (a request alone may hold more). On PostgreSQL a batch
+    /// holds one lock per job it reports on until it commits (an advisory lock, in the server's
+    /// shared lock table), so the bound keeps that table's use bounded too.
     pub fn new(max: usize) -> ReportQueue {
-        ReportQueue(Batcher::new(max, COMMIT_SLOTS))
+        ReportQueue(Batcher::weighing(max, COMMIT_SLOTS, Vec::len))
     }
 
     /// Applies one request's reports, possibly in one transaction with other requests' queued
@@ -426,6 +428,26 @@ mod tests {
                 (s.worker.clone().unwrap(), s.lease_id.unwrap())
             })
             .collect()
+    }
+
+    // Proves a batch of report requests is bounded by the reports it holds, not by requests: the
+    // requests queued first go together while their reports fit, the next waits for the next
+    // batch, and a request larger than the bound goes alone. (On PostgreSQL each report's job is
+    // locked in the server's shared lock table until the batch commits.)
+    #[test]
+    fn report_batches_are_bounded_by_their_reports() {
+        let batcher: Batcher<Vec<u32>, ()> = Batcher::weighing(512, 1, Vec::len);
+        let sizes = |batch: Vec<(Vec<u32>, Answer<()>)>| -> Vec<usize> {
+            batch.iter().map(|(item, _)| item.len()).collect()
+        };
+        for n in [300, 200, 100, 1_000, 1] {
+            let (tx, _rx) = oneshot::channel();
+            batcher.lock().push((vec![0; n], tx));
+        }
+        assert_eq!(sizes(batcher.take()), [300, 200]);
+        assert_eq!(sizes(batcher.take()), [100]);
+        assert_eq!(sizes(batcher.take()), [1_000]);
+        assert_eq!(sizes(batcher.take()), [1]);
     }
 
     // Proves a merged claim hands each request its own leases in arrival order, and leaves out a

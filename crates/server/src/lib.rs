@@ -37,8 +37,10 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::Config;
 pub use notify::Notifier;
 
-/// Report requests (single reports or workers' batches) committed together at most.
-const REPORT_REQUESTS_PER_COMMIT: usize = 64;
+/// Reports (of single reports or workers' batches) committed together at most: a drain's
+/// commits hold about a hundred, and on PostgreSQL each report's job is locked until the commit
+/// in the server's shared lock table (README, "PostgreSQL").
+const REPORTS_PER_COMMIT: usize = 512;
 
 /// Leases offered by one claim of merged lease requests at most. Measured on a PostgreSQL drain
 /// (BENCHMARKS.md, twentieth session): claims of 32 side by side drained about 20 % faster than
@@ -164,7 +166,7 @@ impl App {
                     outbound::Policy::new(&config.outbound_allow).unwrap_or_default(),
                 ),
                 submits: coalesce::Submits::new(config.limits.jobs_per_batch),
-                reports: coalesce::ReportQueue::new(REPORT_REQUESTS_PER_COMMIT),
+                reports: coalesce::ReportQueue::new(REPORTS_PER_COMMIT),
                 claims: coalesce::Claims::new(LEASES_PER_MERGED_CLAIM),
                 webhook_secret_configured: !config.configured_webhook_secrets().is_empty(),
                 http_breakers: Mutex::new(HashMap::new()),
