@@ -656,6 +656,30 @@ async fn event_kinds_are_stored_as_their_names() {
     }
 }
 
+/// The first entry numbers of job `id`'s history rows, in order.
+async fn history_rows(raw: &tokio_postgres::Client, id: JobId) -> Vec<i64> {
+    raw.query(
+        "SELECT seq FROM events WHERE job_id = $1 ORDER BY seq",
+        &[&id.0],
+    )
+    .await
+    .expect("rows")
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// The numbers of the entries of job `id`'s history a reader sees (the first ten).
+async fn entry_seqs(store: &PgStore, id: JobId) -> Vec<i64> {
+    let page = EventPage {
+        job: id,
+        after_seq: 0,
+        limit: 10,
+    };
+    let events = store.job_events(page).await.expect("events");
+    events.iter().map(|e| e.seq).collect()
+}
+
 // Proves the history is stored one row per write and that trimming deletes the rows wholly
 // older than the entries kept, not only hides them: with 3 entries kept, a one-step job run to
 // the end (a submit's three entries, a claim's one, logged with the report's two) keeps one row,
@@ -676,29 +700,9 @@ async fn trimming_deletes_whole_history_rows() {
     let raw = overseer_store::pgtest::connect(db.url())
         .await
         .expect("connect");
-    let rows: Vec<i64> = raw
-        .query(
-            "SELECT seq FROM events WHERE job_id = $1 ORDER BY seq",
-            &[&id.0],
-        )
-        .await
-        .expect("rows")
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let rows = history_rows(&raw, id).await;
     assert_eq!(rows, [4], "one row per write, the submit's deleted");
-    let page = EventPage {
-        job: id,
-        after_seq: 0,
-        limit: 10,
-    };
-    let seqs: Vec<i64> = store
-        .job_events(page)
-        .await
-        .expect("events")
-        .iter()
-        .map(|e| e.seq)
-        .collect();
+    let seqs = entry_seqs(&store, id).await;
     assert_eq!(seqs, [4, 5, 6]);
 }
 
@@ -839,33 +843,13 @@ async fn the_trim_counts_the_entries_kept_in_the_job_row() {
         .await
         .expect("job")
         .get(0);
-    let rows: Vec<i64> = raw
-        .query(
-            "SELECT seq FROM events WHERE job_id = $1 ORDER BY seq",
-            &[&id.0],
-        )
-        .await
-        .expect("rows")
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let rows = history_rows(&raw, id).await;
     assert_eq!(
         rows,
         [last],
         "the failure's row is older than the three kept"
     );
-    let page = EventPage {
-        job: id,
-        after_seq: 0,
-        limit: 10,
-    };
-    let seqs: Vec<i64> = store
-        .job_events(page)
-        .await
-        .expect("events")
-        .iter()
-        .map(|e| e.seq)
-        .collect();
+    let seqs = entry_seqs(&store, id).await;
     assert_eq!(seqs, [last, last + 1, last + 2]);
 }
 
