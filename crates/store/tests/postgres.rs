@@ -853,6 +853,91 @@ async fn the_trim_counts_the_entries_kept_in_the_job_row() {
     assert_eq!(seqs, [last, last + 1, last + 2]);
 }
 
+/// Takes job `id`'s lock the way the store does (a transaction-level advisory lock on
+/// `uuid_hash_extended(id, 0)`), in a transaction of `client` left open.
+async fn hold_job_lock(
+    client: &mut tokio_postgres::Client,
+    id: JobId,
+) -> tokio_postgres::Transaction<'_> {
+    let tx = client.transaction().await.expect("begin");
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(uuid_hash_extended($1, 0))",
+        &[&id.0],
+    )
+    .await
+    .expect("lock");
+    tx
+}
+
+/// Whether `write` is still waiting after a while.
+async fn still_waiting<T>(write: &mut tokio::task::JoinHandle<T>) -> bool {
+    tokio::time::timeout(Duration::from_millis(300), write)
+        .await
+        .is_err()
+}
+
+// Proves every writer of a job excludes the others through the job's lock: while another
+// transaction holds it, a claim passes over the job (and leases it once the lock is gone), a
+// batch of reports waits for it, and so does a single-job write (a cancel). (Fails if a claim,
+// a report batch or a single-job write no longer takes the lock: the multi-node tests race
+// claims against claims only.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_held_by_another_transaction_is_passed_over_or_waited_for() {
+    let _ticket = suite::Ticket::new();
+    let (store, db) = fresh().await;
+    let store = Arc::new(store);
+    submit_ok(&store, 1).await;
+    let id = job_id(1);
+    let mut raw = overseer_store::pgtest::connect(db.url())
+        .await
+        .expect("connect");
+
+    let held = hold_job_lock(&mut raw, id).await;
+    let claim = Claim::of_worker("w", "w-1", vec![lease_id(1)], at(10));
+    let claimed = store.steps_claim(claim).await.expect("claim").claimed;
+    assert!(
+        claimed.is_empty(),
+        "a claim passes over a job held elsewhere"
+    );
+    held.commit().await.expect("release");
+    claim_first_at_10(&store).await;
+
+    let held = hold_job_lock(&mut raw, id).await;
+    let reports = overseer_store::Reports {
+        reports: vec![overseer_store::Report {
+            lease_id: lease_id(1),
+            report: overseer_store::LeaseReport::Fail {
+                error: "boom".into(),
+                retryable: true,
+                jitter: 0.0,
+            },
+        }],
+        now: at(20),
+    };
+    let batch = store.clone();
+    let mut report = tokio::spawn(async move { batch.leases_report(reports).await });
+    assert!(
+        still_waiting(&mut report).await,
+        "the report batch waits for the lock"
+    );
+    held.commit().await.expect("release");
+    let out = report.await.expect("join").expect("report");
+    assert!(out[0].is_ok(), "{:?}", out[0]);
+
+    let held = hold_job_lock(&mut raw, id).await;
+    let single = store.clone();
+    let cancel = Apply::new(id, overseer_core::Command::Cancel, at(30));
+    let mut cancel = tokio::spawn(async move { single.job_apply(cancel).await });
+    assert!(
+        still_waiting(&mut cancel).await,
+        "a single-job write waits for the lock"
+    );
+    held.commit().await.expect("release");
+    cancel.await.expect("join").expect("cancel");
+    let job = store.job_get(id).await.expect("get").expect("job");
+    assert_eq!(job.state, JobState::Cancelled);
+}
+
 /// Connections to `db` from Overseer stores (their `application_name`), and how many of them
 /// are listening.
 async fn overseer_connections(client: &tokio_postgres::Client, db: &TestDatabase) -> (i64, i64) {
