@@ -656,6 +656,15 @@ async fn event_kinds_are_stored_as_their_names() {
     }
 }
 
+/// A fresh database and a store on it that keeps the newest 3 entries of each job's history.
+async fn keeping_three() -> (PgStore, TestDatabase) {
+    let db = PgCluster::shared().database().await;
+    let mut options = options(db.url());
+    options.history_per_job = 3;
+    let store = PgStore::open(options).await.expect("open");
+    (store, db)
+}
+
 /// The first entry numbers of job `id`'s history rows, in order.
 async fn history_rows(raw: &tokio_postgres::Client, id: JobId) -> Vec<i64> {
     raw.query(
@@ -689,10 +698,7 @@ async fn entry_seqs(store: &PgStore, id: JobId) -> Vec<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn trimming_deletes_whole_history_rows() {
     let _ticket = suite::Ticket::new();
-    let db = PgCluster::shared().database().await;
-    let mut options = options(db.url());
-    options.history_per_job = 3;
-    let store = PgStore::open(options).await.expect("open");
+    let (store, db) = keeping_three().await;
     submit_ok(&store, 1).await;
     let id = job_id(1);
     claim_first_at_10(&store).await;
@@ -825,10 +831,7 @@ async fn waiting_entries_survive_the_store_and_are_logged_by_the_next_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_trim_counts_the_entries_kept_in_the_job_row() {
     let _ticket = suite::Ticket::new();
-    let db = PgCluster::shared().database().await;
-    let mut options = options(db.url());
-    options.history_per_job = 3;
-    let store = PgStore::open(options).await.expect("open");
+    let (store, db) = keeping_three().await;
     submit_ok(&store, 1).await;
     let id = job_id(1);
     claim_first_at_10(&store).await;

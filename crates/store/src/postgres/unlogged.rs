@@ -232,15 +232,7 @@ pub(super) fn plan<'a>(
                 w.steps.sort_unstable();
                 w.steps.dedup();
                 match stays_in_row(w, keep) {
-                    true => {
-                        kept.in_row.insert(id, w.events.len() as i64);
-                        let job_row = history::more_text(&w.events)?;
-                        w.events.clear();
-                        Waiting {
-                            job_row,
-                            steps: Vec::new(),
-                        }
-                    }
+                    true => leave_in_row(w, &mut kept)?,
                     false => Waiting::default(),
                 }
             }
@@ -256,6 +248,19 @@ pub(super) fn plan<'a>(
         tx.unlogged().note(id, after);
     }
     Ok(kept)
+}
+
+/// Takes every entry of finishing write `w` (its own, after those that waited) out of it into
+/// its job row (see [`stays_in_row`]), counted in `kept.in_row` for the history trim: what the
+/// row keeps waiting once the write commits.
+fn leave_in_row(w: &mut JobWrite<'_>, kept: &mut Kept) -> Res<Waiting> {
+    kept.in_row.insert(w.job.id, w.events.len() as i64);
+    let job_row = history::more_text(&w.events)?;
+    w.events.clear();
+    Ok(Waiting {
+        job_row,
+        steps: Vec::new(),
+    })
 }
 
 /// Takes the entries of a write that only leases work out of it, numbered after `waits`: the
