@@ -142,7 +142,7 @@ CREATE TABLE "steps" (
     attempt_ends_at    INTEGER,
     progress           TEXT,
     progress_at        INTEGER,
-    progress_events    INTEGER NOT NULL DEFAULT 0,
+    progress_events    INTEGER NOT NULL DEFAULT 0, lease_entry_seq INTEGER, lease_entry TEXT,
     PRIMARY KEY (job_id, idx)
 );
 

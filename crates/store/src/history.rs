@@ -9,9 +9,11 @@
 //! `admission_seq`), PostgreSQL until the job's next write logs them (see its `unlogged`
 //! module). Nor does a write that finishes its job with few entries ([`stays_in_row`]): it
 //! leaves them in the job row it writes anyway (SQLite: `ending`, numbered from `ending_seq`;
-//! PostgreSQL: with the entries waiting there). So a one-step job run to the end keeps one
-//! history row on SQLite (its lease's) and none on PostgreSQL, where one entry per row would
-//! make six. Readers see entries, never rows: a backend expands each row with [`expand`].
+//! PostgreSQL: with the entries waiting there). Nor does a claim that only leases work: its
+//! entry is kept in the step row it writes (SQLite, until the step is leased again; PostgreSQL,
+//! until the job's next write logs it). So a one-step job run to the end keeps no history row on
+//! either store, where one entry per row would make six. Readers see entries, never rows: a
+//! backend expands each row with [`expand`].
 //!
 //! What a backend decides here and only turns into SQL: which of a write's entries are stored at
 //! all ([`stored`]), whether a finishing write's entries stay in the job row

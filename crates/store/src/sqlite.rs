@@ -550,11 +550,18 @@ fn persist(
     } else {
         written::last_event_seq(id)
     };
+    // A claim that only leases work keeps its entry in the step row it writes, not a history row.
+    let lease = lease_entry(before, t, last_event_seq)?;
     for &idx in &t.changed_steps {
-        row_writes::rewrite_step(conn, before, &t.job, idx)?;
+        let entry = lease.as_ref().filter(|l| l.0 == idx).map(|l| &l.1);
+        if entry.is_some() && before.steps.get(idx).is_some_and(|s| s.attempt > 0) {
+            // Leased before: that lease's entry, if still kept there, goes to a row first.
+            history::log_lease_entry(conn, &rows::job_id_text(id), idx)?;
+        }
+        row_writes::rewrite_step(conn, before, &t.job, idx, entry)?;
     }
     match last_event_seq {
-        Some(last) if ending => {
+        Some(last) if ending || lease.is_some() => {
             history::trim_events(conn, &rows::job_id_text(id), last, history_per_job)?
         }
         Some(last) => history::append_events(conn, id, &t.events, history_per_job, last)?,
@@ -569,6 +576,40 @@ fn persist(
         None => written::forget(id),
     }
     rows::insert_deliveries(conn, t, now)
+}
+
+/// For a transition that only leases work (`Transition::leases_only`) with one entry, numbered
+/// `last`: the step it leased and the entry to keep in that step's row.
+fn lease_entry(
+    before: &Job,
+    t: &Transition,
+    last: Option<i64>,
+) -> Result<Option<(usize, row_writes::LeaseEntry)>> {
+    let (true, [entry], Some(last)) = (t.leases_only, t.events.as_slice(), last) else {
+        return Ok(None);
+    };
+    let Some(idx) = t
+        .job
+        .steps
+        .iter()
+        .position(|s| Some(&s.name) == entry.step.as_ref())
+    else {
+        return Err(Error::Corrupt(format!(
+            "a lease of job {} names no step",
+            t.job.id
+        )));
+    };
+    debug_assert!(
+        t.changed_steps.contains(&idx),
+        "a lease of a step it does not write"
+    );
+    // `persist` relies on it: a step never leased (attempt 0) keeps no lease's entry.
+    debug_assert_eq!(
+        before.steps.get(idx).map(|s| s.attempt + 1),
+        Some(t.job.steps[idx].attempt),
+        "a lease counts an attempt"
+    );
+    Ok(Some((idx, row_writes::LeaseEntry::of(entry, last)?)))
 }
 
 /// Loads a job, applies a command through the core, and stores the transition.
@@ -1110,6 +1151,13 @@ mod tests {
                         "INSERT INTO leases (lease_id, job_id, step, attempt) \
                          VALUES (?1, ?2, 0, 1)",
                         [format!("retired-{n}"), id.clone()],
+                    )
+                    .db()?;
+                    // A one-step job run to the end has no history row: give it one.
+                    conn.execute(
+                        "INSERT INTO events (job_id, seq, at, kind) \
+                         VALUES (?1, 100, 0, 'job_repaired')",
+                        [id],
                     )
                     .db()?;
                     for (what, delivered) in [("settled", Some(5)), ("due", None)] {

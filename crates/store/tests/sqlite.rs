@@ -423,8 +423,8 @@ async fn bad_rows_are_corrupt_not_panics() {
         rusqlite::params![&id, &admission],
     )
     .expect("restore");
-    // A claim logs its entry in a history row; the report that finishes the job leaves its
-    // entries in the job row (`ending`).
+    // A claim keeps its entry in the step row (`lease_entry`); the report that finishes the job
+    // leaves its entries in the job row (`ending`).
     let claim = overseer_store::Claim::of_worker("w", "w-1", vec![conformance::lease_id(1)], at(1));
     assert_eq!(
         store.steps_claim(claim).await.expect("claim").claimed.len(),
@@ -448,19 +448,37 @@ async fn bad_rows_are_corrupt_not_panics() {
         ["job_submitted", "job_started", "step_ready", "step_leased"]
     );
     assert_eq!(read(&events)[4..], ["step_succeeded", "job_succeeded"]);
-    let (rows, ending_seq, ending): (i64, i64, String) = raw
+    let (rows, lease_seq, ending_seq, ending): (i64, i64, i64, String) = raw
         .query_row(
-            "SELECT (SELECT count(*) FROM events WHERE job_id = ?1), ending_seq, ending \
+            "SELECT (SELECT count(*) FROM events WHERE job_id = ?1), \
+             (SELECT lease_entry_seq FROM steps WHERE job_id = ?1), ending_seq, ending \
              FROM jobs WHERE id = ?1",
             [&id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )
         .expect("rows");
     assert_eq!(
-        (rows, ending_seq),
-        (1, 5),
-        "the report wrote no history row"
+        (rows, lease_seq, ending_seq),
+        (0, 4, 5),
+        "neither the claim nor the report wrote a history row"
     );
+    raw.execute(
+        "UPDATE steps SET lease_entry = json_set(lease_entry, '$[0].kind', 'step_exploded') \
+         WHERE job_id = ?1",
+        [&id],
+    )
+    .expect("vandalise");
+    let events = store.job_events(page).await;
+    assert!(
+        matches!(&events, Err(Error::Corrupt(e)) if e.contains("`step_exploded`")),
+        "the step row's lease entry: {events:?}"
+    );
+    raw.execute(
+        "UPDATE steps SET lease_entry = json_set(lease_entry, '$[0].kind', 'step_leased') \
+         WHERE job_id = ?1",
+        [&id],
+    )
+    .expect("restore");
     raw.execute(
         "UPDATE jobs SET ending = json_set(ending, '$[0].kind', 'step_exploded') WHERE id = ?1",
         [&id],
@@ -476,6 +494,15 @@ async fn bad_rows_are_corrupt_not_panics() {
         rusqlite::params![&id, &ending],
     )
     .expect("restore");
+
+    // A history row, as a retry's claim leaves one (see the test below), is corrupt likewise.
+    raw.execute(
+        "INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
+         VALUES (?1, 7, 3, 'job_repaired', NULL, NULL, NULL, NULL)",
+        [&id],
+    )
+    .expect("a row");
+    assert_eq!(read(&store.job_events(page).await).len(), 7);
     for vandal in [
         "UPDATE events SET more = '[{\"at\": 1, \"kind\": \"step_exploded\"}]' WHERE job_id = ?1",
         "UPDATE events SET more = NULL, kind = 'step_exploded' WHERE job_id = ?1",

@@ -94,6 +94,7 @@ macro_rules! conformance_tests {
             run_at_jobs_come_due_and_activate,
             history_keeps_the_newest_events,
             history_reads_the_same_before_and_after_later_writes,
+            a_step_leased_again_keeps_every_lease_in_its_history,
             cancel_settles_steps_and_refuses_late_results,
             unknown_ids_and_event_paging,
             jobs_active_pages_through_unfinished_jobs,

@@ -34,8 +34,8 @@
 //! A claim and a heartbeat never decode the entries of the job row: they only carry its text.
 //!
 //! A crash loses nothing: an entry is in a committed row until the write that logs it commits.
-//! SQLite logs every entry at once, but for the admission's, which its job row keeps for good; both
-//! read the same.
+//! SQLite numbers every entry when it is written and keeps the admission's and a first lease's
+//! in the rows those writes make (see its `history` module); both read the same.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

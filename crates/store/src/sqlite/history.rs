@@ -1,11 +1,19 @@
 //! A job's history on SQLite: one row per write, not per entry (see `crate::history` for the
-//! row's shape), but for two writes whose entries the job row keeps: the admission's
-//! (`admission`, numbered from `admission_seq`: a submit writes no history row), the job's first
-//! entries, and those of the write that finished the job, when they are few (`ending`, numbered
-//! from `ending_seq`; see `history::stays_in_row`), its last entries until an operator's action
-//! writes the finished job again. Readers see entries, never rows: [`load_events`] merges both
-//! lists with the expanded rows in order, and trimming keeps exactly the newest entries,
-//! rewriting the row (or the list) that straddles the cut ([`trim_events`]).
+//! row's shape), but for three writes whose entries a row they write anyway keeps:
+//! - the admission's, in the job row (`admission`, numbered from `admission_seq`: a submit writes
+//!   no history row), the job's first entries;
+//! - a claim's that only leases work (`Transition::leases_only`: its one entry is `step_leased`),
+//!   in the step row (`lease_entry`, numbered `lease_entry_seq`), until the step is leased again,
+//!   when [`log_lease_entry`] moves it to a history row of its own first;
+//! - the write's that finished the job, when they are few (`ending`, numbered from `ending_seq`;
+//!   see `history::stays_in_row`), in the job row: its last entries until an operator's action
+//!   writes the finished job again.
+//!
+//! So a one-step job run to the end writes no history row. Entries are numbered when written,
+//! whichever row keeps them, so a row never holds two entries apart. Readers see entries, never
+//! rows: [`load_events`] merges the kept entries with the expanded rows in order, and trimming
+//! keeps exactly the newest entries, rewriting the row (or the list) that straddles the cut and
+//! clearing the step rows' entries it cuts ([`trim_events`]).
 
 use overseer_core::{Event, JobId, NewEvent, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -27,6 +35,10 @@ pub(super) const NEWEST_SEQ_SQL: &str = "SELECT seq + COALESCE(json_array_length
 /// The time of a job's newest entry, from its newest row (`NULL` without history).
 pub(super) const NEWEST_AT_SQL: &str = "SELECT COALESCE(json_extract(more, '$[#-1].at'), at) \
      FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1";
+
+/// The number of a job's newest entry kept in its step rows (`NULL` without).
+pub(super) const NEWEST_LEASE_SEQ_SQL: &str =
+    "SELECT MAX(lease_entry_seq) FROM steps WHERE job_id = ?1";
 
 const ROW_COLUMNS: &str = "seq, at, kind, step, attempt, detail, more";
 
@@ -86,6 +98,13 @@ pub(super) fn trim_events(conn: &Connection, id_text: &str, last: i64, keep: usi
     }
     let cut = last - keep;
     trim_in_row(conn, id_text, cut)?;
+    conn.prepare_cached(
+        "UPDATE steps SET lease_entry_seq = NULL, lease_entry = NULL \
+         WHERE job_id = ?1 AND lease_entry_seq <= ?2",
+    )
+    .db()?
+    .execute(params![id_text, cut])
+    .db()?;
     conn.prepare_cached(
         "DELETE FROM events WHERE job_id = ?1 AND seq <= ?2 \
          AND seq + COALESCE(json_array_length(more), 0) <= ?2",
@@ -204,6 +223,45 @@ fn trim_in_row(conn: &Connection, id_text: &str, cut: i64) -> Result<()> {
     Ok(())
 }
 
+/// Moves the entry a claim kept in step `idx`'s row (see `row_writes::LeaseEntry`), if any, to a
+/// history row of its own under its number: the step is being leased again, and its row is about
+/// to keep the new lease's entry instead.
+pub(super) fn log_lease_entry(conn: &Connection, id_text: &str, idx: usize) -> Result<()> {
+    let kept: Option<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT lease_entry_seq, lease_entry FROM steps \
+             WHERE job_id = ?1 AND idx = ?2 AND lease_entry IS NOT NULL",
+        )
+        .db()?
+        .query_row(params![id_text, idx as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .db()?;
+    let Some((seq, text)) = kept else {
+        return Ok(());
+    };
+    let entries = history::more_entries(&text)?;
+    let mut insert = conn.prepare_cached(INSERT_EVENT_SQL).db()?;
+    insert_events(&mut insert, id_text, seq, &entries)
+}
+
+/// The entries claims kept in job `id_text`'s step rows, numbered after `after_seq`.
+fn lease_entries(conn: &Connection, id_text: &str, after_seq: i64) -> Result<Vec<Event>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT lease_entry_seq, lease_entry FROM steps \
+             WHERE job_id = ?1 AND lease_entry_seq > ?2",
+        )
+        .db()?;
+    let mut rows = stmt.query(params![id_text, after_seq]).db()?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().db()? {
+        let seq: i64 = row.get(0).db()?;
+        let text: String = row.get(1).db()?;
+        out.extend(history::numbered_from(seq, history::more_entries(&text)?));
+    }
+    Ok(out)
+}
+
 /// The entries of one history row, numbered.
 fn entries(row: &Row<'_>) -> Result<Vec<Event>> {
     let kind: String = row.get(2).db()?;
@@ -226,8 +284,8 @@ fn entries(row: &Row<'_>) -> Result<Vec<Event>> {
 /// Up to `limit` entries of job `id` numbered after `after_seq`, oldest first: the admission's
 /// entries kept in the job row, then from the history row that holds entry `after_seq + 1` on
 /// (the newest row starting at or before `after_seq`, whose later entries may follow it), with
-/// the finishing write's entries kept in the job row merged in by number (they are the newest,
-/// but for rows an operator's action appended after them).
+/// the entries kept in the step rows and the finishing write's kept in the job row merged in by
+/// number (the last are the newest, but for rows an operator's action appended after them).
 pub(super) fn load_events(
     conn: &Connection,
     id: JobId,
@@ -262,9 +320,11 @@ pub(super) fn load_events(
         }
     }
     // The rows read hold every entry numbered below those of the rows not read, so the
-    // finishing write's entries merged in leave the first `limit` the right ones.
-    if !in_row.ending.is_empty() {
+    // entries kept in the job's other rows merged in leave the first `limit` the right ones.
+    let leases = lease_entries(conn, &id, after_seq)?;
+    if !in_row.ending.is_empty() || !leases.is_empty() {
         out.extend(in_row.ending.into_iter().filter(|e| e.seq > after_seq));
+        out.extend(leases);
         out.sort_by_key(|e| e.seq);
     }
     out.truncate(limit);

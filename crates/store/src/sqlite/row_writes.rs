@@ -332,6 +332,30 @@ pub(super) fn update_job(
     Ok(())
 }
 
+/// The entry of a claim that only leases work, kept in the step row it writes instead of a
+/// history row (see `super::history`): its number and its `more` text (a list of one).
+pub(super) struct LeaseEntry {
+    seq: i64,
+    text: String,
+}
+
+impl LeaseEntry {
+    /// Entry `entry`, numbered `seq`.
+    pub(super) fn of(entry: &NewEvent, seq: i64) -> Result<LeaseEntry> {
+        let text = crate::history::more_text(std::slice::from_ref(entry))?
+            .ok_or_else(|| corrupt("steps.lease_entry", "a lease with no entry"))?;
+        Ok(LeaseEntry { seq, text })
+    }
+
+    /// The values its two columns are set to, after the `UPDATE`'s others.
+    fn values(&self) -> [ToSqlOutput<'_>; 2] {
+        [
+            ToSqlOutput::Owned(SqlValue::Integer(self.seq)),
+            ToSqlOutput::Borrowed(rusqlite::types::ValueRef::Text(self.text.as_bytes())),
+        ]
+    }
+}
+
 /// Inserts or overwrites one step row from the job as it now stands.
 pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()> {
     let mut upsert = conn.prepare_cached(step_upsert_sql()).db()?;
@@ -350,31 +374,47 @@ pub(super) fn insert_step(
     Ok(())
 }
 
-/// Writes back what the transition from `before` changed in step `idx`: a plain `UPDATE` of
-/// the changed columns only (see [`set_items`]), nothing when none changed. A step `before` did
-/// not have, or a row that is missing (never left by the writer), is written whole.
-pub(super) fn rewrite_step(conn: &Connection, before: &Job, job: &Job, idx: usize) -> Result<()> {
-    if idx >= before.steps.len() {
-        return write_step(conn, job, idx);
+/// Writes back what the transition from `before` changed in step `idx`, with the entry of a
+/// claim that only leases work (`entry`): a plain `UPDATE` of the changed columns only (see
+/// [`set_items`]), nothing when none changed. A step `before` did not have, or a row that is
+/// missing (never left by the writer), is written whole.
+pub(super) fn rewrite_step(
+    conn: &Connection,
+    before: &Job,
+    job: &Job,
+    idx: usize,
+    entry: Option<&LeaseEntry>,
+) -> Result<()> {
+    if idx < before.steps.len() {
+        let same = Same::of(before, job, idx);
+        let updated = with_step_values(before, idx, &same, |old| {
+            with_step_values(job, idx, &same, |new| {
+                update_step(conn, job, idx, old, new, entry)
+            })
+        })?;
+        if updated {
+            return Ok(());
+        }
     }
-    let same = Same::of(before, job, idx);
-    let updated = with_step_values(before, idx, &same, |old| {
-        with_step_values(job, idx, &same, |new| update_step(conn, job, idx, old, new))
-    })?;
-    if !updated {
-        write_step(conn, job, idx)?;
+    write_step(conn, job, idx)?;
+    match entry {
+        Some(entry) => update_step(conn, job, idx, &[], &[], Some(entry)).map(|_| ()),
+        None => Ok(()),
     }
-    Ok(())
 }
 
+/// The position in an `UPDATE`'s cache key that marks a step update writing a [`LeaseEntry`].
+const LEASE_ENTRY_KEY: usize = 63;
+
 /// The `UPDATE` of [`rewrite_step`], given both versions' values (borrowed, compared in place:
-/// only what changed is bound). False when the row is missing.
+/// only what changed is bound) and the lease's entry to keep. False when the row is missing.
 fn update_step(
     conn: &Connection,
     job: &Job,
     idx: usize,
     old: &[ToSqlOutput<'_>],
     new: &[ToSqlOutput<'_>],
+    entry: Option<&LeaseEntry>,
 ) -> Result<bool> {
     let changed = changed_positions(old, new);
     debug_assert!(
@@ -383,24 +423,37 @@ fn update_step(
             .any(|&c| matches!(STEP_WRITE_COLUMNS[c], "job_id" | "idx")),
         "a step's key never changes"
     );
-    if changed.is_empty() {
+    if changed.is_empty() && entry.is_none() {
         return Ok(true);
     }
-    let sql = update_sql(UpdateOf::Step, &changed, || {
+    let mut key = changed.clone();
+    if entry.is_some() {
+        // A bit of the cache key of its own: no column position reaches it.
+        key.push(LEASE_ENTRY_KEY);
+    }
+    let sql = update_sql(UpdateOf::Step, &key, || {
+        let mut set = set_items(&STEP_WRITE_COLUMNS, &changed, 3);
+        if entry.is_some() {
+            let n = 3 + changed.len();
+            set.push(format!("lease_entry_seq = ?{n}, lease_entry = ?{}", n + 1));
+        }
         format!(
             "UPDATE steps SET {} WHERE job_id = ?1 AND idx = ?2",
-            set_items(&STEP_WRITE_COLUMNS, &changed, 3).join(", ")
+            set.join(", ")
         )
     });
     let key = [
         ToSqlOutput::Owned(SqlValue::Text(job_id_text(job.id))),
         ToSqlOutput::Owned(SqlValue::Integer(idx as i64)),
     ];
+    let entry = entry.map(LeaseEntry::values);
     let updated = conn
         .prepare_cached(&sql)
         .db()?
         .execute(rusqlite::params_from_iter(
-            key.iter().chain(changed.iter().map(|&c| &new[c])),
+            key.iter()
+                .chain(changed.iter().map(|&c| &new[c]))
+                .chain(entry.iter().flatten()),
         ))
         .db()?;
     Ok(updated > 0)

@@ -18,7 +18,7 @@ use overseer_core::{
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use super::history::{NEWEST_AT_SQL, NEWEST_SEQ_SQL};
+use super::history::{NEWEST_AT_SQL, NEWEST_LEASE_SEQ_SQL, NEWEST_SEQ_SQL};
 use crate::{Delivery, DeliveryCounts, DeliveryOutcome, DeliveryRecord, Error, LeaseRef, Result};
 
 /// Turns a rusqlite error into a store error: decoding trouble is corruption, the rest is the
@@ -128,6 +128,22 @@ const STEP_COLUMNS: &str = "idx, name, agent, payload, depends_on, timeout_ms, m
      next_attempt_at, result, last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
      comp_budget_from, backoff_formula, http, deadline_ms, attempt_ends_at, progress, progress_at, \
      progress_events";
+
+/// How many columns [`STEP_COLUMNS`] names: a read that asks for more finds them after these.
+const STEP_COLUMN_COUNT: usize = column_count(STEP_COLUMNS);
+
+/// The number of columns in a comma-separated list.
+const fn column_count(list: &str) -> usize {
+    let bytes = list.as_bytes();
+    let (mut i, mut n) = (0, 1);
+    while i < bytes.len() {
+        if bytes[i] == b',' {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
 
 fn formula_from_column(text: Option<String>) -> Result<Formula> {
     match text {
@@ -292,8 +308,8 @@ pub(super) fn load_shared(conn: &Connection, id: JobId) -> Result<Option<Rc<Job>
 pub(super) fn last_event_seq(conn: &Connection, id: JobId) -> Result<i64> {
     let stored = || -> Result<i64> {
         conn.prepare_cached(&format!(
-            "SELECT MAX(last_event_seq, COALESCE(({NEWEST_SEQ_SQL}), 0)) \
-                 FROM jobs WHERE id = ?1"
+            "SELECT MAX(last_event_seq, COALESCE(({NEWEST_SEQ_SQL}), 0), \
+                 COALESCE(({NEWEST_LEASE_SEQ_SQL}), 0)) FROM jobs WHERE id = ?1"
         ))
         .db()?
         .query_row([job_id_text(id)], |r| r.get(0))
@@ -317,8 +333,9 @@ pub(super) fn last_event_seq(conn: &Connection, id: JobId) -> Result<i64> {
 /// Reads and decodes a job and its steps from the database (see [`load_job`]), with the job's
 /// `last_event_seq`. The row's `last_event_seq` and `updated_at` are as of the last write of the
 /// row: a transition that changed nothing else appended history entries without writing it
-/// (see `row_writes::update_job`). So both are taken from the newest entry when it is newer
-/// (trimming always keeps it).
+/// (see `row_writes::update_job`), and a claim that only leased work kept its entry in the step
+/// row. So both are taken from the newest entry, of the history rows or the step rows, when it
+/// is newer (trimming always keeps it).
 fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
     let id_text = job_id_text(id);
     let mut stmt = conn
@@ -333,30 +350,36 @@ fn read_job(conn: &Connection, id: JobId) -> Result<Option<(Job, i64)>> {
     };
     let mut job = job_from_row(row)?;
     let n = row.as_ref().column_count();
-    let stored_seq: i64 = row.get(n - 3).db()?;
-    let newest: Option<(i64, i64)> = match (row.get(n - 2).db()?, row.get(n - 1).db()?) {
-        (Some(seq), Some(at)) => Some((seq, at)),
-        _ => None,
-    };
+    let mut last_event_seq: i64 = row.get(n - 3).db()?;
+    let mut newest = newest_entry(row, n - 2)?;
     drop(rows);
-    let last_event_seq = match newest {
-        Some((seq, at)) => {
-            job.updated_at = job.updated_at.max(Timestamp::from_millis(at));
-            stored_seq.max(seq)
-        }
-        None => stored_seq,
-    };
     let mut stmt = conn
         .prepare_cached(&format!(
-            "SELECT {STEP_COLUMNS} FROM steps WHERE job_id = ?1 ORDER BY idx"
+            "SELECT {STEP_COLUMNS}, lease_entry_seq, lease_entry ->> '$[0].at' \
+             FROM steps WHERE job_id = ?1 ORDER BY idx"
         ))
         .db()?;
     let mut rows = stmt.query([&id_text]).db()?;
+    let mut steps_newest = None;
     while let Some(row) = rows.next().db()? {
         let (idx, step) = step_from_row(row)?;
         crate::decide::push_step(&mut job, idx, step)?;
+        steps_newest = steps_newest.max(newest_entry(row, STEP_COLUMN_COUNT)?);
+    }
+    newest = newest.max(steps_newest);
+    if let Some((seq, at)) = newest {
+        job.updated_at = job.updated_at.max(Timestamp::from_millis(at));
+        last_event_seq = last_event_seq.max(seq);
     }
     Ok(Some((crate::decide::loaded(job)?, last_event_seq)))
+}
+
+/// The number and time of an entry read as two columns from `first` on, `None` when absent.
+fn newest_entry(row: &rusqlite::Row<'_>, first: usize) -> Result<Option<(i64, i64)>> {
+    match (row.get(first).db()?, row.get(first + 1).db()?) {
+        (Some(seq), Some(at)) => Ok(Some((seq, at))),
+        _ => Ok(None),
+    }
 }
 
 /// Keeps a lease taken off its step (see [`crate::decide::retired_leases`]).

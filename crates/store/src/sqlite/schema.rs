@@ -33,4 +33,5 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0022_one_lease_index.sql"),
     include_str!("../../migrations/sqlite/0023_admission_in_job_row.sql"),
     include_str!("../../migrations/sqlite/0024_ending_in_job_row.sql"),
+    include_str!("../../migrations/sqlite/0025_lease_entry_in_step_row.sql"),
 ];

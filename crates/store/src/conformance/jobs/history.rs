@@ -206,3 +206,56 @@ pub async fn history_reads_the_same_before_and_after_later_writes(f: &Fixture) {
     assert_eq!(last.len(), keep);
     assert_eq!(last.last().map(|e| e.kind), Some(EventKind::JobSucceeded));
 }
+
+// Proves every lease of a step stays in its history when the step is leased again: a step
+// retried once, failed for good, and run again in a whole-job retry's second round reads, after
+// each write, as every earlier read said (numbers without gaps, the job dated by its newest
+// entry), with one `step_leased` per attempt in order. (A store may keep a first lease's entry in
+// the step row it wrote: the retry's claim retires that lease and logs its own entry, while the
+// new round's claim, with no lease to retire, must move the first entry before keeping its own.)
+pub async fn a_step_leased_again_keeps_every_lease_in_its_history(f: &Fixture) {
+    let store = &*f.store;
+    let id = job_id(1);
+    let spec = spec(
+        json!({"on_failure": "compensate_and_retry", "job_attempts": 2,
+        "job_backoff": {"initial": "1ms", "factor": 1, "max": "1ms"},
+        "steps": [{"name": "s", "agent": "w", "max_attempts": 2,
+            "backoff": {"initial": "1ms", "factor": 1, "max": "1ms"}}]}),
+    );
+    submit(store, admitted(id, &spec, at(0))).await;
+    let mut seen = all_events(store, id).await;
+    for attempt in 1..=3u32 {
+        let t = i64::from(attempt) * 100;
+        let claimed = claim(store, "w", 1, u128::from(attempt), at(t)).await;
+        assert_eq!(claimed.len(), 1, "attempt {attempt} leased");
+        let report = match attempt {
+            3 => complete(0, attempt, json!("done")),
+            _ => Command::Fail {
+                step: 0,
+                attempt,
+                error: format!("failure {attempt}"),
+                retryable: true,
+                jitter: 0.0,
+            },
+        };
+        for (here, write) in [("claim", None), ("report", Some(report))] {
+            let when = t + i64::from(write.is_some());
+            if let Some(command) = write {
+                apply(store, id, command, at(when)).await;
+            }
+            let now = all_events(store, id).await;
+            let here = format!("after attempt {attempt}'s {here}");
+            consistent(&seen, &now, &here);
+            assert_eq!(get(store, id).await.updated_at, at(when), "dated {here}");
+            seen = now;
+        }
+    }
+    let leases: Vec<Option<u32>> = seen
+        .iter()
+        .filter(|e| e.kind == EventKind::StepLeased)
+        .map(|e| e.attempt)
+        .collect();
+    assert_eq!(leases, [Some(1), Some(2), Some(3)]);
+    assert!(seen.iter().any(|e| e.kind == EventKind::JobRoundStarted));
+    assert_eq!(seen.last().map(|e| e.kind), Some(EventKind::JobSucceeded));
+}
