@@ -266,11 +266,12 @@ impl Ending {
 /// write (`ending`), in one statement. A changed
 /// priority also moves the steps' copies of it (and their claim ranks).
 ///
-/// A transition that changed no field but the time (a claim, a step finished and its dependants
-/// readied, progress recorded as an event) leaves the row alone: the history entries it appends
-/// carry both the time and the newest sequence number, and reading a job takes them from there
-/// when they are newer than the row's (see `rows::read_job`). For a one-step job that is one row
-/// write fewer per step, and most of a DAG's.
+/// A transition that changed no field but the time (a step finished and its dependants readied,
+/// progress recorded as an event) leaves the row alone: the history entries it appends carry
+/// both the time and the newest sequence number, and reading a job takes them from there when
+/// they are newer than the row's (see `rows::read_job`). For a one-step job that is one row
+/// write fewer per step, and most of a DAG's. A claim that only leases work is not even compared
+/// here (see `persist`).
 pub(super) fn update_job(
     conn: &Connection,
     before: &Job,
