@@ -22,7 +22,7 @@
 
 use std::borrow::Borrow;
 
-use overseer_core::{Event, NewEvent, Timestamp};
+use overseer_core::{Event, Job, NewEvent, Timestamp};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -48,6 +48,20 @@ const IN_ROW_MAX: usize = 16;
 /// history's limit, so a trim never cuts into them at that write).
 pub(crate) fn stays_in_row(entries: usize, keep: usize) -> bool {
     entries > 0 && entries <= keep.min(IN_ROW_MAX)
+}
+
+/// The step of `job` that lease entry `entry` names: where a store keeps the entry of a claim
+/// that only leases work (`Transition::leases_only`), in that step's row.
+pub(crate) fn leased_step(job: &Job, entry: &NewEvent) -> Result<usize> {
+    job.steps
+        .iter()
+        .position(|s| Some(&s.name) == entry.step.as_ref())
+        .ok_or_else(|| {
+            Error::Corrupt(format!(
+                "transition: a lease of job {} names no step",
+                job.id
+            ))
+        })
 }
 
 /// An entry after a row's first, as `more` keeps it.

@@ -596,17 +596,7 @@ fn lease_entry(
     let (true, [entry], Some(last)) = (t.leases_only, t.events.as_slice(), last) else {
         return Ok(None);
     };
-    let Some(idx) = t
-        .job
-        .steps
-        .iter()
-        .position(|s| Some(&s.name) == entry.step.as_ref())
-    else {
-        return Err(Error::Corrupt(format!(
-            "a lease of job {} names no step",
-            t.job.id
-        )));
-    };
+    let idx = crate::history::leased_step(&t.job, entry)?;
     debug_assert!(
         t.changed_steps.contains(&idx),
         "a lease of a step it does not write"

@@ -42,7 +42,6 @@ use std::sync::Mutex;
 
 use overseer_core::{Job, JobId, NewEvent, Transition};
 
-use super::rows::corrupt;
 use super::tx::Transaction;
 use super::Res;
 use crate::history;
@@ -269,17 +268,7 @@ fn defer(w: &mut JobWrite<'_>, waits: &[Unlogged]) -> Res<Vec<Unlogged>> {
     let first = waits.iter().map(|u| u.n).max().unwrap_or(0) + 1;
     let mut out = Vec::with_capacity(w.events.len());
     for (n, e) in (first..).zip(w.events.drain(..)) {
-        let step = w
-            .job
-            .steps
-            .iter()
-            .position(|s| Some(&s.name) == e.step.as_ref())
-            .ok_or_else(|| {
-                corrupt(
-                    "transition",
-                    format!("a lease of job {} names no step", w.job.id),
-                )
-            })?;
+        let step = history::leased_step(w.job, e)?;
         debug_assert!(
             w.steps.contains(&step),
             "a lease of a step it does not write"
