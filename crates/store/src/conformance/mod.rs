@@ -119,6 +119,7 @@ macro_rules! conformance_tests {
             ordering_key_runs_one_job_at_a_time,
             blocked_head_holds_only_its_key,
             ordering_key_keeps_submission_order,
+            a_batch_is_numbered_in_its_order,
             every_way_a_head_finishes_starts_the_next,
         );
         $crate::conformance_tests!(@noun leases:

@@ -175,6 +175,38 @@ pub async fn ordering_key_keeps_submission_order(f: &Fixture) {
     assert_eq!((done.head, done.waiting), (None, 0));
 }
 
+// Proves a batch's jobs are numbered in the batch's order, whatever their ids: a key's 24 jobs
+// submitted in one batch with falling ids each head the key in turn, in a batch without
+// idempotency keys and in one with them (PostgreSQL inserts each with its own statement).
+pub async fn a_batch_is_numbered_in_its_order(f: &Fixture) {
+    let store = &*f.store;
+    for (round, key) in [(1u64, "plain"), (2, "idem")] {
+        let order: Vec<JobId> = (1..=24).rev().map(|n| job_id(round * 100 + n)).collect();
+        let batch = order
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let mut body = json!({"ordering_key": key, "steps": [{"name": "s", "agent": key}]});
+                if key == "idem" {
+                    body["idempotency_key"] = json!(format!("{key}-{i}"));
+                }
+                admitted(id, &spec(body), at(0))
+            })
+            .collect();
+        store.jobs_submit(batch).await.expect("submit");
+        for (i, &id) in order.iter().enumerate() {
+            let status = store.ordering_key_status(key).await.expect("status");
+            assert_eq!(
+                status.head.as_ref().map(|j| j.id),
+                Some(id),
+                "{key}: turn {i}"
+            );
+            let now = at(1_000 * (i as i64 + 1));
+            run_to_success(store, id, key, u128::from(round) * 1_000 + i as u128, now).await;
+        }
+    }
+}
+
 // Proves the next job of a key starts in the transaction that finishes the head, whichever way
 // it finishes (a fatal failure, a cancel), and that a next job whose `run_at` is still ahead is
 // left pending for the timer instead.

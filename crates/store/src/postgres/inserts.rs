@@ -3,6 +3,7 @@
 //! to be logged), then the steps and labels of the new ones together. A batch of a thousand one-step jobs costs two round trips, not a thousand.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use super::tx::Transaction;
 use overseer_core::backoff::Formula;
@@ -14,34 +15,43 @@ use super::writes::StepColumns;
 use super::{jobs, unlogged, Res};
 use crate::{history, NewJob};
 
+/// The columns of a job row, in the order of their arrays (`$1` to `$25`).
+const JOB_ROW_COLUMNS: &str = "id, idempotency_key, fingerprint, labels, priority, run_at, \
+    ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
+    finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, \
+    deadline_due, round, job_retry, rerun_of, rerun_by, unlogged_entries";
+
+/// The types of the arrays of [`JOB_ROW_COLUMNS`].
+const JOB_ROW_TYPES: [&str; 25] = [
+    "uuid", "text", "text", "text", "integer", "bigint", "text", "text", "text", "text", "text",
+    "bigint", "bigint", "bigint", "text", "bigint", "bigint", "text", "bigint", "bigint", "bigint",
+    "text", "uuid", "uuid", "text",
+];
+
 /// The job rows of a batch, inserted in batch order (so submission sequence numbers follow it),
-/// with `$conflict` (empty, or what a taken key does), answering each row's id and `seq`.
-macro_rules! insert_jobs_sql {
-    ($conflict:literal) => {
-        concat!(
-            "INSERT INTO jobs (id, idempotency_key, fingerprint, labels, priority, run_at, \
-           ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
-           finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, \
-           deadline_due, round, job_retry, rerun_of, rerun_by, unlogged_entries) \
-         SELECT id, idempotency_key, fingerprint, labels, priority, run_at, ordering_key, \
-           callback_url, on_failure, state, desired_state, created_at, updated_at, finished_at, \
-           blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, deadline_due, \
-           round, job_retry, rerun_of, rerun_by, unlogged_entries \
-         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[], \
-           $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
-           $12::bigint[], $13::bigint[], $14::bigint[], $15::text[], $16::bigint[], \
-           $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], \
-           $22::text[], $23::uuid[], $24::uuid[], $25::text[]) \
-           WITH ORDINALITY AS v (id, idempotency_key, fingerprint, labels, priority, run_at, \
-             ordering_key, callback_url, on_failure, state, desired_state, created_at, \
-             updated_at, finished_at, blocked_reason, last_event_seq, retention_ms, \
-             submitted_by, deadline, deadline_due, round, job_retry, rerun_of, rerun_by, \
-             unlogged_entries, n) \
-         ORDER BY n ",
-            $conflict,
-            " RETURNING id, seq"
-        )
-    };
+/// with `conflict` (what a taken key does), answering each row's id and `seq`. The rows come
+/// from [`zipped_rows`], which yields them in array order.
+fn insert_jobs_sql(conflict: &str) -> String {
+    format!(
+        "INSERT INTO jobs ({JOB_ROW_COLUMNS}) {} {conflict} RETURNING id, seq",
+        zipped_rows(&JOB_ROW_TYPES)
+    )
+}
+
+/// `SELECT unnest($1::t1[]), unnest($2::t2[]), …`: rows sent as one array per column, zipped.
+///
+/// Unnested in the select list, the rows stream into the insert in array order. The same arrays
+/// unnested in `FROM` are a function scan, which first copies every row into a tuple store (and
+/// `WITH ORDINALITY … ORDER BY` then sorted them again): those copies were about a fifth of
+/// PostgreSQL's time in a batch submit's profile (BENCHMARKS.md, forty-third session). The
+/// select list's functions run in lockstep; every array here has one element per row.
+pub(super) fn zipped_rows(types: &[&str]) -> String {
+    let columns: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("unnest(${}::{t}[])", i + 1))
+        .collect();
+    format!("SELECT {}", columns.join(", "))
 }
 
 /// Inserts the job rows of a batch, in batch order, leaving out those whose idempotency key is
@@ -63,11 +73,15 @@ pub(super) async fn insert_job_rows(
     for new in jobs {
         c.push(&new.transition.job, &new.transition.events, keep)?;
     }
+    static PLAIN: OnceLock<String> = OnceLock::new();
+    static KEYED: OnceLock<String> = OnceLock::new();
     let sql = match c.idempotency_key.iter().any(Option::is_some) {
-        true => insert_jobs_sql!(
-            "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-        ),
-        false => insert_jobs_sql!(""),
+        true => KEYED.get_or_init(|| {
+            insert_jobs_sql(
+                "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
+            )
+        }),
+        false => PLAIN.get_or_init(|| insert_jobs_sql("")),
     };
     let rows = query(
         tx,
@@ -209,26 +223,33 @@ async fn insert_steps(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
     }
     let mut params = run.params();
     params.extend(def.params());
-    rows::execute(tx, INSERT_STEPS_SQL, &params).await?;
+    rows::execute(tx, insert_steps_sql(), &params).await?;
     Ok(())
 }
 
 /// The run-time columns in `StepColumns::params` order, then the definition columns.
-const INSERT_STEPS_SQL: &str = "\
-INSERT INTO steps (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
-  started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, budget_from, \
-  comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, lease_agent, \
-  claim_rank, attempt_ends_at, progress, progress_at, name, agent, payload, depends_on, \
-  timeout_ms, max_attempts, backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, \
-  created_at, backoff_formula, http, deadline_ms, progress_events) \
-SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], \
-  $6::bigint[], $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], \
-  $12::bigint[], $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], \
-  $18::bigint[], $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
-  $24::bigint[], $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], \
-  $30::text[], $31::bigint[], $32::bigint[], $33::bigint[], $34::double precision[], \
-  $35::bigint[], $36::text[], $37::bigint[], $38::text[], $39::text[], $40::bigint[], \
-  $41::boolean[])";
+fn insert_steps_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "INSERT INTO steps (job_id, idx, priority, state, attempt, failures, lease_id, worker, \
+             ready_at, started_at, finished_at, lease_expires_at, next_attempt_at, result, \
+             last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
+             comp_budget_from, claim_agent, lease_agent, claim_rank, attempt_ends_at, progress, \
+             progress_at, name, agent, payload, depends_on, timeout_ms, max_attempts, \
+             backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, created_at, \
+             backoff_formula, http, deadline_ms, progress_events) {}",
+            zipped_rows(&[
+                "uuid", "integer", "integer", "text", "bigint", "bigint", "uuid", "text",
+                "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "bigint",
+                "text", "bigint", "bigint", "bigint", "text", "text", "bigint", "bigint", "text",
+                "bigint", "text", "text", "text", "text", "bigint", "bigint", "bigint",
+                "double precision", "bigint", "text", "bigint", "text", "text", "bigint",
+                "boolean",
+            ])
+        )
+    })
+}
 
 /// What admission fixed about each step, column by column.
 #[derive(Default)]
@@ -322,13 +343,14 @@ async fn insert_labels(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
     if ids.is_empty() {
         return Ok(());
     }
-    rows::execute(
-        tx,
-        "INSERT INTO job_labels (job_id, key, value) \
-         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[])",
-        &[&ids, &keys, &values],
-    )
-    .await?;
+    static SQL: OnceLock<String> = OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        format!(
+            "INSERT INTO job_labels (job_id, key, value) {}",
+            zipped_rows(&["uuid", "text", "text"])
+        )
+    });
+    rows::execute(tx, sql, &[&ids, &keys, &values]).await?;
     Ok(())
 }
 
