@@ -10,7 +10,7 @@ use overseer_core::backoff::Formula;
 use overseer_core::{Job, JobId, NewEvent};
 use uuid::Uuid;
 
-use super::rows::{self, corrupt, get, json_text, ms, query, text};
+use super::rows::{self, corrupt, get, json_text, ms, query, text, zipped_rows};
 use super::writes::StepColumns;
 use super::{jobs, unlogged, Res};
 use crate::{history, NewJob};
@@ -36,22 +36,6 @@ fn insert_jobs_sql(conflict: &str) -> String {
         "INSERT INTO jobs ({JOB_ROW_COLUMNS}) {} {conflict} RETURNING id, seq",
         zipped_rows(&JOB_ROW_TYPES)
     )
-}
-
-/// `SELECT unnest($1::t1[]), unnest($2::t2[]), …`: rows sent as one array per column, zipped.
-///
-/// Unnested in the select list, the rows stream into the insert in array order. The same arrays
-/// unnested in `FROM` are a function scan, which first copies every row into a tuple store (and
-/// `WITH ORDINALITY … ORDER BY` then sorted them again): those copies were about a fifth of
-/// PostgreSQL's time in a batch submit's profile (BENCHMARKS.md, forty-third session). The
-/// select list's functions run in lockstep; every array here has one element per row.
-pub(super) fn zipped_rows(types: &[&str]) -> String {
-    let columns: Vec<String> = types
-        .iter()
-        .enumerate()
-        .map(|(i, t)| format!("unnest(${}::{t}[])", i + 1))
-        .collect();
-    format!("SELECT {}", columns.join(", "))
 }
 
 /// Inserts the job rows of a batch, in batch order, leaving out those whose idempotency key is

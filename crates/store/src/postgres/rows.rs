@@ -33,6 +33,37 @@ pub(super) async fn query(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) 
     Ok(tx.in_turn(sql, send).await?)
 }
 
+/// `SELECT unnest($1::t1[]), unnest($2::t2[]), …`: rows sent as one array per column, zipped,
+/// for an insert (see [`zipped`]).
+pub(super) fn zipped_rows(types: &[&str]) -> String {
+    let columns: Vec<(usize, &str, &str)> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i + 1, *t, ""))
+        .collect();
+    zipped(&columns)
+}
+
+/// `SELECT unnest($n::type[]) AS name, …` for each `(n, type, name)` (no alias where the name
+/// is empty): rows sent as one array per column, zipped.
+///
+/// Unnested in the select list, the rows stream to whatever takes them, in array order. The
+/// same arrays unnested in `FROM` are a function scan, which first copies every row into a
+/// tuple store (and an insert's `WITH ORDINALITY … ORDER BY` then sorted them again): those
+/// copies were about a fifth of PostgreSQL's time in a batch submit's profile (BENCHMARKS.md,
+/// forty-third session). The select list's functions run in lockstep; every array of one
+/// statement has one element per row.
+pub(super) fn zipped(columns: &[(usize, &str, &str)]) -> String {
+    let columns: Vec<String> = columns
+        .iter()
+        .map(|(n, ty, name)| match name.is_empty() {
+            true => format!("unnest(${n}::{ty}[])"),
+            false => format!("unnest(${n}::{ty}[]) AS {name}"),
+        })
+        .collect();
+    format!("SELECT {}", columns.join(", "))
+}
+
 /// Looks up `ids` with `one` (a plain `$1`) when there is a single id, else with `many` (the ids
 /// as one array). A connection keeps the generic plan of the one-id statement; the array form
 /// is planned on every call (see `load_jobs`).

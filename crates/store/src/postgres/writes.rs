@@ -14,6 +14,7 @@
 
 use super::tx::Transaction;
 use std::borrow::Borrow;
+use std::sync::OnceLock;
 
 use overseer_core::{CompPhase, Job, LeaseId, NewEvent, Timestamp, Transition};
 use tokio_postgres::types::ToSql;
@@ -90,7 +91,7 @@ async fn write_jobs(
     // the statement planned as a key lookup; see `WRITE_ONE_JOB_SQL`.
     let sql = match jobs.id.len() {
         1 => WRITE_ONE_JOB_SQL,
-        _ => WRITE_JOBS_SQL,
+        _ => write_jobs_sql(),
     };
     let row = query_one(
         tx,
@@ -149,13 +150,37 @@ fn all_written(table: &str, written: u64, wanted: usize) -> Res<()> {
 /// a few pages), a plan kept as the table grows: measured, every claim and report of a
 /// 2,000-job run scanned `jobs`, and PostgreSQL's idle start latency grew by 1.5 ms. The id
 /// list gives the planner the primary key to walk whatever the statistics say.
-const WRITE_JOBS_SQL: &str = "\
-WITH v AS ( \
-  SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::text[], $5::text[], \
-                       $6::bigint[], $7::bigint[], $8::text[], $9::bigint[], $18::bigint[], \
-                       $19::bigint[], $21::text[], $22::bigint[]) \
-    AS v (id, priority, run_at, state, desired_state, updated_at, finished_at, blocked_reason, \
-          n_events, deadline_due, round, unlogged_entries, in_row)), \
+fn write_jobs_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let job_values = rows::zipped(&[
+            (1, "uuid", "id"),
+            (2, "integer", "priority"),
+            (3, "bigint", "run_at"),
+            (4, "text", "state"),
+            (5, "text", "desired_state"),
+            (6, "bigint", "updated_at"),
+            (7, "bigint", "finished_at"),
+            (8, "text", "blocked_reason"),
+            (9, "bigint", "n_events"),
+            (18, "bigint", "deadline_due"),
+            (19, "bigint", "round"),
+            (21, "text", "unlogged_entries"),
+            (22, "bigint", "in_row"),
+        ]);
+        let event_values = rows::zipped(&[
+            (10, "uuid", "job_id"),
+            (11, "bigint", "pos"),
+            (12, "bigint", "at"),
+            (13, "text", "kind"),
+            (14, "text", "step"),
+            (15, "bigint", "attempt"),
+            (16, "text", "detail"),
+            (20, "text", "more"),
+        ]);
+        format!(
+            "\
+WITH v AS ({job_values}), \
 j AS ( \
   UPDATE jobs SET priority = v.priority, run_at = v.run_at, state = v.state, \
     desired_state = v.desired_state, updated_at = v.updated_at, finished_at = v.finished_at, \
@@ -168,9 +193,7 @@ e AS ( \
   INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
   SELECT e.job_id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail, \
     e.more \
-  FROM unnest($10::uuid[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], \
-              $15::bigint[], $16::text[], $20::text[]) \
-    AS e (job_id, pos, at, kind, step, attempt, detail, more) \
+  FROM ({event_values}) e \
   JOIN j ON j.id = e.job_id), \
 t AS ( \
   DELETE FROM events WHERE events.job_id = ANY($1::uuid[]) AND ctid = ANY(ARRAY( \
@@ -180,9 +203,12 @@ t AS ( \
           <= j.newest - $17::bigint \
       OFFSET 0) o \
     WHERE j.n_new > 0 AND j.newest > $17::bigint))) \
-SELECT count(*) FROM j";
+SELECT count(*) FROM j"
+        )
+    })
+}
 
-/// [`WRITE_JOBS_SQL`] for a batch of one job, with the same parameters: the row's values are
+/// [`write_jobs_sql`] for a batch of one job, with the same parameters: the row's values are
 /// taken out of their arrays (`$1[1]`), so the update and the history trim are planned as
 /// primary-key lookups even on an empty table, where the set-based statement's cached plan
 /// scans `jobs` and `events` whole.
@@ -320,7 +346,7 @@ async fn write_steps(
     }
     let sql = match c.job_id.len() {
         1 => WRITE_ONE_STEP_SQL,
-        _ => WRITE_STEPS_SQL,
+        _ => write_steps_sql(),
     };
     let mut params = c.params();
     params.push(&waiting);
@@ -364,7 +390,40 @@ impl StepColumns<'_> {
     }
 }
 
-const WRITE_STEPS_SQL: &str = "\
+fn write_steps_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let step_values = rows::zipped(&[
+            (1, "uuid", "job_id"),
+            (2, "integer", "idx"),
+            (3, "integer", "priority"),
+            (4, "text", "state"),
+            (5, "bigint", "attempt"),
+            (6, "bigint", "failures"),
+            (7, "uuid", "lease_id"),
+            (8, "text", "worker"),
+            (9, "bigint", "ready_at"),
+            (10, "bigint", "started_at"),
+            (11, "bigint", "finished_at"),
+            (12, "bigint", "lease_expires_at"),
+            (13, "bigint", "next_attempt_at"),
+            (14, "text", "result"),
+            (15, "text", "last_error"),
+            (16, "bigint", "budget_from"),
+            (17, "text", "comp_phase"),
+            (18, "bigint", "comp_attempts"),
+            (19, "bigint", "comp_failures"),
+            (20, "bigint", "comp_budget_from"),
+            (21, "text", "claim_agent"),
+            (22, "text", "lease_agent"),
+            (23, "bigint", "claim_rank"),
+            (24, "bigint", "attempt_ends_at"),
+            (25, "text", "progress"),
+            (26, "bigint", "progress_at"),
+            (27, "text", "unlogged_entry"),
+        ]);
+        format!(
+            "\
 UPDATE steps SET priority = v.priority, state = v.state, attempt = v.attempt, \
   failures = v.failures, lease_id = v.lease_id, worker = v.worker, ready_at = v.ready_at, \
   started_at = v.started_at, finished_at = v.finished_at, lease_expires_at = v.lease_expires_at, \
@@ -374,18 +433,13 @@ UPDATE steps SET priority = v.priority, state = v.state, attempt = v.attempt, \
   claim_agent = v.claim_agent, lease_agent = v.lease_agent, claim_rank = v.claim_rank, \
   attempt_ends_at = v.attempt_ends_at, progress = v.progress, progress_at = v.progress_at, \
   unlogged_entry = v.unlogged_entry \
-FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[], $6::bigint[], \
-            $7::uuid[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], \
-            $13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[], $18::bigint[], \
-            $19::bigint[], $20::bigint[], $21::text[], $22::text[], $23::bigint[], \
-            $24::bigint[], $25::text[], $26::bigint[], $27::text[]) \
-  AS v (job_id, idx, priority, state, attempt, failures, lease_id, worker, ready_at, \
-        started_at, finished_at, lease_expires_at, next_attempt_at, result, last_error, \
-        budget_from, comp_phase, comp_attempts, comp_failures, comp_budget_from, claim_agent, \
-        lease_agent, claim_rank, attempt_ends_at, progress, progress_at, unlogged_entry) \
-WHERE steps.job_id = v.job_id AND steps.idx = v.idx AND steps.job_id = ANY($1::uuid[])";
+FROM ({step_values}) v \
+WHERE steps.job_id = v.job_id AND steps.idx = v.idx AND steps.job_id = ANY($1::uuid[])"
+        )
+    })
+}
 
-/// [`WRITE_STEPS_SQL`] for a batch of one step, with the same parameters taken out of their
+/// [`write_steps_sql`] for a batch of one step, with the same parameters taken out of their
 /// arrays: planned as a primary-key update whatever the table's statistics say (see
 /// [`WRITE_ONE_JOB_SQL`]).
 const WRITE_ONE_STEP_SQL: &str = "\
@@ -403,7 +457,7 @@ UPDATE steps SET priority = ($3::integer[])[1], state = ($4::text[])[1], \
   progress_at = ($26::bigint[])[1], unlogged_entry = ($27::text[])[1] \
 WHERE job_id = ($1::uuid[])[1] AND idx = ($2::integer[])[1]";
 
-/// The run-time columns of step rows, column by column (in `WRITE_STEPS_SQL`'s order).
+/// The run-time columns of step rows, column by column (in `write_steps_sql`'s order).
 #[derive(Default)]
 pub(super) struct StepColumns<'a> {
     job_id: Vec<Uuid>,
@@ -565,7 +619,10 @@ mod tests {
             .batch_execute(super::super::WRITE_BEGIN_SQL)
             .await
             .expect("begin");
-        for (name, sql, params) in [("job", WRITE_JOBS_SQL, 22), ("step", WRITE_STEPS_SQL, 27)] {
+        for (name, sql, params) in [
+            ("job", write_jobs_sql(), 22),
+            ("step", write_steps_sql(), 27),
+        ] {
             let plan = generic_plan(&client, sql, params).await;
             assert!(
                 !plan.contains("Seq Scan"),
