@@ -88,9 +88,9 @@ async fn write_jobs(
     // The newest entry always stays (`history::stored`).
     let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
     // One job (a claim or a report of one step, the common case when work trickles in) takes
-    // the statement planned as a key lookup; see `WRITE_ONE_JOB_SQL`.
+    // the statement planned as a key lookup; see `write_one_job_sql`.
     let sql = match jobs.id.len() {
-        1 => WRITE_ONE_JOB_SQL,
+        1 => write_one_job_sql(),
         _ => write_jobs_sql(),
     };
     let row = query_one(
@@ -143,6 +143,18 @@ fn all_written(table: &str, written: u64, wanted: usize) -> Res<()> {
     }
 }
 
+/// The parameters of a write's new history rows (for the jobs in `$1`), one array per column.
+const EVENT_VALUES: [(usize, &str, &str); 8] = [
+    (10, "uuid", "job_id"),
+    (11, "bigint", "pos"),
+    (12, "bigint", "at"),
+    (13, "text", "kind"),
+    (14, "text", "step"),
+    (15, "bigint", "attempt"),
+    (16, "text", "detail"),
+    (20, "text", "more"),
+];
+
 /// The batch's job rows, their new events and the history trim, in one statement. Each target
 /// table is also filtered by `= ANY($1)` over the ids: the join with the `unnest` alone is
 /// planned, once a pooled connection caches a generic plan, as a hash join over a sequential
@@ -168,16 +180,7 @@ fn write_jobs_sql() -> &'static str {
             (21, "text", "unlogged_entries"),
             (22, "bigint", "in_row"),
         ]);
-        let event_values = rows::zipped(&[
-            (10, "uuid", "job_id"),
-            (11, "bigint", "pos"),
-            (12, "bigint", "at"),
-            (13, "text", "kind"),
-            (14, "text", "step"),
-            (15, "bigint", "attempt"),
-            (16, "text", "detail"),
-            (20, "text", "more"),
-        ]);
+        let event_values = rows::zipped(&EVENT_VALUES);
         format!(
             "\
 WITH v AS ({job_values}), \
@@ -212,7 +215,12 @@ SELECT count(*) FROM j"
 /// taken out of their arrays (`$1[1]`), so the update and the history trim are planned as
 /// primary-key lookups even on an empty table, where the set-based statement's cached plan
 /// scans `jobs` and `events` whole.
-const WRITE_ONE_JOB_SQL: &str = "\
+fn write_one_job_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let event_values = rows::zipped(&EVENT_VALUES);
+        format!(
+            "\
 WITH j AS ( \
   UPDATE jobs SET priority = ($2::integer[])[1], run_at = ($3::bigint[])[1], \
     state = ($4::text[])[1], desired_state = ($5::text[])[1], \
@@ -225,9 +233,7 @@ WITH j AS ( \
 e AS ( \
   INSERT INTO events (job_id, seq, at, kind, step, attempt, detail, more) \
   SELECT j.id, j.last - j.n_events + e.pos, e.at, e.kind, e.step, e.attempt, e.detail, e.more \
-  FROM unnest($10::uuid[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], \
-              $15::bigint[], $16::text[], $20::text[]) \
-    AS e (job_id, pos, at, kind, step, attempt, detail, more) \
+  FROM ({event_values}) e \
   CROSS JOIN j), \
 t AS ( \
   DELETE FROM events WHERE job_id = ($1::uuid[])[1] \
@@ -235,7 +241,10 @@ t AS ( \
     AND seq <= (SELECT last FROM j) + ($22::bigint[])[1] - $17::bigint \
     AND seq + COALESCE(json_array_length(more::json), 0) \
       <= (SELECT last FROM j) + ($22::bigint[])[1] - $17::bigint) \
-SELECT count(*) FROM j";
+SELECT count(*) FROM j"
+        )
+    })
+}
 
 /// The job rows of a batch, column by column.
 #[derive(Default)]
@@ -441,7 +450,7 @@ WHERE steps.job_id = v.job_id AND steps.idx = v.idx AND steps.job_id = ANY($1::u
 
 /// [`write_steps_sql`] for a batch of one step, with the same parameters taken out of their
 /// arrays: planned as a primary-key update whatever the table's statistics say (see
-/// [`WRITE_ONE_JOB_SQL`]).
+/// [`write_one_job_sql`]).
 const WRITE_ONE_STEP_SQL: &str = "\
 UPDATE steps SET priority = ($3::integer[])[1], state = ($4::text[])[1], \
   attempt = ($5::bigint[])[1], failures = ($6::bigint[])[1], \
@@ -546,13 +555,14 @@ async fn insert_retired_leases(tx: &Transaction<'_>, transitions: &[&Transition]
         .map(|l| idx_param(l.step))
         .collect::<Res<Vec<i32>>>()?;
     let attempts: Vec<i64> = leases.iter().map(|l| i64::from(l.attempt)).collect();
-    rows::execute(
-        tx,
-        "INSERT INTO leases (lease_id, job_id, step, attempt) \
-         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::integer[], $4::bigint[])",
-        &[&ids, &jobs, &steps, &attempts],
-    )
-    .await?;
+    static SQL: OnceLock<String> = OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        format!(
+            "INSERT INTO leases (lease_id, job_id, step, attempt) {}",
+            rows::zipped_rows(&["uuid", "uuid", "integer", "bigint"])
+        )
+    });
+    rows::execute(tx, sql, &[&ids, &jobs, &steps, &attempts]).await?;
     Ok(())
 }
 
@@ -643,7 +653,7 @@ mod tests {
         let store = PgStore::open(PgOptions::new(db.url())).await.expect("open");
         let client = crate::pgtest::connect(db.url()).await.expect("connect");
         for (name, sql, params) in [
-            ("job", WRITE_ONE_JOB_SQL, 22),
+            ("job", write_one_job_sql(), 22),
             ("step", WRITE_ONE_STEP_SQL, 27),
         ] {
             let plan = generic_plan(&client, sql, params).await;
