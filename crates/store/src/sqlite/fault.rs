@@ -134,10 +134,10 @@ mod tests {
         let spec: JobSpec = serde_json::from_value(spec).expect("spec");
         let id = JobId(Uuid::now_v7());
         let admitted = admit(Job::from_spec(id, &spec, t(0)), t(0));
-        let new = crate::NewJob {
-            transition: admitted,
-        };
-        crate::sqlite::jobs::submit_jobs(&conn, vec![new], HISTORY).expect("insert");
+        let seq = crate::sqlite::insert::reserve_seqs(&conn, 1).expect("seq");
+        crate::sqlite::insert::NewRows::prepare(&conn)
+            .and_then(|mut rows| rows.insert(&admitted.job, seq, &admitted.events, HISTORY))
+            .expect("insert");
         (conn, id)
     }
 

@@ -11,12 +11,12 @@
 
 use std::sync::OnceLock;
 
-use rusqlite::types::Value as SqlValue;
-use rusqlite::{params, params_from_iter, CachedStatement, Connection};
+use overseer_core::{Job, NewEvent};
+use rusqlite::{params, CachedStatement, Connection};
 
-use super::row_writes::{insert_step_sql, placeholders, step_values, update_then_read};
+use super::row_writes::{insert_step, insert_step_sql, placeholders, update_then_read};
 use super::rows::{corrupt, job_id_text, ms, retry_text, DbResult, JOB_COLUMNS};
-use crate::{history, NewJob, Result};
+use crate::{history, Result};
 
 /// Takes `n` submission sequence numbers at once and answers the first: each is greater than
 /// every number taken before it (see schema V3). Numbers left unused (a job found by its
@@ -53,49 +53,6 @@ struct Admission {
     text: Option<String>,
 }
 
-/// A new job with what its rows hold that takes more than binding a field: its id as text, its
-/// labels and first history entries as JSON, its steps' column values, and the copy the
-/// writer's cache keeps. A submit
-/// makes these on the submitting thread ([`Encoded::of`]), before the batch reaches the writer,
-/// which then only binds them.
-pub(super) struct Encoded {
-    pub(super) new: NewJob,
-    id: String,
-    labels: String,
-    retry: Option<String>,
-    /// The number of history entries the row counts (all of the admission's).
-    counted: i64,
-    admission: Admission,
-    /// Each step's row, in `STEP_WRITE_COLUMNS`' order.
-    steps: Vec<Vec<SqlValue>>,
-    cached: super::written::Copy,
-}
-
-impl Encoded {
-    /// Encodes `new`, whose row keeps at most `keep` of its admission's history entries.
-    pub(super) fn of(new: NewJob, keep: usize) -> Result<Encoded> {
-        let job = &new.transition.job;
-        let events = &new.transition.events;
-        let counted = i64::try_from(events.len()).map_err(|e| corrupt("jobs.last_event_seq", e))?;
-        let (admission, first) = history::stored(events, keep);
-        Ok(Encoded {
-            id: job_id_text(job.id),
-            labels: serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?,
-            retry: retry_text(job)?,
-            counted,
-            admission: Admission {
-                seq: first,
-                text: history::more_text(admission)?,
-            },
-            steps: (0..job.steps.len())
-                .map(|idx| step_values(job, idx))
-                .collect::<Result<_>>()?,
-            cached: super::written::Copy::of(job),
-            new,
-        })
-    }
-}
-
 /// The statements new jobs are inserted with, taken from the statement cache once per submit
 /// rather than once per row: a lookup hashes the statement's text, and a batch of 1,000
 /// one-step jobs made 5,000 of them (6 % of the writer's time in a batch submit's profile).
@@ -116,36 +73,47 @@ impl<'c> NewRows<'c> {
         })
     }
 
-    /// Inserts a new job (made ready by [`Encoded::of`]) with submission number `seq` (from
-    /// [`reserve_seqs`]): its row, already counting its first history entries and keeping them
-    /// (so appending them updates no counter), its labels and its steps.
-    pub(super) fn insert(&mut self, encoded: Encoded, seq: i64) -> Result<NewJob> {
-        self.insert_job(&encoded, seq)?;
-        let job = &encoded.new.transition.job;
+    /// Inserts a new job with submission number `seq` (from [`reserve_seqs`]), its labels, its
+    /// steps and its first history entries, keeping at most `keep` of them: the row already
+    /// counts them, so appending them updates no counter.
+    pub(super) fn insert(
+        &mut self,
+        job: &Job,
+        seq: i64,
+        events: &[NewEvent],
+        keep: usize,
+    ) -> Result<()> {
+        let id = job_id_text(job.id);
+        let counted = i64::try_from(events.len()).map_err(|e| corrupt("jobs.last_event_seq", e))?;
+        // The admission's entries stay in the job row: a submit writes no history row.
+        let (admission, first) = history::stored(events, keep);
+        let admission = Admission {
+            seq: first,
+            text: history::more_text(admission)?,
+        };
+        self.insert_job(&id, job, seq, counted, &admission)?;
         for (k, v) in &job.labels {
-            self.label.execute(params![encoded.id, k, v]).db()?;
+            self.label.execute(params![id, k, v]).db()?;
         }
-        for values in &encoded.steps {
-            self.step.execute(params_from_iter(values)).db()?;
+        for idx in 0..job.steps.len() {
+            insert_step(&mut self.step, job, idx)?;
         }
         // Most jobs are claimed soon after they are submitted: the claim finds this one here
         // instead of reading and decoding its rows.
-        super::written::remember_copy(encoded.cached, encoded.counted);
-        Ok(encoded.new)
+        super::written::remember(job, counted);
+        Ok(())
     }
 
-    /// Inserts the job's own row with submission number `seq`.
-    fn insert_job(&mut self, encoded: &Encoded, seq: i64) -> Result<()> {
-        let Encoded {
-            new,
-            id,
-            labels,
-            retry,
-            counted,
-            admission,
-            ..
-        } = encoded;
-        let job = &new.transition.job;
+    /// Inserts the job's own row, counting `events` history entries, with its `admission`.
+    fn insert_job(
+        &mut self,
+        id: &str,
+        job: &Job,
+        seq: i64,
+        events: i64,
+        admission: &Admission,
+    ) -> Result<()> {
+        let labels = serde_json::to_string(&job.labels).map_err(|e| corrupt("jobs.labels", e))?;
         self.job
             .execute(params![
                 id,
@@ -167,12 +135,12 @@ impl<'c> NewRows<'c> {
                 job.submitted_by,
                 ms(job.deadline),
                 job.round,
-                retry,
+                retry_text(job)?,
                 job.rerun_of.map(job_id_text),
                 job.rerun_by.map(job_id_text),
                 seq,
                 ms(job.deadline_due()),
-                counted,
+                events,
                 admission.text.as_ref().map(|_| admission.seq),
                 admission.text,
             ])

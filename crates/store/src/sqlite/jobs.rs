@@ -23,12 +23,7 @@ impl Jobs for SqliteStore {
             return Ok(Vec::new());
         }
         let history = self.inner.history_per_job;
-        // Encoded here, off the writer, which then only binds (see `insert::Encoded`).
-        let jobs = jobs
-            .into_iter()
-            .map(|new| insert::Encoded::of(new, history))
-            .collect::<Result<Vec<_>>>()?;
-        self.write(move |conn| submit_encoded(conn, jobs, history))
+        self.write(move |conn| submit_jobs(conn, jobs, history))
             .await
     }
 
@@ -161,28 +156,14 @@ pub(super) fn submit_jobs(
     jobs: Vec<NewJob>,
     history_per_job: usize,
 ) -> Result<Vec<Submitted>> {
-    let jobs = jobs
-        .into_iter()
-        .map(|new| insert::Encoded::of(new, history_per_job))
-        .collect::<Result<Vec<_>>>()?;
-    submit_encoded(conn, jobs, history_per_job)
-}
-
-/// [`submit_jobs`] for jobs already encoded ([`insert::Encoded::of`], with the same
-/// `history_per_job`).
-fn submit_encoded(
-    conn: &Connection,
-    jobs: Vec<insert::Encoded>,
-    history_per_job: usize,
-) -> Result<Vec<Submitted>> {
     let mut out = Vec::with_capacity(jobs.len());
     let first_seq = insert::reserve_seqs(conn, jobs.len())?;
     let mut find = conn
         .prepare_cached("SELECT id, fingerprint FROM jobs WHERE idempotency_key = ?1")
         .db()?;
     let mut new_rows = insert::NewRows::prepare(conn)?;
-    for (index, encoded) in jobs.into_iter().enumerate() {
-        let job = &encoded.new.transition.job;
+    for (index, new) in jobs.into_iter().enumerate() {
+        let job = &new.transition.job;
         if let Some(key) = &job.idempotency_key {
             // Earlier jobs of this batch are already inserted in this transaction, so a
             // duplicate key inside the batch is found here just like one from an earlier call.
@@ -201,9 +182,9 @@ fn submit_encoded(
             }
         }
         let seq = first_seq + index as i64;
-        let new = new_rows.insert(encoded, seq)?;
+        new_rows.insert(job, seq, &new.transition.events, history_per_job)?;
         // An admission has no command time of its own: the job was last updated by it.
-        rows::insert_deliveries(conn, &new.transition, new.transition.job.updated_at)?;
+        rows::insert_deliveries(conn, &new.transition, job.updated_at)?;
         // A keyed job heading its key starts in this same transaction.
         let t = ordering::admit_keyed(conn, new.transition, seq, history_per_job)?;
         out.push(Submitted::Created(t));

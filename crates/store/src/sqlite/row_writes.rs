@@ -173,17 +173,10 @@ fn job_values(job: &Job) -> Result<Vec<SqlValue>> {
 
 /// A value as SQLite stores it, for comparing a row before and after a transition.
 fn sql_value(v: impl rusqlite::ToSql) -> Result<SqlValue> {
+    use rusqlite::types::ToSqlOutput;
     match v.to_sql().db()? {
+        ToSqlOutput::Borrowed(r) => Ok(r.into()),
         ToSqlOutput::Owned(v) => Ok(v),
-        other => owned(&other),
-    }
-}
-
-/// `v` as an owned value.
-fn owned(v: &ToSqlOutput<'_>) -> Result<SqlValue> {
-    match v {
-        ToSqlOutput::Borrowed(r) => Ok((*r).into()),
-        ToSqlOutput::Owned(v) => Ok(v.clone()),
         other => Err(corrupt(
             "a row value",
             format!("{other:?} is not a plain value"),
@@ -371,19 +364,15 @@ pub(super) fn write_step(conn: &Connection, job: &Job, idx: usize) -> Result<()>
 }
 
 /// Runs `insert` (a statement of [`STEP_WRITE_COLUMNS`]' placeholders) for step `idx` of `job`.
-fn insert_step(insert: &mut rusqlite::Statement<'_>, job: &Job, idx: usize) -> Result<()> {
+pub(super) fn insert_step(
+    insert: &mut rusqlite::Statement<'_>,
+    job: &Job,
+    idx: usize,
+) -> Result<()> {
     with_step_values(job, idx, &Same::NONE, |values| {
         insert.execute(rusqlite::params_from_iter(values)).db()
     })?;
     Ok(())
-}
-
-/// The values of step `idx` of `job` in [`STEP_WRITE_COLUMNS`]' order, owned, so that they can
-/// be made on another thread than the one that binds them (see `insert::Encoded`).
-pub(super) fn step_values(job: &Job, idx: usize) -> Result<Vec<SqlValue>> {
-    with_step_values(job, idx, &Same::NONE, |values| {
-        values.iter().map(owned).collect()
-    })
 }
 
 /// Writes back what the transition from `before` changed in step `idx`, with the entry of a
@@ -638,11 +627,8 @@ mod tests {
         let id = JobId(Uuid::now_v7());
         let admitted = admit(Job::from_spec(id, &spec, t(0)), t(0));
         let seq = insert::reserve_seqs(&conn, 1).expect("seq");
-        let new = crate::NewJob {
-            transition: admitted.clone(),
-        };
         insert::NewRows::prepare(&conn)
-            .and_then(|mut rows| rows.insert(insert::Encoded::of(new, 100)?, seq))
+            .and_then(|mut rows| rows.insert(&admitted.job, seq, &admitted.events, 100))
             .expect("insert");
         let texts = |conn: &Connection| -> Vec<(String, String, Option<String>)> {
             let mut stmt = conn

@@ -4,8 +4,7 @@
 //!
 //! The writer is the only connection that changes jobs and steps, so what it last wrote is what
 //! the database holds, as long as every change goes through here:
-//! - `persist` stores each transition's job ([`remember`]), and a submit each new job (a
-//!   [`Copy`] made before the batch reached the writer, [`remember_copy`]);
+//! - `persist` stores each transition's job ([`remember`]), and a submit each new job;
 //! - a write that changes rows without a transition (removal, retention, a rerun's link, the
 //!   fault injection's partial write) drops the jobs it changed ([`forget`]);
 //! - a write rolled back (a failed operation's savepoint, a batch that did not commit) drops
@@ -206,35 +205,6 @@ pub(super) fn lease(lease_id: LeaseId) -> Option<LeaseRef> {
 /// transaction).
 pub(super) fn remember(job: &Job, last_event_seq: i64) {
     change(|c| c.insert(job.id, Entry::of(job, last_event_seq)));
-}
-
-/// A copy of a job for the cache, made (with its size) on another thread, so that the writer
-/// only stores it: a submit makes one per new job before its batch reaches the writer.
-pub(super) struct Copy {
-    job: Job,
-    bytes: usize,
-}
-
-impl Copy {
-    pub(super) fn of(job: &Job) -> Copy {
-        Copy {
-            job: job.clone(),
-            bytes: size_of(job),
-        }
-    }
-}
-
-/// Keeps `copy` and its `last_event_seq`: the job as the database now holds it (in the open
-/// transaction).
-pub(super) fn remember_copy(copy: Copy, last_event_seq: i64) {
-    change(|c| {
-        let entry = Entry {
-            job: Rc::new(copy.job),
-            last_event_seq,
-            bytes: copy.bytes,
-        };
-        c.insert(entry.job.id, entry);
-    });
 }
 
 /// Keeps `job`, just read from the database with its `last_event_seq`, without copying it.
