@@ -10,31 +10,46 @@ use overseer_core::backoff::Formula;
 use overseer_core::{Job, JobId, NewEvent};
 use uuid::Uuid;
 
-use super::rows::{self, corrupt, get, json_text, ms, query, text, zipped_rows};
+use super::rows::{self, corrupt, get, json_text, ms, query, text, zipped_insert};
 use super::writes::StepColumns;
 use super::{jobs, unlogged, Res};
 use crate::{history, NewJob};
 
-/// The columns of a job row, in the order of their arrays (`$1` to `$25`).
-const JOB_ROW_COLUMNS: &str = "id, idempotency_key, fingerprint, labels, priority, run_at, \
-    ordering_key, callback_url, on_failure, state, desired_state, created_at, updated_at, \
-    finished_at, blocked_reason, last_event_seq, retention_ms, submitted_by, deadline, \
-    deadline_due, round, job_retry, rerun_of, rerun_by, unlogged_entries";
-
-/// The types of the arrays of [`JOB_ROW_COLUMNS`].
-const JOB_ROW_TYPES: [&str; 25] = [
-    "uuid", "text", "text", "text", "integer", "bigint", "text", "text", "text", "text", "text",
-    "bigint", "bigint", "bigint", "text", "bigint", "bigint", "text", "bigint", "bigint", "bigint",
-    "text", "uuid", "uuid", "text",
+/// A job row's columns and their arrays' types, in the order of the arrays (`$1` to `$25`).
+const JOB_ROW_COLUMNS: [(&str, &str); 25] = [
+    ("id", "uuid"),
+    ("idempotency_key", "text"),
+    ("fingerprint", "text"),
+    ("labels", "text"),
+    ("priority", "integer"),
+    ("run_at", "bigint"),
+    ("ordering_key", "text"),
+    ("callback_url", "text"),
+    ("on_failure", "text"),
+    ("state", "text"),
+    ("desired_state", "text"),
+    ("created_at", "bigint"),
+    ("updated_at", "bigint"),
+    ("finished_at", "bigint"),
+    ("blocked_reason", "text"),
+    ("last_event_seq", "bigint"),
+    ("retention_ms", "bigint"),
+    ("submitted_by", "text"),
+    ("deadline", "bigint"),
+    ("deadline_due", "bigint"),
+    ("round", "bigint"),
+    ("job_retry", "text"),
+    ("rerun_of", "uuid"),
+    ("rerun_by", "uuid"),
+    ("unlogged_entries", "text"),
 ];
 
 /// The job rows of a batch, inserted in batch order (so submission sequence numbers follow it),
-/// with `conflict` (what a taken key does), answering each row's id and `seq`. The rows come
-/// from [`zipped_rows`], which yields them in array order.
+/// with `conflict` (what a taken key does), answering each row's id and `seq`.
 fn insert_jobs_sql(conflict: &str) -> String {
     format!(
-        "INSERT INTO jobs ({JOB_ROW_COLUMNS}) {} {conflict} RETURNING id, seq",
-        zipped_rows(&JOB_ROW_TYPES)
+        "{} {conflict} RETURNING id, seq",
+        zipped_insert("jobs", &JOB_ROW_COLUMNS)
     )
 }
 
@@ -215,22 +230,51 @@ async fn insert_steps(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
 fn insert_steps_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
-        format!(
-            "INSERT INTO steps (job_id, idx, priority, state, attempt, failures, lease_id, worker, \
-             ready_at, started_at, finished_at, lease_expires_at, next_attempt_at, result, \
-             last_error, budget_from, comp_phase, comp_attempts, comp_failures, \
-             comp_budget_from, claim_agent, lease_agent, claim_rank, attempt_ends_at, progress, \
-             progress_at, name, agent, payload, depends_on, timeout_ms, max_attempts, \
-             backoff_initial_ms, backoff_factor, backoff_max_ms, compensate, created_at, \
-             backoff_formula, http, deadline_ms, progress_events) {}",
-            zipped_rows(&[
-                "uuid", "integer", "integer", "text", "bigint", "bigint", "uuid", "text",
-                "bigint", "bigint", "bigint", "bigint", "bigint", "text", "text", "bigint",
-                "text", "bigint", "bigint", "bigint", "text", "text", "bigint", "bigint", "text",
-                "bigint", "text", "text", "text", "text", "bigint", "bigint", "bigint",
-                "double precision", "bigint", "text", "bigint", "text", "text", "bigint",
-                "boolean",
-            ])
+        zipped_insert(
+            "steps",
+            &[
+                ("job_id", "uuid"),
+                ("idx", "integer"),
+                ("priority", "integer"),
+                ("state", "text"),
+                ("attempt", "bigint"),
+                ("failures", "bigint"),
+                ("lease_id", "uuid"),
+                ("worker", "text"),
+                ("ready_at", "bigint"),
+                ("started_at", "bigint"),
+                ("finished_at", "bigint"),
+                ("lease_expires_at", "bigint"),
+                ("next_attempt_at", "bigint"),
+                ("result", "text"),
+                ("last_error", "text"),
+                ("budget_from", "bigint"),
+                ("comp_phase", "text"),
+                ("comp_attempts", "bigint"),
+                ("comp_failures", "bigint"),
+                ("comp_budget_from", "bigint"),
+                ("claim_agent", "text"),
+                ("lease_agent", "text"),
+                ("claim_rank", "bigint"),
+                ("attempt_ends_at", "bigint"),
+                ("progress", "text"),
+                ("progress_at", "bigint"),
+                ("name", "text"),
+                ("agent", "text"),
+                ("payload", "text"),
+                ("depends_on", "text"),
+                ("timeout_ms", "bigint"),
+                ("max_attempts", "bigint"),
+                ("backoff_initial_ms", "bigint"),
+                ("backoff_factor", "double precision"),
+                ("backoff_max_ms", "bigint"),
+                ("compensate", "text"),
+                ("created_at", "bigint"),
+                ("backoff_formula", "text"),
+                ("http", "text"),
+                ("deadline_ms", "bigint"),
+                ("progress_events", "boolean"),
+            ],
         )
     })
 }
@@ -329,9 +373,9 @@ async fn insert_labels(tx: &Transaction<'_>, jobs: &[&NewJob]) -> Res<()> {
     }
     static SQL: OnceLock<String> = OnceLock::new();
     let sql = SQL.get_or_init(|| {
-        format!(
-            "INSERT INTO job_labels (job_id, key, value) {}",
-            zipped_rows(&["uuid", "text", "text"])
+        zipped_insert(
+            "job_labels",
+            &[("job_id", "uuid"), ("key", "text"), ("value", "text")],
         )
     });
     rows::execute(tx, sql, &[&ids, &keys, &values]).await?;

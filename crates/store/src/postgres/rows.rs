@@ -33,15 +33,21 @@ pub(super) async fn query(tx: &Transaction<'_>, sql: &str, params: &Params<'_>) 
     Ok(tx.in_turn(sql, send).await?)
 }
 
-/// `SELECT unnest($1::t1[]), unnest($2::t2[]), …`: rows sent as one array per column, zipped,
-/// for an insert (see [`zipped`]).
-pub(super) fn zipped_rows(types: &[&str]) -> String {
-    let columns: Vec<(usize, &str, &str)> = types
+/// `INSERT INTO table (c1, c2, …) SELECT unnest($1::t1[]), unnest($2::t2[]), …` for each
+/// `(column, type)`: a batch's rows sent as one array per column, in that order (see
+/// [`zipped`]), inserted in array order.
+pub(super) fn zipped_insert(table: &str, columns: &[(&str, &str)]) -> String {
+    let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+    let values: Vec<(usize, &str, &str)> = columns
         .iter()
         .enumerate()
-        .map(|(i, t)| (i + 1, *t, ""))
+        .map(|(i, (_, ty))| (i + 1, *ty, ""))
         .collect();
-    zipped(&columns)
+    format!(
+        "INSERT INTO {table} ({}) {}",
+        names.join(", "),
+        zipped(&values)
+    )
 }
 
 /// `SELECT unnest($n::type[]) AS name, …` for each `(n, type, name)` (no alias where the name

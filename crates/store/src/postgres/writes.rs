@@ -557,9 +557,14 @@ async fn insert_retired_leases(tx: &Transaction<'_>, transitions: &[&Transition]
     let attempts: Vec<i64> = leases.iter().map(|l| i64::from(l.attempt)).collect();
     static SQL: OnceLock<String> = OnceLock::new();
     let sql = SQL.get_or_init(|| {
-        format!(
-            "INSERT INTO leases (lease_id, job_id, step, attempt) {}",
-            rows::zipped_rows(&["uuid", "uuid", "integer", "bigint"])
+        rows::zipped_insert(
+            "leases",
+            &[
+                ("lease_id", "uuid"),
+                ("job_id", "uuid"),
+                ("step", "integer"),
+                ("attempt", "bigint"),
+            ],
         )
     });
     rows::execute(tx, sql, &[&ids, &jobs, &steps, &attempts]).await?;
