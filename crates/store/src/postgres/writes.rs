@@ -399,6 +399,12 @@ impl StepColumns<'_> {
     }
 }
 
+/// The batch's step rows, by primary key. Unlike [`write_jobs_sql`], the target is not also
+/// filtered by `= ANY($1)`: on `steps` the planner puts that filter into the key lookup of each
+/// row (`job_id = v.job_id AND job_id = ANY($1)`), and the index scan then steps through the
+/// whole array for every row, a cost that grows with the square of the batch (47 rows: 0.77 ms
+/// of lookups instead of 0.43; 200 rows: 2.4 ms instead of 1.0, BENCHMARKS.md, forty-fourth
+/// session). The write's `enable_seqscan = off` alone keeps the join a walk of the primary key.
 fn write_steps_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
@@ -443,7 +449,7 @@ UPDATE steps SET priority = v.priority, state = v.state, attempt = v.attempt, \
   attempt_ends_at = v.attempt_ends_at, progress = v.progress, progress_at = v.progress_at, \
   unlogged_entry = v.unlogged_entry \
 FROM ({step_values}) v \
-WHERE steps.job_id = v.job_id AND steps.idx = v.idx AND steps.job_id = ANY($1::uuid[])"
+WHERE steps.job_id = v.job_id AND steps.idx = v.idx"
         )
     })
 }
@@ -614,7 +620,8 @@ mod tests {
     // job write was planned as a hash join over a sequential scan of all of `jobs` (and the
     // history trim over all of `events`), and the step write, even with it, as a scan of all of
     // `steps`, plans a connection kept as the tables grew (6 ms a call instead of 0.75 at 20,000
-    // rows, BENCHMARKS.md, seventeenth session).
+    // rows, BENCHMARKS.md, seventeenth session). The step write looks each row up by its key
+    // alone: an id list in that lookup is walked whole for every row of the batch.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_walk_primary_keys_under_a_generic_plan() {
         let (db, store) = store_with_ready_steps(2_000).await;
