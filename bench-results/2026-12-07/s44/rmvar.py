@@ -7,7 +7,7 @@ def run(src, tables, deliveries, piece_only=False):
         if os.path.exists(dst + ext): os.unlink(dst + ext)
     shutil.copy(src, dst)
     c = sqlite3.connect(dst, isolation_level=None, cached_statements=64)
-    c.execute('PRAGMA journal_mode=WAL'); c.execute('PRAGMA wal_autocheckpoint=0'); c.execute('PRAGMA cache_size=-16384'); c.execute('PRAGMA synchronous=OFF')
+    c.execute('PRAGMA secure_delete=OFF'); c.execute('PRAGMA journal_mode=WAL'); c.execute('PRAGMA wal_autocheckpoint=0'); c.execute('PRAGMA cache_size=-16384'); c.execute('PRAGMA synchronous=OFF')
     c.execute('SELECT COUNT(*) FROM steps').fetchone(); c.execute('SELECT COUNT(*) FROM jobs').fetchone()
     n = 0; t = time.perf_counter()
     while n < 4096:
