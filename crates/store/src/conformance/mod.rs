@@ -127,6 +127,7 @@ macro_rules! conformance_tests {
             concurrent_claims_lease_each_step_once,
             stale_report_is_rejected_and_changes_nothing,
             lease_reports_apply_each_and_refuse_only_their_own,
+            a_removed_jobs_leases_are_not_found,
             expired_lease_requeues_with_backoff,
             expiries_are_oldest_first_across_agents,
             lease_find_resolves_superseded_leases,

@@ -48,31 +48,33 @@ impl Busy {
     }
 }
 
-/// The jobs of the leases this node granted lately, so that a report batch can lock and load its
-/// jobs in the round trip that looks its leases up, instead of one round trip after it. A lease
-/// belongs to one job for good, so a remembered job is never wrong; a lease not remembered (granted
-/// by another node, or long ago) costs the round trip as before. Two generations of
+/// The leases this node granted lately, each with its job, step and attempt, so that a report
+/// batch of remembered leases needs no lookup of them: it locks and loads their jobs straight
+/// away. A lease belongs to one attempt of one step for good, so a remembered one says what the
+/// lookup would (the step's row or, once it is re-leased, the retired leases); only its job may
+/// have gone since, and then the lease went with it (see [`resolve_leases`]). A lease not
+/// remembered (granted by another node, or long ago) is looked up as before. Two generations of
 /// [`GRANTED_PER_GENERATION`] leases each bound the memory: when the newer fills up, the older is
 /// dropped and the newer takes its place.
 #[derive(Default)]
-pub(super) struct Granted(std::sync::Mutex<[HashMap<LeaseId, JobId>; 2]>);
+pub(super) struct Granted(std::sync::Mutex<[HashMap<LeaseId, LeaseRef>; 2]>);
 
 /// Leases per generation of [`Granted`].
 const GRANTED_PER_GENERATION: usize = 50_000;
 
 impl Granted {
-    fn remember(&self, leases: impl Iterator<Item = (LeaseId, JobId)>) {
+    fn remember(&self, leases: impl Iterator<Item = LeaseRef>) {
         let mut generations = self.0.lock().expect("granted leases");
-        for (lease, job) in leases {
+        for lease in leases {
             if generations[0].len() >= GRANTED_PER_GENERATION {
                 generations[1] = std::mem::take(&mut generations[0]);
             }
-            generations[0].insert(lease, job);
+            generations[0].insert(lease.lease_id, lease);
         }
     }
 
-    /// The jobs of `leases`, if every one is remembered.
-    fn jobs_of(&self, leases: &[LeaseId]) -> Option<Vec<JobId>> {
+    /// `leases` as granted, if every one is remembered.
+    fn leases_of(&self, leases: &[LeaseId]) -> Option<Vec<LeaseRef>> {
         let generations = self.0.lock().expect("granted leases");
         leases
             .iter()
@@ -334,12 +336,12 @@ const ANY_CANDIDATE_SQL: &str = "SELECT 1 FROM steps \
      ORDER BY claim_agent, claim_rank, job_id, idx LIMIT 1";
 
 /// Applies lease holders' reports in one transaction, each as `lease_find` + `apply_command`
-/// would, with a constant number of statements: the leases resolve in one, their jobs are locked
-/// (in id order, so two batches sharing jobs wait for each other instead of deadlocking) and
-/// loaded in three sent together (with the first when this node granted every lease, see
-/// [`Granted`]), the core applies every report in memory (two reports of one
-/// job one after the other), and the transitions are written together. Answers come back in
-/// report order.
+/// would, with a constant number of statements: the leases resolve in one (none when this node
+/// granted every lease, see [`Granted`]), their jobs are locked (in id order, so two batches
+/// sharing jobs wait for each other instead of deadlocking) and loaded in three sent together
+/// ([`resolve_leases`]), the core applies every report in memory (two reports of one job one
+/// after the other), and the transitions are written together. Answers come back in report
+/// order.
 async fn report_leases(
     tx: &Transaction<'_>,
     batch: &Reports,
@@ -348,37 +350,16 @@ async fn report_leases(
 ) -> Res<Vec<Reported>> {
     let (reports, now) = (&batch.reports, batch.now);
     let ids: Vec<_> = reports.iter().map(|r| r.lease_id).collect();
-    let (leases, loaded) = match granted.jobs_of(&ids) {
-        Some(job_ids) => {
-            futures::try_join!(writes::find_leases(tx, &ids), lock_and_load(tx, &job_ids))?
-        }
-        None => (writes::find_leases(tx, &ids).await?, Vec::new()),
-    };
-    let mut jobs: HashMap<JobId, Job> = loaded.into_iter().map(|j| (j.id, j)).collect();
-    // Every lease's job when none was remembered; when all were, none (a lease never changes
-    // job), unless a job is gone.
-    let missing: Vec<JobId> = leases
-        .values()
-        .map(|l| l.job_id)
-        .filter(|id| !jobs.contains_key(id))
-        .collect();
-    if !missing.is_empty() {
-        jobs.extend(
-            lock_and_load(tx, &missing)
-                .await?
-                .into_iter()
-                .map(|j| (j.id, j)),
-        );
-    }
+    let (leases, mut jobs) = resolve_leases(tx, &ids, granted).await?;
     let mut out: Vec<Option<Reported>> = (0..reports.len()).map(|_| None).collect();
     let mut applied: Vec<(usize, LeaseRef, Transition)> = Vec::new();
     for (i, Report { lease_id, report }) in reports.iter().enumerate() {
-        let Some(&lease) = leases.get(lease_id) else {
+        // A lease without its job went with it (`resolve_leases`).
+        let found = leases
+            .get(lease_id)
+            .and_then(|&l| Some((l, jobs.get(&l.job_id)?)));
+        let Some((lease, job)) = found else {
             out[i] = Some(Err(Error::LeaseNotFound(*lease_id)));
-            continue;
-        };
-        let Some(job) = jobs.get(&lease.job_id) else {
-            out[i] = Some(Err(Error::JobNotFound(lease.job_id)));
             continue;
         };
         let command = report.clone().command(lease.step, lease.attempt);
@@ -408,6 +389,36 @@ async fn report_leases(
         .into_iter()
         .map(|o| o.expect("every report is answered"))
         .collect())
+}
+
+/// The batch's leases by id and their jobs, locked (in id order) and loaded. Remembered leases
+/// ([`Granted`]) need no lookup: one round trip locks and loads their jobs. Otherwise the leases
+/// are looked up first and their jobs locked and loaded after. A lease whose job is not among
+/// the jobs is not found: a job's leases go with it, so a lookup would not have found it either.
+async fn resolve_leases(
+    tx: &Transaction<'_>,
+    ids: &[LeaseId],
+    granted: &Granted,
+) -> Res<(HashMap<LeaseId, LeaseRef>, HashMap<JobId, Job>)> {
+    let (leases, job_ids) = match granted.leases_of(ids) {
+        Some(remembered) => {
+            let job_ids: Vec<JobId> = remembered.iter().map(|l| l.job_id).collect();
+            let leases: HashMap<LeaseId, LeaseRef> =
+                remembered.into_iter().map(|l| (l.lease_id, l)).collect();
+            (leases, job_ids)
+        }
+        None => {
+            let leases = writes::find_leases(tx, ids).await?;
+            let job_ids = leases.values().map(|l| l.job_id).collect();
+            (leases, job_ids)
+        }
+    };
+    let jobs: HashMap<JobId, Job> = lock_and_load(tx, &job_ids)
+        .await?
+        .into_iter()
+        .map(|j| (j.id, j))
+        .collect();
+    Ok((leases, jobs))
 }
 
 #[async_trait::async_trait]
@@ -442,7 +453,13 @@ impl Leases for PgStore {
         self.inner.busy.set(&c.agent, full);
         let granted = result.claimed.iter().filter_map(|c| {
             let job = &c.transition.job;
-            Some((job.steps.get(c.step)?.lease_id?, job.id))
+            let step = job.steps.get(c.step)?;
+            Some(LeaseRef {
+                lease_id: step.lease_id?,
+                job_id: job.id,
+                step: c.step,
+                attempt: step.attempt,
+            })
         });
         self.inner.granted.remember(granted);
         // This node does not hear its own notifications (`listen`): its claimers learn here.
@@ -555,27 +572,32 @@ mod tests {
     #[test]
     fn granted_leases_answer_whole_batches_within_two_generations() {
         let granted = Granted::default();
-        let lease = crate::conformance::lease_id;
-        let job = |n: u128| JobId(Uuid::from_u128(1_000_000 + n));
-        granted.remember((0..3).map(|n| (lease(n), job(n))));
+        let lease = |n: u128| LeaseRef {
+            lease_id: crate::conformance::lease_id(n),
+            job_id: JobId(Uuid::from_u128(1_000_000 + n)),
+            step: (n % 3) as usize,
+            attempt: 1 + (n % 2) as u32,
+        };
+        let ids = |ns: &[u128]| -> Vec<LeaseId> {
+            ns.iter()
+                .map(|&n| crate::conformance::lease_id(n))
+                .collect()
+        };
+        granted.remember((0..3).map(lease));
         assert_eq!(
-            granted.jobs_of(&[lease(2), lease(0)]),
-            Some(vec![job(2), job(0)])
+            granted.leases_of(&ids(&[2, 0])),
+            Some(vec![lease(2), lease(0)])
         );
-        assert_eq!(
-            granted.jobs_of(&[lease(0), lease(9)]),
-            None,
-            "all or nothing"
-        );
+        assert_eq!(granted.leases_of(&ids(&[0, 9])), None, "all or nothing");
         let n = GRANTED_PER_GENERATION as u128;
-        granted.remember((3..=2 * n).map(|n| (lease(n), job(n))));
+        granted.remember((3..=2 * n).map(lease));
         assert_eq!(
-            granted.jobs_of(&[lease(0)]),
+            granted.leases_of(&ids(&[0])),
             None,
             "the oldest generation is gone"
         );
-        assert_eq!(granted.jobs_of(&[lease(n)]), Some(vec![job(n)]));
-        assert_eq!(granted.jobs_of(&[lease(2 * n)]), Some(vec![job(2 * n)]));
+        assert_eq!(granted.leases_of(&ids(&[n])), Some(vec![lease(n)]));
+        assert_eq!(granted.leases_of(&ids(&[2 * n])), Some(vec![lease(2 * n)]));
         let held: usize = granted
             .0
             .lock()

@@ -81,6 +81,61 @@ pub async fn stale_report_is_rejected_and_changes_nothing(f: &Fixture) {
     assert_eq!(all_events(store, id).await, history);
 }
 
+// Proves a job's leases go with it: once a finished job is removed, a late report of its lease
+// (in a batch, beside a report that applies) and a lookup of it find no lease, whether or not
+// the node that granted the lease still remembers granting it.
+pub async fn a_removed_jobs_leases_are_not_found(f: &Fixture) {
+    let store = &*f.store;
+    let one = spec(json!({"steps": [{"name": "s", "agent": "w"}]}));
+    for n in 1..=2 {
+        submit(store, admitted(job_id(n), &one, at(0))).await;
+    }
+    let claimed = claim(store, "w", 2, 1, at(10)).await;
+    let lease_of = |id: JobId| {
+        let c = claimed
+            .iter()
+            .find(|c| c.transition.job.id == id)
+            .expect("claimed");
+        c.transition.job.steps[c.step].lease_id.expect("a lease id")
+    };
+    let (l1, l2) = (lease_of(job_id(1)), lease_of(job_id(2)));
+    let complete = |lease_id: LeaseId, now: i64| Reports {
+        reports: vec![Report {
+            lease_id,
+            report: crate::LeaseReport::Complete {
+                result: json!(null),
+            },
+        }],
+        now: at(now),
+    };
+    let done = store.leases_report(complete(l1, 20)).await.expect("report");
+    assert!(done[0].is_ok(), "the first report applies: {:?}", done[0]);
+    let deleted = store
+        .jobs_delete(Removal {
+            ids: vec![job_id(1)],
+            states: vec![JobState::Succeeded],
+        })
+        .await
+        .expect("delete");
+    assert_eq!(deleted, vec![job_id(1)]);
+
+    let mut late = complete(l1, 30);
+    late.reports.extend(complete(l2, 30).reports);
+    let out = store.leases_report(late).await.expect("a batch");
+    assert!(
+        matches!(out[0], Err(Error::LeaseNotFound(l)) if l == l1),
+        "the removed job's lease: {:?}",
+        out[0]
+    );
+    assert!(
+        out[1].is_ok(),
+        "the other job's report applies: {:?}",
+        out[1]
+    );
+    assert_eq!(store.lease_find(l1).await.expect("find"), None);
+    assert_eq!(get(store, job_id(2)).await.state, JobState::Succeeded);
+}
+
 // Proves a batch of lease reports is applied report by report: completions and failures land
 // as their own calls would, while an unknown lease, a superseded attempt and a second report for
 // the same lease are refused without touching the reports around them.
