@@ -2,7 +2,7 @@
 //! and applying what lease holders report.
 
 use async_trait::async_trait;
-use overseer_core::{Command, JobId, LeaseId, Timestamp, Transition};
+use overseer_core::{Command, Job, JobId, LeaseId, Timestamp, Transition};
 
 use crate::jobs::{Apply, Due, Jobs};
 use crate::{Error, Result};
@@ -71,6 +71,19 @@ pub struct LeaseRef {
     pub job_id: JobId,
     pub step: usize,
     pub attempt: u32,
+}
+
+impl LeaseRef {
+    /// The lease step `step` of `job` holds now, if it holds one.
+    pub fn held(job: &Job, step: usize) -> Option<LeaseRef> {
+        let s = job.steps.get(step)?;
+        Some(LeaseRef {
+            lease_id: s.lease_id?,
+            job_id: job.id,
+            step,
+            attempt: s.attempt,
+        })
+    }
 }
 
 /// What the holder of a lease reports.

@@ -78,17 +78,19 @@ pub(super) async fn notify(tx: &Transaction<'_>, payloads: &[String]) -> Res<()>
     Ok(())
 }
 
-/// Locks the jobs with the given ids (`FOR UPDATE`, in id order) and loads them: the statements
-/// are sent together and run in order, so the rows are read after every lock is granted.
+/// Takes the locks of the jobs with the given ids ([`job_lock_key`], waiting, in id order) and
+/// loads each job once, in id order: the statements are sent together and run in order, so the
+/// rows are read after every lock is granted.
 pub(super) async fn lock_and_load(tx: &Transaction<'_>, ids: &[JobId]) -> Res<Vec<Job>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let mut uuids: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
-    uuids.sort_unstable();
-    uuids.dedup();
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let uuids: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
     let lock = rows::query_ids(tx, &uuids, LOCK_ONE_JOB_SQL, LOCK_JOBS_SQL);
-    let (_, jobs) = futures::try_join!(lock, load_locked(tx, ids))?;
+    let (_, jobs) = futures::try_join!(lock, load_locked(tx, &ids))?;
     Ok(jobs)
 }
 

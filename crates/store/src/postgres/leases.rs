@@ -451,16 +451,10 @@ impl Leases for PgStore {
             .await?;
         let full = result.claimed.len() == c.max();
         self.inner.busy.set(&c.agent, full);
-        let granted = result.claimed.iter().filter_map(|c| {
-            let job = &c.transition.job;
-            let step = job.steps.get(c.step)?;
-            Some(LeaseRef {
-                lease_id: step.lease_id?,
-                job_id: job.id,
-                step: c.step,
-                attempt: step.attempt,
-            })
-        });
+        let granted = result
+            .claimed
+            .iter()
+            .filter_map(|c| LeaseRef::held(&c.transition.job, c.step));
         self.inner.granted.remember(granted);
         // This node does not hear its own notifications (`listen`): its claimers learn here.
         for agent in siblings {

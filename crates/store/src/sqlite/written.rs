@@ -113,17 +113,8 @@ impl Cache {
         [&self.newer, &self.older].into_iter().find_map(|g| {
             let job_id = *g.leases.get(&lease)?;
             let job = &self.get(&job_id)?.job;
-            let (step, s) = job
-                .steps
-                .iter()
-                .enumerate()
-                .find(|(_, s)| s.lease_id == Some(lease))?;
-            Some(LeaseRef {
-                lease_id: lease,
-                job_id,
-                step,
-                attempt: s.attempt,
-            })
+            let step = job.steps.iter().position(|s| s.lease_id == Some(lease))?;
+            LeaseRef::held(job, step)
         })
     }
 
